@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Sets up a development environment (idempotent): a virtualenv in .venv with torch,
+# every ember package installed editable, and the dev tools. Then runs the demo,
+# unless --no-demo is given. Safe to run twice: a stamp over the pyproject files
+# skips the installs when nothing changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+VENV="${EMBER_VENV:-.venv}"
+demo=1
+[ "${1:-}" = "--no-demo" ] && demo=0
+
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "[setup] creating virtualenv $VENV"
+    "$PY" -m venv "$VENV"
+fi
+VPY="$VENV/bin/python"
+stamp="$VENV/.setup-stamp"
+want=$(cat tools/setup.sh tools/dev-requirements.txt packages/*/pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    # torch first: a range that 2.13 satisfies takes the local CPU wheel; never pull a CUDA build.
+    if ! "$VPY" -c "import torch" 2>/dev/null; then
+        echo "[setup] installing torch (CPU wheel)"
+        "$VPY" -m pip install -q "torch==2.13.0"
+    fi
+    echo "[setup] installing dev tools"
+    "$VPY" -m pip install -q -r tools/dev-requirements.txt
+    echo "[setup] installing ember packages (editable)"
+    args=()
+    for p in ir guards dynamo aotgrad inductor minifier; do args+=(-e "packages/$p"); done
+    "$VPY" -m pip install -q "${args[@]}"
+    echo "$want" > "$stamp"
+else
+    echo "[setup] environment up to date ($VENV)"
+fi
+if [ "$demo" = 1 ]; then
+    exec "$VPY" tools/demo.py
+fi

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole test suite: environment check, import boundaries, ruff, mypy, pytest.
+# Sets the environment up first if needed (tools/setup.sh --no-demo), so it works
+# on a fresh clone. Extra arguments go to pytest. Slow tests run with EMBER_SLOW=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh --no-demo
+VPY="${EMBER_VENV:-.venv}/bin/python"
+echo "[test] import boundaries"
+"$VPY" tools/check_imports.py
+echo "[test] ruff"
+"$VPY" -m ruff check packages integration_tests tools
+echo "[test] mypy"
+"$VPY" -m mypy packages/ir/src/ember/ir packages/guards/src/ember/guards \
+    $(for p in dynamo aotgrad inductor minifier; do d=packages/$p/src/ember/$p; [ -f "$d/__init__.py" ] && echo "$d"; done)
+echo "[test] pytest"
+marker="not slow"
+[ "${EMBER_SLOW:-0}" = 1 ] && marker=""
+"$VPY" -m pytest -n "${EMBER_TEST_WORKERS:-2}" -m "$marker" "$@"
