@@ -11,8 +11,13 @@ echo "[test] import boundaries"
 echo "[test] ruff"
 "$VPY" -m ruff check packages integration_tests tools
 echo "[test] mypy"
-"$VPY" -m mypy packages/ir/src/ember/ir packages/guards/src/ember/guards \
-    $(for p in dynamo aotgrad inductor minifier; do d=packages/$p/src/ember/$p; [ -f "$d/__init__.py" ] && echo "$d"; done)
+targets=()
+for p in ir guards dynamo aotgrad inductor minifier; do
+    d=packages/$p/src/ember/$p
+    [ -f "$d/__init__.py" ] && targets+=("$d")
+done
+targets+=(tools/check_imports.py)
+"$VPY" -m mypy "${targets[@]}"
 echo "[test] pytest"
 marker="not slow"
 [ "${EMBER_SLOW:-0}" = 1 ] && marker=""
