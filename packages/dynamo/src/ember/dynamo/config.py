@@ -1,0 +1,124 @@
+"""Options for frame capture.
+
+Two objects live here:
+
+- :class:`DynamoOptions`, the frozen dataclass that is *passed in* to
+  ``convert_frame`` and everything below it. Nothing below the public entry
+  point reads a global; it reads the options it was handed.
+- :data:`config`, the mutable, user-facing settings object
+  (``ember.dynamo.config.cache_size_limit = 4``), mirroring
+  ``torch._dynamo.config``. It is read once, when ``compile``/``optimize``
+  builds a compiled callable, and turned into a ``DynamoOptions`` snapshot;
+  changing ``config`` later affects callables compiled later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class DynamoOptions:
+    """Everything capture needs to know, fixed for one compiled callable.
+
+    Hashable, so it can be part of a cache key.
+    """
+
+    #: Raise ``Unsupported`` on the first graph break instead of splitting the
+    #: function into several graphs (``nopython=True`` in ``optimize``).
+    fullgraph: bool = False
+    #: ``True``: every tensor dimension is symbolic from the first compile;
+    #: ``False``: every dimension is static (a new shape recompiles);
+    #: ``None``: static first, and dimensions whose size changed are made
+    #: symbolic on the recompile (automatic dynamic shapes).
+    dynamic: bool | None = None
+    #: Cached entries per code object. Past it, ember warns once (naming the
+    #: guard that failed) and runs that code eagerly from then on.
+    cache_size_limit: int = 8
+    #: Python ``int`` arguments are baked into the graph as constants
+    #: (guarded by value). ``False`` lets automatic dynamic make them symbolic.
+    specialize_int: bool = True
+    #: Trace *through* the ``forward`` of torch.nn built-in modules instead of
+    #: emitting one ``call_module`` node per leaf module.
+    inline_inbuilt_nn_modules: bool = False
+    #: When capture fails with an internal error (not a graph break), log it
+    #: and run the frame eagerly instead of raising.
+    suppress_errors: bool = False
+    #: Turn ``.item()`` and similar into graph nodes producing symbolic
+    #: scalars instead of graph breaks.
+    capture_scalar_outputs: bool = False
+    #: Unroll ``for`` loops over at most this many iterations before breaking.
+    max_loop_unroll: int = 1024
+    #: Inline user functions at most this deep before breaking.
+    max_inline_depth: int = 64
+    #: Compile only from cached entries: a cache miss runs eagerly instead of
+    #: compiling (``ember.dynamo.run``).
+    run_only: bool = False
+    #: A recompile raises ``RecompileError`` naming the failing guard
+    #: (``set_stance("fail_on_recompile")``).
+    fail_on_recompile: bool = False
+    #: Write a per-frame debug directory (``EMBER_COMPILE_DEBUG=1``): bytecode,
+    #: graph IR, guard IR, backend output. ``None`` disables it.
+    debug_dir: str | None = None
+
+    def replace(self, **changes: Any) -> DynamoOptions:
+        """A copy with ``changes`` applied; unknown names raise ``TypeError``."""
+        return dataclasses.replace(self, **changes)
+
+
+OPTION_NAMES: frozenset[str] = frozenset(f.name for f in fields(DynamoOptions))
+
+
+class Config:
+    """The mutable, user-facing settings (``ember.dynamo.config``).
+
+    Attribute names match :class:`DynamoOptions`; setting an unknown name
+    raises ``AttributeError`` listing the known ones, so a typo never goes
+    unnoticed.
+    """
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_values", {f.name: f.default for f in fields(DynamoOptions)})
+
+    def __getattr__(self, name: str) -> Any:
+        values: dict[str, Any] = object.__getattribute__(self, "_values")
+        if name in values:
+            return values[name]
+        raise AttributeError(_unknown(name))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        values: dict[str, Any] = object.__getattribute__(self, "_values")
+        if name not in values:
+            raise AttributeError(_unknown(name))
+        values[name] = value
+
+    def to_options(self, **overrides: Any) -> DynamoOptions:
+        """Snapshot the current settings, with ``overrides`` applied on top."""
+        values: dict[str, Any] = dict(object.__getattribute__(self, "_values"))
+        for name in overrides:
+            if name not in values:
+                raise AttributeError(_unknown(name))
+        values.update(overrides)
+        return DynamoOptions(**values)
+
+    def reset(self) -> None:
+        """Restore every setting to its default."""
+        object.__setattr__(self, "_values", {f.name: f.default for f in fields(DynamoOptions)})
+
+    def __repr__(self) -> str:
+        values: dict[str, Any] = object.__getattribute__(self, "_values")
+        body = ", ".join(f"{k}={v!r}" for k, v in values.items())
+        return f"ember.dynamo.config({body})"
+
+
+def _unknown(name: str) -> str:
+    return (
+        f"ember.dynamo.config has no setting {name!r}; "
+        f"known settings: {', '.join(sorted(OPTION_NAMES))}"
+    )
+
+
+#: The process-wide user settings; read when a callable is compiled.
+config = Config()
