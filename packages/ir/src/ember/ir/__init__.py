@@ -1,0 +1,73 @@
+"""ember.ir: the contracts between ember's stages.
+
+* The guard IR (:class:`GuardSet`, :class:`Guard`, :class:`GuardKind`,
+  sources :class:`Local` / :class:`Global` / :class:`Attr` / :class:`Item` /
+  :class:`Size` / :class:`Stride` with :func:`parse_source`): what a compiled
+  graph assumed about its frame.
+* The value encoding (:func:`encode_value` / :func:`decode_value`): tagged
+  JSON for the constants found in graphs and guard payloads.
+* :class:`FormatError`: every malformed input, naming file, node and field.
+"""
+
+from ember.ir.errors import FormatError, UnsupportedGraphError
+from ember.ir.guards import (
+    PAYLOAD_SCHEMA,
+    SOURCELESS_KINDS,
+    Guard,
+    GuardKind,
+    GuardSet,
+    dispatch_keys_text,
+    global_state_payload,
+    qualname,
+    tensor_payload,
+)
+from ember.ir.source import Attr, Global, Item, Local, Size, Source, Stride, parse_source, root_of
+from ember.ir.symbolic import is_relation, parse_sym_expr, size_symbol, sym_text
+from ember.ir.values import (
+    JSON,
+    NodeRef,
+    decode_value,
+    dtype_name,
+    encode_value,
+    parse_device,
+    parse_dtype,
+)
+from ember.ir.versioning import GRAPH_FORMAT, GRAPH_VERSION, GUARDS_FORMAT, GUARDS_VERSION
+
+__all__ = [
+    "GRAPH_FORMAT",
+    "GRAPH_VERSION",
+    "GUARDS_FORMAT",
+    "GUARDS_VERSION",
+    "JSON",
+    "PAYLOAD_SCHEMA",
+    "SOURCELESS_KINDS",
+    "Attr",
+    "FormatError",
+    "Global",
+    "Guard",
+    "GuardKind",
+    "GuardSet",
+    "Item",
+    "Local",
+    "NodeRef",
+    "Size",
+    "Source",
+    "Stride",
+    "UnsupportedGraphError",
+    "decode_value",
+    "dispatch_keys_text",
+    "dtype_name",
+    "encode_value",
+    "global_state_payload",
+    "is_relation",
+    "parse_device",
+    "parse_dtype",
+    "parse_source",
+    "parse_sym_expr",
+    "qualname",
+    "root_of",
+    "size_symbol",
+    "sym_text",
+    "tensor_payload",
+]

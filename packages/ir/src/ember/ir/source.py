@@ -1,0 +1,291 @@
+"""Sources: where a guarded value lives, as a tiny expression language.
+
+A source is an access path from a frame: ``L['x']`` (a local), ``G['torch']``
+(a global), ``.member`` (an attribute), ``[index]`` (an item), ``.size()[d]``
+and ``.stride()[d]`` (a tensor's size or stride). ``Source.expr()`` writes the
+path as text that is also valid Python when evaluated with ``L`` bound to
+``f_locals`` and ``G`` to ``f_globals``; :func:`parse_source` reads it back
+with a small hand-written parser (text is never evaluated). The round trip
+``parse_source(s.expr()) == s`` holds for every source.
+
+Item indices are constants: ``int``, ``str``, ``bool``, ``None``, ``float``
+or a tuple of those.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from ember.ir.errors import FormatError
+
+Index: TypeAlias = int | str | bool | float | None | tuple["Index", ...]
+
+
+def _index_text(index: Index) -> str:
+    if isinstance(index, float) and not math.isfinite(index):
+        raise FormatError(f"source index {index!r} is not a finite number")
+    if isinstance(index, tuple):
+        inner = ", ".join(_index_text(i) for i in index)
+        return f"({inner},)" if len(index) == 1 else f"({inner})"
+    return repr(index)
+
+
+def _check_index(index: object) -> None:
+    if isinstance(index, tuple):
+        for i in index:
+            _check_index(i)
+    elif index is not None and not isinstance(index, (int, str, bool, float)):
+        raise FormatError(f"source index must be a constant, got {type(index).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class Local:
+    """A local variable of the frame: ``L['x']``."""
+
+    name: str
+
+    def expr(self) -> str:
+        return f"L[{self.name!r}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Global:
+    """A global of the frame's module: ``G['torch']``."""
+
+    name: str
+
+    def expr(self) -> str:
+        return f"G[{self.name!r}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Attr:
+    """An attribute: ``G['torch'].nn``."""
+
+    base: Source
+    member: str
+
+    def __post_init__(self) -> None:
+        if not self.member.isidentifier():
+            raise FormatError(f"attribute name {self.member!r} is not a Python identifier")
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}.{self.member}"
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """An item: ``L['self'].layers[2]`` or ``L['d']['key']``."""
+
+    base: Source
+    index: Index
+
+    def __post_init__(self) -> None:
+        _check_index(self.index)
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}[{_index_text(self.index)}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Size:
+    """One dimension of a tensor's size: ``L['x'].size()[0]``."""
+
+    base: Source
+    dim: int
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}.size()[{self.dim}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Stride:
+    """One dimension of a tensor's stride: ``L['x'].stride()[0]``."""
+
+    base: Source
+    dim: int
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}.stride()[{self.dim}]"
+
+
+Source: TypeAlias = Local | Global | Attr | Item | Size | Stride
+SOURCE_TYPES: tuple[type, ...] = (Local, Global, Attr, Item, Size, Stride)
+
+
+def root_of(source: Source) -> Local | Global:
+    """The ``L[...]`` or ``G[...]`` a source starts from."""
+    while not isinstance(source, (Local, Global)):
+        source = source.base
+    return source
+
+
+class _Parser:
+    """Recursive-descent parser over the source text; errors carry the position."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+
+    def fail(self, what: str) -> FormatError:
+        caret = " " * self.pos + "^"
+        return FormatError(f"bad source text at position {self.pos}: {what}\n  {self.text}\n  {caret}")
+
+    def peek(self) -> str:
+        return self.text[self.pos] if self.pos < len(self.text) else ""
+
+    def skip_ws(self) -> None:
+        while self.peek() in (" ", "\t"):
+            self.pos += 1
+
+    def expect(self, token: str) -> None:
+        self.skip_ws()
+        if not self.text.startswith(token, self.pos):
+            raise self.fail(f"expected {token!r}")
+        self.pos += len(token)
+
+    def parse(self) -> Source:
+        self.skip_ws()
+        head = self.peek()
+        if head not in ("L", "G"):
+            raise self.fail("a source starts with L[...] or G[...]")
+        self.pos += 1
+        self.expect("[")
+        name = self.constant()
+        if not isinstance(name, str):
+            raise self.fail("L[...] and G[...] take a string name")
+        self.expect("]")
+        src: Source = Local(name) if head == "L" else Global(name)
+        while True:
+            self.skip_ws()
+            ch = self.peek()
+            if ch == "":
+                return src
+            if ch == "[":
+                self.pos += 1
+                index = self.constant()
+                self.expect("]")
+                src = Item(src, index)
+            elif ch == ".":
+                self.pos += 1
+                member = self.identifier()
+                if member in ("size", "stride") and self.text.startswith("()", self.pos):
+                    self.pos += 2
+                    self.expect("[")
+                    dim = self.constant()
+                    if not isinstance(dim, int) or isinstance(dim, bool):
+                        raise self.fail(f".{member}() takes an int index")
+                    self.expect("]")
+                    src = Size(src, dim) if member == "size" else Stride(src, dim)
+                else:
+                    src = Attr(src, member)
+            else:
+                raise self.fail(f"unexpected character {ch!r}")
+
+    def identifier(self) -> str:
+        start = self.pos
+        while self.pos < len(self.text) and (self.text[self.pos].isalnum() or self.text[self.pos] == "_"):
+            self.pos += 1
+        word = self.text[start : self.pos]
+        if not word.isidentifier():
+            self.pos = start
+            raise self.fail("expected an attribute name")
+        return word
+
+    def constant(self) -> Index:
+        self.skip_ws()
+        ch = self.peek()
+        if ch in ("'", '"'):
+            return self.string(ch)
+        if ch == "(":
+            return self.tuple_()
+        if ch.isdigit() or ch in ("-", "+", "."):
+            return self.number()
+        if ch.isalpha():
+            start = self.pos
+            word = self.identifier()
+            if word in ("None", "True", "False"):
+                return {"None": None, "True": True, "False": False}[word]
+            self.pos = start
+        raise self.fail("expected a constant (int, str, None, True, False, float or tuple)")
+
+    def tuple_(self) -> Index:
+        self.pos += 1
+        items: list[Index] = []
+        self.skip_ws()
+        if self.peek() == ")":
+            self.pos += 1
+            return ()
+        while True:
+            items.append(self.constant())
+            self.skip_ws()
+            if self.peek() == ",":
+                self.pos += 1
+                self.skip_ws()
+                if self.peek() == ")":
+                    self.pos += 1
+                    return tuple(items)
+            elif self.peek() == ")":
+                self.pos += 1
+                if len(items) == 1:
+                    raise self.fail("a one-element tuple needs a trailing comma")
+                return tuple(items)
+            else:
+                raise self.fail("expected ',' or ')'")
+
+    def number(self) -> Index:
+        start = self.pos
+        if self.peek() in ("-", "+"):
+            self.pos += 1
+        while self.pos < len(self.text) and (self.text[self.pos].isalnum() or self.text[self.pos] in "._+-"):
+            prev = self.text[self.pos - 1]
+            if self.text[self.pos] in "+-" and prev not in "eE":
+                break
+            self.pos += 1
+        word = self.text[start : self.pos]
+        try:
+            return int(word, 0) if not any(c in word for c in ".eE") or word.lower().startswith(("0x", "-0x")) else float(word)
+        except ValueError:
+            self.pos = start
+            raise self.fail(f"bad number {word!r}") from None
+
+    def string(self, quote: str) -> str:
+        self.pos += 1
+        out: list[str] = []
+        escapes = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "0": "\0"}
+        while True:
+            ch = self.peek()
+            if ch == "":
+                raise self.fail("unterminated string")
+            self.pos += 1
+            if ch == quote:
+                return "".join(out)
+            if ch != "\\":
+                out.append(ch)
+                continue
+            esc = self.peek()
+            self.pos += 1
+            if esc in escapes:
+                out.append(escapes[esc])
+            elif esc in ("x", "u", "U"):
+                width = {"x": 2, "u": 4, "U": 8}[esc]
+                digits = self.text[self.pos : self.pos + width]
+                try:
+                    out.append(chr(int(digits, 16)))
+                except ValueError:
+                    raise self.fail(f"bad escape \\{esc}{digits}") from None
+                self.pos += width
+            else:
+                raise self.fail(f"unsupported escape \\{esc}")
+
+
+def parse_source(text: str) -> Source:
+    """Parse source text like ``L['self'].layers[2].weight`` (never evaluated).
+
+    Raises :class:`FormatError` with the position of the first bad character.
+    """
+    if not isinstance(text, str):
+        raise FormatError(f"source text must be a string, got {type(text).__name__}")
+    return _Parser(text).parse()

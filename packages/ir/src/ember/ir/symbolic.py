@@ -1,0 +1,239 @@
+"""Size expressions as text: a restricted reader for sympy expressions.
+
+Symbolic sizes (``"2*s0"``) and shape relations (``"Eq(Mod(s0*s1, 8), 0)"``)
+travel as the text ``str(sympy_expr)`` prints. :func:`parse_sym_expr` reads
+that text back with a small Pratt parser over an allow-list of functions, so
+a file can never make ember run code (``sympy.sympify`` would ``eval``).
+
+Grammar: integers, decimals, names (symbols), ``+ - * / // % **``, the
+comparisons ``== != < <= > >=``, ``& | ~``, parentheses, and calls to
+``Eq Ne Lt Le Gt Ge Mod floor ceiling Max Min Abs And Or Not sqrt`` plus the
+torch spellings ``FloorDiv CeilDiv CleanDiv ModularIndexing PythonMod
+IntTrueDiv FloatTrueDiv FloorToInt CeilToInt ToFloat Identity``, which are
+rewritten into plain sympy (``FloorDiv(a, b)`` -> ``floor(a/b)``).
+
+Symbols are created by :func:`size_symbol`: integer, and positive when named
+like a size symbol (``s0``, ``s12``), so every stage gets equal symbols.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from functools import cache
+
+import sympy
+
+from ember.ir.errors import FormatError
+
+_TOKEN = re.compile(
+    r"\s*(?:(?P<num>\d+\.\d*(?:[eE][-+]?\d+)?|\d+(?:[eE][-+]?\d+)?|\.\d+)"
+    r"|(?P<name>[A-Za-z_][A-Za-z_0-9]*)"
+    r"|(?P<op>\*\*|//|==|!=|<=|>=|[-+*/%<>&|~(),]))"
+)
+_SIZE_SYMBOL = re.compile(r"s\d+")
+
+
+@cache
+def size_symbol(name: str) -> sympy.Symbol:
+    """The sympy symbol ember uses for ``name`` (integer; positive for ``s<N>``)."""
+    if _SIZE_SYMBOL.fullmatch(name):
+        return sympy.Symbol(name, integer=True, positive=True)
+    return sympy.Symbol(name, integer=True)
+
+
+def _floordiv(a: sympy.Basic, b: sympy.Basic) -> sympy.Basic:
+    return sympy.floor(a / b)
+
+
+def _ceildiv(a: sympy.Basic, b: sympy.Basic) -> sympy.Basic:
+    return sympy.ceiling(a / b)
+
+
+def _modular_indexing(x: sympy.Basic, d: sympy.Basic, m: sympy.Basic) -> sympy.Basic:
+    return sympy.Mod(sympy.floor(x / d), m)
+
+
+_FUNCTIONS: dict[str, tuple[int | None, Callable[..., sympy.Basic]]] = {
+    "Eq": (2, sympy.Eq),
+    "Ne": (2, sympy.Ne),
+    "Lt": (2, sympy.Lt),
+    "Le": (2, sympy.Le),
+    "Gt": (2, sympy.Gt),
+    "Ge": (2, sympy.Ge),
+    "Mod": (2, sympy.Mod),
+    "PythonMod": (2, sympy.Mod),
+    "floor": (1, sympy.floor),
+    "FloorToInt": (1, sympy.floor),
+    "ceiling": (1, sympy.ceiling),
+    "CeilToInt": (1, sympy.ceiling),
+    "Max": (None, sympy.Max),
+    "Min": (None, sympy.Min),
+    "Abs": (1, sympy.Abs),
+    "sqrt": (1, sympy.sqrt),
+    "And": (None, sympy.And),
+    "Or": (None, sympy.Or),
+    "Not": (1, sympy.Not),
+    "FloorDiv": (2, _floordiv),
+    "CleanDiv": (2, _floordiv),
+    "CeilDiv": (2, _ceildiv),
+    "ModularIndexing": (3, _modular_indexing),
+    "IntTrueDiv": (2, lambda a, b: a / b),
+    "FloatTrueDiv": (2, lambda a, b: a / b),
+    "ToFloat": (1, lambda a: a),
+    "Identity": (1, lambda a: a),
+}
+_CONSTANTS: dict[str, sympy.Basic] = {
+    "True": sympy.true,
+    "False": sympy.false,
+    "oo": sympy.oo,
+    "zoo": sympy.zoo,
+    "nan": sympy.nan,
+}
+_BINARY: dict[str, tuple[int, Callable[[sympy.Basic, sympy.Basic], sympy.Basic]]] = {
+    "|": (1, lambda a, b: sympy.Or(a, b)),
+    "&": (2, lambda a, b: sympy.And(a, b)),
+    "==": (3, sympy.Eq),
+    "!=": (3, sympy.Ne),
+    "<": (3, sympy.Lt),
+    "<=": (3, sympy.Le),
+    ">": (3, sympy.Gt),
+    ">=": (3, sympy.Ge),
+    "+": (4, lambda a, b: a + b),
+    "-": (4, lambda a, b: a - b),
+    "*": (5, lambda a, b: a * b),
+    "/": (5, lambda a, b: a / b),
+    "//": (5, _floordiv),
+    "%": (5, sympy.Mod),
+    "**": (7, lambda a, b: a**b),
+}
+_UNARY_PREC = 6
+
+
+class _ExprParser:
+    def __init__(self, text: str, field: str | None) -> None:
+        self.text = text
+        self.field = field
+        self.tokens: list[tuple[str, str, int]] = []
+        pos = 0
+        stripped = text.rstrip()
+        while pos < len(stripped):
+            m = _TOKEN.match(stripped, pos)
+            if m is None or m.end() == pos:
+                while stripped[pos].isspace():
+                    pos += 1
+                raise self._fail(pos, f"unexpected character {stripped[pos]!r}")
+            kind = m.lastgroup or "op"
+            self.tokens.append((kind, m.group(kind), m.start(kind)))
+            pos = m.end()
+        self.i = 0
+
+    def _fail(self, pos: int, what: str) -> FormatError:
+        return FormatError(
+            f"bad size expression at position {pos}: {what}\n  {self.text}\n  {' ' * pos}^",
+            field=self.field,
+        )
+
+    def peek(self) -> tuple[str, str, int]:
+        if self.i < len(self.tokens):
+            return self.tokens[self.i]
+        return ("end", "", len(self.text))
+
+    def take(self, value: str) -> None:
+        kind, tok, pos = self.peek()
+        if tok != value or kind == "end":
+            raise self._fail(pos, f"expected {value!r}")
+        self.i += 1
+
+    def parse(self) -> sympy.Basic:
+        result = self.expr(0)
+        kind, tok, pos = self.peek()
+        if kind != "end":
+            raise self._fail(pos, f"unexpected {tok!r}")
+        return result
+
+    def expr(self, min_prec: int) -> sympy.Basic:
+        left = self.prefix()
+        while True:
+            kind, tok, _ = self.peek()
+            if kind != "op" or tok not in _BINARY:
+                return left
+            prec, apply = _BINARY[tok]
+            if prec < min_prec:
+                return left
+            self.i += 1
+            # ** is right-associative; everything else left-associative.
+            right = self.expr(prec if tok == "**" else prec + 1)
+            left = self.apply(apply, (left, right))
+
+    def apply(self, fn: Callable[..., sympy.Basic], args: tuple[sympy.Basic, ...]) -> sympy.Basic:
+        try:
+            return fn(*args)
+        except (TypeError, ValueError, ZeroDivisionError) as e:
+            raise self._fail(self.peek()[2], f"cannot build the expression: {e}") from None
+
+    def prefix(self) -> sympy.Basic:
+        kind, tok, pos = self.peek()
+        self.i += 1
+        if kind == "num":
+            return sympy.Float(tok) if any(c in tok for c in ".eE") else sympy.Integer(int(tok))
+        if kind == "name":
+            if tok in _CONSTANTS:
+                return _CONSTANTS[tok]
+            if self.peek()[1] == "(":
+                return self.call(tok, pos)
+            return size_symbol(tok)
+        if tok == "(":
+            inner = self.expr(0)
+            self.take(")")
+            return inner
+        if tok in ("-", "+", "~"):
+            operand = self.expr(_UNARY_PREC)
+            if tok == "-":
+                return self.apply(lambda a: -a, (operand,))
+            if tok == "~":
+                return self.apply(sympy.Not, (operand,))
+            return operand
+        self.i -= 1
+        raise self._fail(pos, "expected a number, a name or '('" if kind != "end" else "unexpected end")
+
+    def call(self, name: str, pos: int) -> sympy.Basic:
+        if name not in _FUNCTIONS:
+            raise self._fail(pos, f"function {name!r} is not allowed (allowed: {', '.join(sorted(_FUNCTIONS))})")
+        arity, fn = _FUNCTIONS[name]
+        self.take("(")
+        args: list[sympy.Basic] = []
+        if self.peek()[1] != ")":
+            args.append(self.expr(0))
+            while self.peek()[1] == ",":
+                self.i += 1
+                args.append(self.expr(0))
+        self.take(")")
+        if arity is not None and len(args) != arity:
+            raise self._fail(pos, f"{name} takes {arity} argument(s), got {len(args)}")
+        return self.apply(fn, tuple(args))
+
+
+def parse_sym_expr(text: str, *, field: str | None = None) -> sympy.Basic:
+    """Parse a size expression or relation such as ``"Eq(Mod(s0*s1, 8), 0)"``.
+
+    Never evaluates the text. Raises :class:`FormatError` with the position of
+    the problem.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise FormatError(f"expected a non-empty size expression string, got {text!r}", field=field)
+    return _ExprParser(text, field).parse()
+
+
+def sym_text(expr: sympy.Basic) -> str:
+    """Canonical text for a size expression: torch spellings rewritten to sympy.
+
+    ``sym_text(FloorDiv(s0 - 1, 2))`` is ``"floor((s0 - 1)/2)"``-like text that
+    :func:`parse_sym_expr` reads back to an equal expression.
+    """
+    return str(parse_sym_expr(str(expr)))
+
+
+def is_relation(expr: sympy.Basic) -> bool:
+    """True for a boolean-valued expression (a relation, And/Or/Not, true/false)."""
+    return isinstance(expr, (sympy.logic.boolalg.Boolean, sympy.core.relational.Relational))

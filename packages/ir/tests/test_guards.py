@@ -1,0 +1,151 @@
+import json
+
+import pytest
+import torch
+
+from ember.ir import (
+    PAYLOAD_SCHEMA,
+    FormatError,
+    Guard,
+    GuardKind,
+    GuardSet,
+    Local,
+    encode_value,
+    global_state_payload,
+    parse_source,
+    tensor_payload,
+)
+
+
+def sample_guard_set() -> GuardSet:
+    x = torch.randn(4, 8)
+    return GuardSet(
+        guards=(
+            Guard(Local("x"), GuardKind.TENSOR_MATCH, tensor_payload(x, dynamic_dims=[0])),
+            Guard(Local("n"), GuardKind.TYPE_MATCH, {"type": "builtins.int", "type_id": id(int)}),
+            Guard(Local("n"), GuardKind.CONSTANT_MATCH, {"value": encode_value(3)}),
+            Guard(parse_source("L['cfg']['mode']"), GuardKind.EQUALS_MATCH, {"value": encode_value(("a", 1.5))}),
+            Guard(parse_source("G['torch'].nn"), GuardKind.ID_MATCH, {"id": id(torch.nn), "repr": "<module torch.nn>"}),
+            Guard(Local("xs"), GuardKind.LENGTH_MATCH, {"length": 2}),
+            Guard(Local("d"), GuardKind.DICT_KEYS, {"keys": [encode_value("a"), encode_value(1)]}),
+            Guard(Local("self"), GuardKind.NN_MODULE, {"id": 123, "type": "torch.nn.modules.linear.Linear"}),
+            Guard(parse_source("G['torch'].cos"), GuardKind.FUNCTION_MATCH, {"id": id(torch.cos), "qualname": "torch.cos"}),
+            Guard(parse_source("L['self'].layers[2].bias"), GuardKind.NOT_NONE, {}),
+            Guard(None, GuardKind.SHAPE_EXPR, {"expr": "Eq(Mod(s0*s1, 8), 0)"}),
+            Guard(None, GuardKind.GLOBAL_STATE, global_state_payload()),
+        ),
+        shape_relations=("s0 >= 2", "Ne(s1, 1)"),
+    )
+
+
+def test_every_kind_is_covered_by_the_sample_and_schema() -> None:
+    kinds = {g.kind for g in sample_guard_set().guards}
+    assert kinds == set(GuardKind)
+    assert set(PAYLOAD_SCHEMA) == set(GuardKind)
+
+
+def test_dumps_loads_round_trip() -> None:
+    gs = sample_guard_set()
+    text = gs.dumps()
+    data = json.loads(text)
+    assert data["format"] == "ember.guards" and data["version"] == [1, 0]
+    back = GuardSet.loads(text)
+    assert back == gs
+    assert back.dumps() == text
+
+
+def test_dumps_is_stable_sorted_json() -> None:
+    text = sample_guard_set().dumps()
+    assert text == json.dumps(json.loads(text), sort_keys=True, indent=1) + "\n"
+
+
+def test_str_reads_like_dynamo_guards_log() -> None:
+    text = str(sample_guard_set())
+    lines = text.splitlines()
+    assert lines[0] == "GUARDS:"
+    assert lines[1].startswith("- local 'x' TENSOR_MATCH: torch.Tensor float32 cpu sizes=[None, 8] strides=[None, 1]")
+    assert "- local L['cfg']['mode'] EQUALS_MATCH: == ('a', 1.5)" in lines
+    assert "- global G['torch'].nn ID_MATCH: id=" + str(id(torch.nn)) + " repr='<module torch.nn>'" in lines
+    assert "- SHAPE_EXPR: Eq(Mod(s0*s1, 8), 0)" in lines
+    assert "- shape relation: s0 >= 2" in lines
+
+
+def test_tensor_payload_matches_tensor() -> None:
+    x = torch.randn(2, 3, requires_grad=True).t()
+    p = tensor_payload(x)
+    assert p["sizes"] == [3, 2] and p["strides"] == [1, 3] and p["ndim"] == 2
+    assert p["requires_grad"] is True and p["dtype"] == "float32" and p["device"] == "cpu"
+    assert "AutogradCPU" in str(p["dispatch_keys"])
+
+
+def _with_guard(raw: dict[str, object]) -> str:
+    data = json.loads(sample_guard_set().dumps())
+    data["guards"][0] = raw
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.pop("payload"), "guards\\[0\\].*'payload'.*missing"),
+        (lambda d: d.update(kind="SIZE_MATCH"), "unknown guard kind 'SIZE_MATCH'"),
+        (lambda d: d["payload"].pop("dtype"), "node 'L\\['x'\\]', field 'payload.dtype'.*missing 'dtype'"),
+        (lambda d: d["payload"].update(ndim="2"), "field 'payload.ndim': expected an int"),
+        (lambda d: d["payload"].update(sizes=[1]), "sizes has 1 entries but ndim is 2"),
+        (lambda d: d["payload"].update(dtype="float33"), "unknown dtype 'float33'"),
+        (lambda d: d.update(source="L[x]"), "field 'source': bad source text at position 2"),
+        (lambda d: d.update(source=None), "TENSOR_MATCH guards need a source"),
+    ],
+)
+def test_malformed_guards_name_guard_and_field(mutate: object, message: str) -> None:
+    raw = json.loads(sample_guard_set().dumps())["guards"][0]
+    mutate(raw)  # type: ignore[operator]
+    with pytest.raises(FormatError, match=message):
+        GuardSet.loads(_with_guard(raw), file="guards.json")
+
+
+def test_shape_expr_payload_is_parsed_not_evaluated() -> None:
+    bad = Guard(None, GuardKind.SHAPE_EXPR, {"expr": "__import__('os').system('true')"})
+    with pytest.raises(FormatError, match="bad size expression"):
+        bad.verify()
+    not_relation = Guard(None, GuardKind.SHAPE_EXPR, {"expr": "s0 + 1"})
+    with pytest.raises(FormatError, match="expected a relation"):
+        not_relation.verify()
+
+
+def test_sourceless_kinds_reject_a_source() -> None:
+    with pytest.raises(FormatError, match="take no source"):
+        Guard(Local("x"), GuardKind.SHAPE_EXPR, {"expr": "Eq(s0, 2)"}).verify()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "not valid JSON"),
+        ('{"format": "ember.guards", "version": [1, 0], "guards": [', "truncated"),
+        ("[]", "must be a JSON object"),
+        ('{"format": "ember.graph", "version": [1, 0]}', "expected format 'ember.guards'"),
+        ('{"format": "ember.guards", "version": [2, 0], "guards": []}', "version 2.0 is a newer major.*1.0"),
+        ('{"format": "ember.guards", "version": "1.0", "guards": []}', "MAJOR, MINOR"),
+        ('{"format": "ember.guards", "version": [1, 0]}', "'guards' must be a list"),
+    ],
+)
+def test_bad_files(text: str, message: str) -> None:
+    with pytest.raises(FormatError, match=message) as info:
+        GuardSet.loads(text, file="g.json")
+    assert str(info.value).startswith("g.json")
+
+
+def test_newer_minor_with_extra_fields_is_accepted() -> None:
+    data = json.loads(sample_guard_set().dumps())
+    data["version"] = [1, 7]
+    data["future_field"] = {"x": 1}
+    data["guards"][0]["payload"]["future_payload_field"] = 3
+    loaded = GuardSet.loads(json.dumps(data))
+    assert len(loaded.guards) == len(sample_guard_set().guards)
+
+
+def test_guards_are_hashable_and_kind_accepts_strings() -> None:
+    g = Guard(Local("x"), "NOT_NONE", {})  # type: ignore[arg-type]
+    assert g.kind is GuardKind.NOT_NONE
+    assert len({g, Guard(Local("x"), GuardKind.NOT_NONE, {})}) == 1
