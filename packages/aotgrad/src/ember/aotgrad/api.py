@@ -1,0 +1,259 @@
+"""Public entry points: ``aot_function``, ``aot_module``, ``aot_autograd``.
+
+The pipeline for one call signature (input shapes, dtypes, strides,
+requires_grad, grad mode, non-tensor arguments), visible in one place in
+:meth:`AotFunction.compile`:
+
+    trace_graph (trace + functionalize)  ->  partition  ->  fw/bw compilers  ->  CompiledPlan
+
+Compiled plans are cached per signature, so calling again with the same kind
+of inputs only runs the compiled code.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+import torch.fx as fx
+from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
+
+from ember.aotgrad import logs
+from ember.aotgrad.decompositions import DecompTable, with_required
+from ember.aotgrad.errors import AotGradError
+from ember.aotgrad.joint import TracedGraph, trace_graph
+from ember.aotgrad.partition import Partition, min_cut_rematerialization_partition
+from ember.aotgrad.runtime import Compiled, CompiledPlan
+
+LOG = logging.getLogger("ember.aotgrad")
+
+
+class GraphCompiler(Protocol):
+    """``(gm, example_inputs) -> callable``: torch.compile's backend signature."""
+
+    def __call__(self, gm: fx.GraphModule, example_inputs: list[torch.Tensor]) -> Compiled: ...
+
+
+class PartitionFn(Protocol):
+    def __call__(self, joint: fx.GraphModule, *, num_fw_outputs: int) -> Partition: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AotOptions:
+    """Options of one aot_function / aot_module / aot_autograd instance.
+
+    fallback_to_eager: if tracing or partitioning raises an AotGradError, log
+        the reason (logger ``ember.aotgrad``, WARNING) and run the function
+        eagerly for that signature instead of raising. On for backends, where
+        a graph that cannot be compiled must still run.
+    """
+
+    fallback_to_eager: bool = False
+
+
+def nop_compiler(gm: fx.GraphModule, example_inputs: list[torch.Tensor]) -> Compiled:
+    """A compiler that runs the graph as is (eager ATen calls)."""
+    return gm
+
+
+def _placeholder_values(gm: fx.GraphModule) -> list[torch.Tensor]:
+    return [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def _signature(t: torch.Tensor) -> Hashable:
+    return (tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype, t.device,
+            t.requires_grad, type(t))
+
+
+def _const_key(value: Any) -> Hashable:
+    try:
+        hash(value)
+        return (type(value), value)
+    except TypeError:
+        return (type(value), repr(value))
+
+
+class AotFunction:
+    """``fn`` compiled ahead of time; call it like ``fn``."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        fw_compiler: GraphCompiler,
+        bw_compiler: GraphCompiler | None = None,
+        partition_fn: PartitionFn = min_cut_rematerialization_partition,
+        decompositions: DecompTable | None = None,
+        options: AotOptions | None = None,
+    ) -> None:
+        logs.configure_from_env()
+        self.fn = fn
+        self.fw_compiler = fw_compiler
+        self.bw_compiler = bw_compiler or fw_compiler
+        self.partition_fn = partition_fn
+        self.decompositions = with_required(decompositions)
+        self.options = options or AotOptions()
+        self.cache: dict[Hashable, tuple[CompiledPlan | None, TreeSpec | None]] = {}
+        self.last_traced: TracedGraph | None = None
+        self.last_partition: Partition | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        flat, in_spec = tree_flatten((args, kwargs))
+        positions = [i for i, a in enumerate(flat) if isinstance(a, torch.Tensor)]
+        tensors = [flat[i] for i in positions]
+        key = (
+            in_spec,
+            tuple(_signature(t) for t in tensors),
+            tuple(_const_key(a) for a in flat if not isinstance(a, torch.Tensor)),
+            torch.is_grad_enabled(),
+        )
+        entry = self.cache.get(key)
+        if entry is None:
+            entry = self._compile_or_fallback(flat, positions, in_spec, tensors)
+            self.cache[key] = entry
+        plan, out_spec = entry
+        if plan is None:
+            return self.fn(*args, **kwargs)
+        assert out_spec is not None
+        return tree_unflatten(plan(tensors), out_spec)
+
+    def _compile_or_fallback(
+        self, flat: list[Any], positions: list[int], in_spec: TreeSpec,
+        tensors: list[torch.Tensor],
+    ) -> tuple[CompiledPlan | None, TreeSpec | None]:
+        try:
+            return self.compile(flat, positions, in_spec, tensors)
+        except AotGradError as e:
+            if not self.options.fallback_to_eager:
+                raise
+            name = getattr(self.fn, "__qualname__", type(self.fn).__name__)
+            LOG.warning("ember.aotgrad could not compile %s, running it eagerly: %s", name, e)
+            return None, None
+
+    def compile(
+        self, flat: list[Any], positions: list[int], in_spec: TreeSpec,
+        tensors: list[torch.Tensor],
+    ) -> tuple[CompiledPlan, TreeSpec]:
+        out_spec: list[TreeSpec] = []
+
+        def flat_fn(*inputs: torch.Tensor) -> Sequence[Any]:
+            values = list(flat)
+            for pos, t in zip(positions, inputs):
+                values[pos] = t
+            a, k = tree_unflatten(values, in_spec)
+            outs, spec = tree_flatten(self.fn(*a, **k))
+            out_spec.append(spec)
+            return outs
+
+        joint = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+        traced = trace_graph(flat_fn, tensors, self.decompositions, joint=joint)
+        self.last_traced = traced
+        if traced.is_joint:
+            logs.log_graph("joint graph", traced.gm)
+            part = self.partition_fn(traced.gm, num_fw_outputs=traced.num_fw_outputs)
+            self.last_partition = part
+            logs.log_graph("forward graph", part.forward)
+            logs.log_graph("backward graph", part.backward)
+            fw = self.fw_compiler(part.forward, _placeholder_values(part.forward))
+            bw = self.bw_compiler(part.backward, _placeholder_values(part.backward))
+            num_saved = len(part.saved)
+        else:
+            logs.log_graph("inference graph", traced.gm)
+            fw = self.fw_compiler(traced.gm, _placeholder_values(traced.gm))
+            bw = None
+            num_saved = 0
+        plan = CompiledPlan(
+            forward=fw,
+            backward=bw,
+            num_inputs=traced.num_inputs,
+            mutated_inputs=traced.mutated_inputs,
+            num_user_outputs=traced.num_user_outputs,
+            outputs=traced.outputs,
+            tangent_mask=traced.tangent_mask,
+            grad_inputs=traced.grad_inputs,
+            num_saved=num_saved,
+        )
+        return plan, out_spec[-1]
+
+
+def aot_function(
+    fn: Callable[..., Any],
+    fw_compiler: GraphCompiler,
+    bw_compiler: GraphCompiler | None = None,
+    partition_fn: PartitionFn = min_cut_rematerialization_partition,
+    decompositions: DecompTable | None = None,
+    options: AotOptions | None = None,
+) -> AotFunction:
+    """Trace ``fn``'s forward and backward ahead of time and compile each graph.
+
+    ``fw_compiler(gm, example_inputs)`` receives the forward graph (and the
+    inference graph when no gradient is needed), ``bw_compiler`` (default: the
+    forward compiler) the backward graph; example inputs are fake tensors.
+    ``partition_fn`` splits the joint graph (default: min-cut
+    rematerialization); ``decompositions`` maps ATen ops to decompositions
+    applied while tracing.
+    """
+    return AotFunction(fn, fw_compiler, bw_compiler, partition_fn, decompositions, options)
+
+
+class AotModule(torch.nn.Module):
+    """``mod`` with its forward compiled by aot_function; parameters stay live."""
+
+    def __init__(self, mod: torch.nn.Module, compiled: AotFunction) -> None:
+        super().__init__()
+        self.orig_module = mod
+        self._compiled = compiled
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        params = dict(self.orig_module.named_parameters(remove_duplicate=False))
+        buffers = dict(self.orig_module.named_buffers(remove_duplicate=False))
+        return self._compiled(params, buffers, *args, **kwargs)
+
+
+def aot_module(
+    mod: torch.nn.Module,
+    fw_compiler: GraphCompiler,
+    bw_compiler: GraphCompiler | None = None,
+    partition_fn: PartitionFn = min_cut_rematerialization_partition,
+    decompositions: DecompTable | None = None,
+    options: AotOptions | None = None,
+) -> AotModule:
+    """Like :func:`aot_function` for ``mod.forward``; parameters and buffers become
+    graph inputs, so training updates are seen and buffer updates (BatchNorm
+    running statistics) are written back to ``mod``."""
+
+    def functional(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+                   *args: Any, **kwargs: Any) -> Any:
+        return torch.func.functional_call(mod, (params, buffers), args, kwargs)
+
+    functional.__qualname__ = f"{type(mod).__name__}.forward"
+    compiled = AotFunction(functional, fw_compiler, bw_compiler, partition_fn, decompositions,
+                           options)
+    return AotModule(mod, compiled)
+
+
+def aot_autograd(
+    fw_compiler: GraphCompiler,
+    bw_compiler: GraphCompiler | None = None,
+    partition_fn: PartitionFn = min_cut_rematerialization_partition,
+    decompositions: DecompTable | None = None,
+    options: AotOptions | None = None,
+) -> Callable[[fx.GraphModule, list[torch.Tensor]], Callable[..., Any]]:
+    """A dynamo backend ``(gm, example_inputs) -> callable`` that runs ``gm`` through aotgrad.
+
+    Graphs that cannot be traced fall back to running ``gm`` eagerly, with the
+    reason logged (``ember.aotgrad`` logger), unless ``options`` says otherwise.
+    """
+    opts = options or AotOptions(fallback_to_eager=True)
+
+    def backend(gm: fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+        compiled = aot_module(gm, fw_compiler, bw_compiler, partition_fn, decompositions, opts)
+
+        def run(*args: Any) -> Any:
+            return compiled(*args)
+
+        return run
+
+    return backend

@@ -1,0 +1,413 @@
+"""Functionalization: turn a literal ATen trace into a graph without mutation.
+
+A literal trace (from :mod:`ember.aotgrad.trace`) may contain in-place ops
+(``add_``), ``copy_`` into buffers (BatchNorm's running statistics) and
+mutations through views (``x[0].mul_(2)``). This pass rewrites it into a pure
+dataflow graph that a partitioner and a compiler can reorder freely:
+
+- every storage has a *base* node (an input, a constant or an op's fresh
+  output) and every view of it remembers its *view chain*, the view ops that
+  produce it from the base;
+- a mutation computes the new value with the functional op (``add`` for
+  ``add_``), then rebuilds the new base with the inverse "scatter" of each
+  view step (``select_scatter`` for ``select``, ``view`` back to the input's
+  shape for ``view``, ...), and bumps the storage's version;
+- a later read of any alias of a mutated storage replays its view chain on
+  the current base.
+
+Mutated graph inputs are reported, so the runtime can copy their final values
+back into the caller's tensors after the compiled forward has run.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch.utils._pytree import tree_map
+
+from ember.aotgrad.errors import FunctionalizationError
+
+aten = torch.ops.aten
+
+_METADATA_MUTATIONS = {"resize_", "resize_as_", "set_", "as_strided_", "swapdims_",
+                       "swapaxes_"}
+_IDENTITY_VIEWS = {aten.detach.default, aten.alias.default, aten.lift_fresh.default}
+
+
+@dataclass(frozen=True, slots=True)
+class ViewStep:
+    """One view op applied to the previous value: ``op(prev, *args, **kwargs)[index]``."""
+
+    op: Any
+    args: tuple[Any, ...]
+    kwargs: tuple[tuple[str, Any], ...]
+    index: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionalGraph:
+    """The functionalized graph and what it found about the inputs.
+
+    ``mutated_inputs`` are placeholder positions whose storage the original
+    trace wrote to; the functional graph does not write them, the caller must.
+    """
+
+    gm: fx.GraphModule
+    mutated_inputs: tuple[int, ...]
+
+
+def written_args(op: Any) -> list[int]:
+    """Positions of the arguments ``op`` writes to (from its schema)."""
+    if not isinstance(op, torch._ops.OpOverload):
+        return []
+    return [i for i, a in enumerate(op._schema.arguments)
+            if a.alias_info is not None and a.alias_info.is_write]
+
+
+def find_mutated_inputs(graph: fx.Graph) -> list[int]:
+    """Placeholder positions whose storage some op in ``graph`` writes to."""
+    storages: dict[int, int] = {}
+    for i, node in enumerate(n for n in graph.nodes if n.op == "placeholder"):
+        storages.setdefault(node.meta["storage"], i)
+    found: set[int] = set()
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        for pos in written_args(node.target):
+            arg = _arg_at(node, pos)
+            if isinstance(arg, fx.Node) and arg.meta.get("storage") in storages:
+                found.add(storages[arg.meta["storage"]])
+    return sorted(found)
+
+
+def _arg_at(node: fx.Node, pos: int) -> Any:
+    if pos < len(node.args):
+        return node.args[pos]
+    target: Any = node.target
+    name = target._schema.arguments[pos].name
+    return node.kwargs.get(name)
+
+
+def functional_variant(op: Any) -> Any:
+    """The out-of-place overload for in-place ``op`` (``aten.add_.Tensor`` -> ``aten.add.Tensor``)."""
+    name = op.overloadpacket.__name__
+    packet = getattr(aten, name[:-1], None) if name.endswith("_") else None
+    if packet is None:
+        return None
+    overload = getattr(packet, op._overloadname, None)
+    if overload is not None:
+        return overload
+    want = [a.name for a in op._schema.arguments]
+    for candidate in packet.overloads():
+        cand = getattr(packet, candidate)
+        if [a.name for a in cand._schema.arguments] == want:
+            return cand
+    return None
+
+
+class _Functionalizer:
+    def __init__(self, gm: fx.GraphModule, fake_mode: Any) -> None:
+        self.old = gm
+        self.fake_mode = fake_mode
+        self.graph = fx.Graph()
+        self.env: dict[fx.Node, fx.Node] = {}
+        self.seen_version: dict[fx.Node, int] = {}
+        self.version: dict[int, int] = {}
+        self.cur_base: dict[int, fx.Node] = {}
+        self.chain: dict[fx.Node, tuple[ViewStep, ...] | None] = {}
+        self.input_storage: dict[int, int] = {}
+        self.mutated: set[int] = set()
+        self.multi_view_src: dict[fx.Node, fx.Node] = {}
+
+    # -- emitting ------------------------------------------------------------
+
+    def emit(self, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> fx.Node:
+        kwargs = kwargs or {}
+        node = self.graph.call_function(op, args, kwargs)
+        vals = tree_map(lambda a: a.meta["val"] if isinstance(a, fx.Node) else a, (args, kwargs))
+        with self.fake_mode, torch.no_grad():
+            node.meta["val"] = op(*vals[0], **vals[1])
+        return node
+
+    # -- reading current values ------------------------------------------------
+
+    def storage(self, node: fx.Node) -> int:
+        return int(node.meta["storage"])
+
+    def cur(self, node: fx.Node) -> fx.Node:
+        s = self.storage(node)
+        if self.seen_version[node] == self.version[s]:
+            return self.env[node]
+        steps = self.chain[node]
+        if steps is None:
+            raise FunctionalizationError(
+                f"node '{node.name}' ({node.target}) aliases a storage that was mutated "
+                "later, but it was not produced by a view op, so its value cannot be "
+                "recomputed; clone it before the mutation"
+            )
+        value = self.replay(self.cur_base[s], steps)
+        self.env[node] = value
+        self.seen_version[node] = self.version[s]
+        return value
+
+    def replay(self, value: fx.Node, steps: tuple[ViewStep, ...]) -> fx.Node:
+        for step in steps:
+            value = self.emit(step.op, (value, *step.args), dict(step.kwargs))
+            if step.index is not None:
+                value = self.emit(operator.getitem, (value, step.index))
+        return value
+
+    def args(self, node: fx.Node) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        def one(a: Any) -> Any:
+            return self.cur(a) if isinstance(a, fx.Node) else a
+        return tree_map(one, tuple(node.args)), tree_map(one, dict(node.kwargs))
+
+    # -- binding results -------------------------------------------------------
+
+    def new_base(self, old: fx.Node, new: fx.Node) -> None:
+        s = self.storage(old)
+        self.env[old] = new
+        if s in self.version:  # an op output aliasing an existing storage
+            self.chain[old] = None
+            self.seen_version[old] = self.version[s]
+            return
+        self.version[s] = 0
+        self.cur_base[s] = new
+        self.chain[old] = ()
+        self.seen_version[old] = 0
+
+    def bind_view(self, old: fx.Node, new: fx.Node, src: fx.Node, step: ViewStep) -> None:
+        s = self.storage(old)
+        if s != self.storage(src):
+            self.new_base(old, new)
+            return
+        base_chain = self.chain[src]
+        self.chain[old] = None if base_chain is None else (*base_chain, step)
+        self.env[old] = new
+        self.seen_version[old] = self.version[s]
+
+    def write(self, target: fx.Node, value: fx.Node, where: fx.Node) -> None:
+        """Make ``value`` the new content of ``target`` (a base or a view)."""
+        s = self.storage(target)
+        steps = self.chain[target]
+        if steps is None:
+            raise FunctionalizationError(
+                f"node '{where.name}' ({where.target}) writes to '{target.name}', which "
+                "aliases another tensor without being a view of it; clone it first"
+            )
+        inputs = [self.cur_base[s]]
+        for step in steps[:-1]:
+            inputs.append(self.replay(inputs[-1], (step,)))
+        new = value
+        for step, before in zip(reversed(steps), reversed(inputs)):
+            new = self.inverse(step, before, new, where)
+        self.cur_base[s] = new
+        self.version[s] += 1
+        self.env[target] = value
+        self.seen_version[target] = self.version[s]
+        if s in self.input_storage:
+            self.mutated.add(self.input_storage[s])
+
+    def inverse(self, step: ViewStep, before: fx.Node, new: fx.Node, where: fx.Node) -> fx.Node:
+        """The value of ``before`` after its view ``step`` was overwritten by ``new``."""
+        name = step.op.overloadpacket.__name__
+        args = step.args
+        kw = dict(step.kwargs)
+        if step.index is not None:
+            return self.inverse_item(step, before, new, where)
+        if name == "select":
+            return self.emit(aten.select_scatter.default, (before, new, *args), kw)
+        if name == "slice":
+            return self.emit(aten.slice_scatter.default, (before, new, *args), kw)
+        if name == "diagonal":
+            return self.emit(aten.diagonal_scatter.default, (before, new, *args), kw)
+        if name in ("alias", "detach", "lift_fresh"):
+            return new
+        if name == "t":
+            return self.emit(aten.t.default, (new,))
+        if name == "transpose":
+            return self.emit(aten.transpose.int, (new, *args), kw)
+        if name == "permute":
+            dims = list(args[0] if args else kw["dims"])
+            ndim = len(dims)
+            inv = [0] * ndim
+            for i, d in enumerate(dims):
+                inv[d % ndim] = i
+            return self.emit(aten.permute.default, (new, inv))
+        if name in ("view", "_unsafe_view", "reshape", "squeeze", "unsqueeze",
+                    "flatten", "unflatten", "view_as"):
+            shape = list(before.meta["val"].shape)
+            if not new.meta["val"].is_contiguous():
+                new = self.emit(aten.clone.default, (new,),
+                                {"memory_format": torch.contiguous_format})
+            return self.emit(aten.view.default, (new, shape))
+        if name == "as_strided":
+            val = before.meta["val"]
+            if val.is_contiguous() and val.storage_offset() == 0:
+                return self.emit(aten.as_strided_scatter.default, (before, new, *args), kw)
+        raise FunctionalizationError(
+            f"node '{where.name}' ({where.target}) writes through a view made by "
+            f"{step.op}, which ember.aotgrad cannot invert; mutate the base tensor "
+            "directly, or clone the view before writing to it"
+        )
+
+    def inverse_item(self, step: ViewStep, before: fx.Node, new: fx.Node, where: fx.Node) -> fx.Node:
+        name = step.op.overloadpacket.__name__
+        assert step.index is not None
+        val = before.meta["val"]
+        kw = dict(step.kwargs)
+        if name == "unbind":
+            dim = step.args[0] if step.args else kw.get("dim", 0)
+            return self.emit(aten.select_scatter.default, (before, new, dim, step.index))
+        if name in ("split", "split_with_sizes"):
+            dim = step.args[1] if len(step.args) > 1 else kw.get("dim", 0)
+            size = val.shape[dim]
+            if name == "split":
+                chunk = step.args[0]
+                sizes = [min(chunk, size - i) for i in range(0, size, chunk)]
+            else:
+                sizes = list(step.args[0])
+            start = sum(sizes[: step.index])
+            end = start + sizes[step.index]
+            return self.emit(aten.slice_scatter.default, (before, new, dim, start, end))
+        raise FunctionalizationError(
+            f"node '{where.name}' ({where.target}) writes through an output of "
+            f"{step.op}, which ember.aotgrad cannot invert; clone it before writing"
+        )
+
+    # -- the pass ----------------------------------------------------------------
+
+    def run(self) -> FunctionalGraph:
+        position = 0
+        for node in self.old.graph.nodes:
+            if node.op == "placeholder":
+                new = self.graph.placeholder(node.name)
+                new.meta.update(node.meta)
+                s = self.storage(node)
+                if s in self.input_storage:
+                    self.chain[node] = None
+                    self.env[node] = new
+                    self.seen_version[node] = self.version[s]
+                else:
+                    self.input_storage[s] = position
+                    self.new_base(node, new)
+                position += 1
+            elif node.op == "get_attr":
+                new = self.graph.get_attr(node.target)
+                new.meta.update(node.meta)
+                self.new_base(node, new)
+            elif node.op == "call_function":
+                self.call(node)
+            elif node.op == "output":
+                out = tree_map(lambda a: self.cur(a) if isinstance(a, fx.Node) else a,
+                               node.args[0])
+                self.graph.output(out)
+            else:
+                raise FunctionalizationError(
+                    f"node '{node.name}': unexpected op kind '{node.op}' in an ATen trace"
+                )
+        eliminate_dead_code(self.graph)
+        gm = fx.GraphModule(self.old, self.graph)
+        return FunctionalGraph(gm, tuple(sorted(self.mutated)))
+
+    def call(self, node: fx.Node) -> None:
+        op: Any = node.target
+        if op is operator.getitem:
+            parent, index = node.args
+            assert isinstance(parent, fx.Node) and isinstance(index, int)
+            new = self.emit(operator.getitem, (self.env[parent], index))
+            multi_src = self.multi_view_src.get(parent)
+            if multi_src is None:
+                self.new_base(node, new)
+            else:
+                rest = tuple(parent.args[1:])
+                item = ViewStep(parent.target, rest, tuple(parent.kwargs.items()), index)
+                self.bind_view(node, new, multi_src, item)
+            return
+        writes = written_args(op)
+        if writes:
+            self.mutation(node, writes)
+            return
+        args, kwargs = self.args(node)
+        first = node.args[0] if node.args else None
+        if op in _IDENTITY_VIEWS and isinstance(first, fx.Node):
+            # without mutation a detach/alias is the value itself
+            self.bind_view(node, args[0], first, ViewStep(op, (), ()))
+            return
+        new = self.emit(op, args, kwargs)
+        if isinstance(op, torch._ops.OpOverload) and op.is_view and isinstance(first, fx.Node):
+            src = first
+            if isinstance(node.meta.get("val"), (tuple, list)):
+                self.env[node] = new
+                self.multi_view_src[node] = src
+                return
+            step = ViewStep(op, tuple(node.args[1:]), tuple(node.kwargs.items()))
+            self.bind_view(node, new, src, step)
+            return
+        if isinstance(node.meta.get("val"), torch.Tensor):
+            self.new_base(node, new)
+        else:
+            self.env[node] = new
+
+    def mutation(self, node: fx.Node, writes: list[int]) -> None:
+        op: Any = node.target
+        name = op.overloadpacket.__name__
+        if name in _METADATA_MUTATIONS or torch.Tag.inplace_view in op.tags:
+            raise FunctionalizationError(
+                f"node '{node.name}' ({op}) changes the shape or strides of a tensor in "
+                "place; metadata mutations are not supported. Use the out-of-place op "
+                "(e.g. x = x.t() instead of x.t_())"
+            )
+        target = node.args[0]
+        if writes != [0] or not isinstance(target, fx.Node):
+            raise FunctionalizationError(
+                f"node '{node.name}' ({op}) writes to arguments {writes}; only in-place "
+                "ops that write their first argument can be functionalized. Use the "
+                "functional form of the op (without out=)"
+            )
+        args, kwargs = self.args(node)
+        target_val = target.meta["val"]
+        if name == "copy_":
+            value = args[1]
+            src_val = value.meta["val"]
+            if src_val.dtype != target_val.dtype or src_val.device != target_val.device:
+                value = self.emit(aten._to_copy.default, (value,),
+                                  {"dtype": target_val.dtype, "device": target_val.device})
+            if tuple(value.meta["val"].shape) != tuple(target_val.shape):
+                # values never change in a functional graph, so sharing is safe
+                value = self.emit(aten.expand.default, (value, list(target_val.shape)))
+        else:
+            functional = functional_variant(op)
+            if functional is None:
+                raise FunctionalizationError(
+                    f"node '{node.name}' ({op}) is an in-place op with no functional "
+                    "variant that ember.aotgrad knows; use its out-of-place form"
+                )
+            value = self.emit(functional, args, kwargs)
+            if value.meta["val"].dtype != target_val.dtype:
+                value = self.emit(aten._to_copy.default, (value,), {"dtype": target_val.dtype})
+        self.write(target, value, node)
+        self.chain[node] = self.chain[target]
+        self.env[node] = value
+        self.seen_version[node] = self.version[self.storage(target)]
+
+
+def eliminate_dead_code(graph: fx.Graph) -> None:
+    """Remove unused nodes, keeping placeholders and random ops (they advance the RNG)."""
+    for node in reversed(list(graph.nodes)):
+        if node.op in ("placeholder", "output") or node.users:
+            continue
+        if isinstance(node.target, torch._ops.OpOverload) and (
+            torch.Tag.nondeterministic_seeded in node.target.tags
+        ):
+            continue
+        graph.erase_node(node)
+
+
+def functionalize(gm: fx.GraphModule, fake_mode: Any) -> FunctionalGraph:
+    """Rewrite the literal trace ``gm`` (made by GraphTracer) into a mutation-free graph."""
+    return _Functionalizer(gm, fake_mode).run()

@@ -1,0 +1,172 @@
+"""An ATen-level tracer: a ``TorchDispatchMode`` that records every ATen call.
+
+The tracer sits on top of a ``FakeTensorMode``: each ATen call reaching
+``__torch_dispatch__`` is recorded as an FX ``call_function`` node and then
+executed on fake tensors (no real compute). Because the mode sits below
+autograd, running ``torch.autograd.grad`` inside it records the backward ops
+too, which is how :mod:`ember.aotgrad.joint` builds the joint graph.
+
+The recorded graph is *literal*: in-place ops and views stay as they were
+called, so a node may alias or mutate another node's storage. Every node gets
+``meta["val"]`` (its fake value), ``meta["storage"]`` (an id of the storage it
+lives in) and ``meta["layout"]`` (size, stride, storage offset at the time it
+was produced); :mod:`ember.aotgrad.functionalize` uses them to remove the
+mutations.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+
+from ember.aotgrad.errors import TraceError
+
+DecompTable = Mapping[Any, Callable[..., Any]]
+
+_IMPLICIT = torch._C.DispatchKey.CompositeImplicitAutograd
+
+# Ops kept whole even though they have a CompositeImplicitAutograd kernel:
+# none today; listed here so that a compiler wanting one intact has one place.
+_KEEP_COMPOSITE: frozenset[Any] = frozenset()
+
+
+def layout_of(t: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """(size, stride, storage_offset) of ``t`` as plain ints."""
+    return (tuple(int(s) for s in t.shape), tuple(int(s) for s in t.stride()),
+            int(t.storage_offset()))
+
+
+def storage_key(t: torch.Tensor) -> int:
+    """A key equal for two tensors exactly when they share a storage."""
+    return int(t.untyped_storage()._cdata)
+
+
+def _decomposes_implicitly(func: Any) -> bool:
+    """Whether ``func`` is a CompositeImplicitAutograd op to trace through."""
+    if func in _KEEP_COMPOSITE or getattr(func, "namespace", None) != "aten":
+        return False
+    return bool(func.has_kernel_for_dispatch_key(_IMPLICIT))
+
+
+class GraphTracer(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Records ATen calls on fake tensors into ``self.graph``.
+
+    Use as a context manager nested inside the ``FakeTensorMode`` that created
+    the input tensors; register each input with :meth:`placeholder` first.
+    Tensors that are not inputs and were not produced by a traced op are
+    recorded as constants (``get_attr`` nodes) when they are real tensors, and
+    rejected when they are fake tensors from elsewhere.
+    """
+
+    def __init__(self, decompositions: DecompTable | None = None) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.graph = fx.Graph()
+        self.root = torch.nn.Module()
+        self.decompositions: DecompTable = decompositions or {}
+        self._env: dict[int, fx.Node] = {}
+        self._alive: list[torch.Tensor] = []  # keeps ids in _env unique
+        self._n_consts = 0
+
+    # -- registering values ------------------------------------------------
+
+    def placeholder(self, name: str, value: torch.Tensor) -> fx.Node:
+        """Declare ``value`` (a fake tensor) as a graph input called ``name``."""
+        first_op = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
+        if first_op is None:
+            node = self.graph.placeholder(name)
+        else:
+            with self.graph.inserting_before(first_op):
+                node = self.graph.placeholder(name)
+        self._bind(value, node)
+        return node
+
+    def node_of(self, value: torch.Tensor) -> fx.Node:
+        """The node holding ``value``; real tensors become constants."""
+        node = self._env.get(id(value))
+        if node is not None:
+            return node
+        if isinstance(value, torch._subclasses.fake_tensor.FakeTensor):
+            raise TraceError(
+                f"a fake tensor of shape {tuple(value.shape)} reached a traced op but is "
+                "neither an input of the traced function nor produced inside it; "
+                "pass it as an input instead of capturing it"
+            )
+        return self._constant(value)
+
+    def _constant(self, value: torch.Tensor) -> fx.Node:
+        name = f"_tensor_constant{self._n_consts}"
+        self._n_consts += 1
+        self.root.register_buffer(name, value.detach())
+        node = self.graph.get_attr(name)
+        self._bind(value, node)
+        return node
+
+    def _bind(self, value: torch.Tensor, node: fx.Node) -> None:
+        self._env[id(value)] = node
+        self._alive.append(value)
+        node.meta["val"] = value
+        node.meta["storage"] = storage_key(value)
+        node.meta["layout"] = layout_of(value)
+
+    # -- the dispatch hook ---------------------------------------------------
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        decomp = self.decompositions.get(func)
+        if decomp is not None:
+            with self:
+                out = decomp(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        if _decomposes_implicitly(func):
+            with self:
+                out = func.decompose(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        return self._record(func, args, kwargs)
+
+    def _record(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            node_args = tree_map(self._arg, args)
+            node_kwargs = tree_map(self._arg, kwargs)
+        except TraceError as e:
+            raise TraceError(f"while tracing {func}: {e}") from None
+        try:
+            out = func(*args, **kwargs)
+        except Exception as e:
+            raise TraceError(
+                f"{func} failed on fake tensors while tracing: {type(e).__name__}: {e}"
+            ) from e
+        node = self.graph.call_function(func, tuple(node_args), dict(node_kwargs))
+        if isinstance(out, torch.Tensor):
+            self._bind(out, node)
+        elif isinstance(out, (tuple, list)):
+            node.meta["val"] = out
+            for i, item in enumerate(out):
+                if isinstance(item, torch.Tensor):
+                    item_node = self.graph.call_function(operator.getitem, (node, i))
+                    self._bind(item, item_node)
+        else:
+            node.meta["val"] = out
+        return out
+
+    def _arg(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return self.node_of(value)
+        return value
+
+    def graph_module(self) -> fx.GraphModule:
+        """The recorded graph as a GraphModule (constants become its buffers)."""
+        return fx.GraphModule(self.root, self.graph)
