@@ -1,14 +1,46 @@
-"""Frame entry: the function-level path into capture, and the shared cache.
+"""Frame entry: the function-level path into capture.
 
-(Under construction: the runtime lands here next. ``FrameHooks`` is the part
-of the contract ``convert_frame`` codes against.)
+``compile``/``optimize`` wrap a Python function in a :class:`CompiledFunction`.
+A call binds the arguments into an ``f_locals`` dict, checks the cached
+entries for the function's code object in order, and on a hit runs the
+entry's transformed code as a function over the original globals, closure
+and defaults. On a miss it hands a ``FrameState`` to ``convert_frame`` (the
+capture engine), caches the ``GuardedCode`` it returns and runs it.
+
+A :class:`Runtime` is one (backend, options) pair with its cache table; it
+is also the ``FrameHooks`` object ``convert_frame`` receives, so resume
+functions and callees it wraps with :meth:`Runtime.wrap_function` share the
+cache and backend of the function that produced them.
+
+Recursion guard: while ``convert_frame`` runs (tracing or the backend
+compile), every ``CompiledFunction`` call runs its original code eagerly, so
+frames entered from inside a compile are never captured.
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
+import time
 import types
+import warnings
 from collections.abc import Callable
 from typing import Any, Protocol
+
+import torch
+
+from .backends import CompilerFn
+from .cache import CacheTable, CodeCache, RecompileError, first_failure
+from .config import DynamoOptions
+from .logs import get_logger
+
+_CO_VARARGS = inspect.CO_VARARGS
+_CO_VARKEYWORDS = inspect.CO_VARKEYWORDS
+
+log_recompiles = get_logger("recompiles")
+log_breaks = get_logger("graph_breaks")
+log_guards = get_logger("guards")
+log_dynamo = get_logger("dynamo")
 
 
 class FrameHooks(Protocol):
@@ -23,3 +55,311 @@ class FrameHooks(Protocol):
         in ``f_globals`` (e.g. as ``__resume_at_<offset>_<n>``).
         """
         ...
+
+    def previous_entries(self, code: types.CodeType) -> list[Any]:
+        """The ``GuardedCode`` entries already cached for ``code``, oldest first.
+
+        Lets capture see what earlier compiles assumed (e.g. to mark a
+        dimension dynamic after its size changed: automatic dynamic shapes).
+        """
+        ...
+
+
+ConvertFn = Callable[[Any, CompilerFn, DynamoOptions, FrameHooks], Any]
+CaptureListener = Callable[["CaptureEvent"], None]
+
+
+class RuntimeState:
+    """Process-wide switches read on the miss path only (never per cached call)."""
+
+    def __init__(self) -> None:
+        #: >0 while convert_frame runs: compiled callables run eagerly.
+        self.compiling = 0
+        #: "default" | "force_eager" | "eager_on_recompile" | "fail_on_recompile"
+        self.stance = "default"
+        #: >0 inside ``with ember.dynamo.run():`` -- no new compiles.
+        self.run_only = 0
+        #: Phase name -> seconds per occurrence (``compile_times()``).
+        self.compile_times: dict[str, list[float]] = {}
+        #: Called with every capture / recompile / break (CompileProfiler, explain).
+        self.listeners: list[CaptureListener] = []
+
+
+STATE = RuntimeState()
+
+
+class CaptureEvent:
+    """What a listener hears: one compiled frame, or a recompile, or a skipped frame."""
+
+    __slots__ = ("kind", "code", "guarded", "reason")
+
+    def __init__(self, kind: str, code: types.CodeType, guarded: Any, reason: str | None) -> None:
+        self.kind = kind  # "capture" | "recompile" | "skip" | "cache_limit"
+        self.code = code
+        self.guarded = guarded
+        self.reason = reason
+
+
+def _emit(kind: str, code: types.CodeType, guarded: Any = None, reason: str | None = None) -> None:
+    if STATE.listeners:
+        event = CaptureEvent(kind, code, guarded, reason)
+        for listener in list(STATE.listeners):
+            listener(event)
+
+
+def record_time(phase: str, seconds: float) -> None:
+    STATE.compile_times.setdefault(phase, []).append(seconds)
+
+
+def _default_convert() -> ConvertFn:
+    from .convert_frame import convert_frame
+
+    return convert_frame
+
+
+def _unsupported_type() -> type[BaseException]:
+    from .errors import Unsupported
+
+    return Unsupported
+
+
+class Runtime:
+    """One compiled callable's backend, options and cache table (the ``FrameHooks``)."""
+
+    def __init__(
+        self,
+        backend: CompilerFn,
+        options: DynamoOptions,
+        *,
+        convert: ConvertFn | None = None,
+        table: CacheTable | None = None,
+    ) -> None:
+        self.backend = backend
+        self.options = options
+        self.table = table if table is not None else CacheTable()
+        self._convert = convert
+
+    def derive(self, **changes: Any) -> Runtime:
+        """Same backend and cache table, other options (``run(fn)``)."""
+        return Runtime(
+            self.backend, self.options.replace(**changes), convert=self._convert, table=self.table
+        )
+
+    # -- FrameHooks -----------------------------------------------------------
+    def wrap_function(self, fn: types.FunctionType) -> CompiledFunction:
+        return CompiledFunction(fn, self)
+
+    def previous_entries(self, code: types.CodeType) -> list[Any]:
+        cache = self.table.peek(code)
+        return list(cache.entries) if cache is not None else []
+
+    # -- compile --------------------------------------------------------------
+    def compiler(self, gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        """The backend, timed (handed to convert_frame as its CompilerFn)."""
+        start = time.perf_counter()
+        try:
+            return self.backend(gm, example_inputs)
+        finally:
+            record_time("backend_compile", time.perf_counter() - start)
+
+    def convert(
+        self, fn: types.FunctionType, cache: CodeCache, f_locals: dict[str, Any]
+    ) -> Any | None:
+        """Capture one call; ``None`` means: run this call (and the code) eagerly."""
+        from .convert_frame import FrameState
+
+        convert = self._convert if self._convert is not None else _default_convert()
+        state = FrameState(
+            code=fn.__code__,
+            f_locals=f_locals,
+            f_globals=fn.__globals__,
+            closure=fn.__closure__,
+            fn_name=fn.__name__,
+        )
+        unsupported = _unsupported_type()
+        STATE.compiling += 1
+        start = time.perf_counter()
+        try:
+            guarded = convert(state, self.compiler, self.options, self)
+        except unsupported as exc:
+            if self.options.fullgraph:
+                raise
+            reason = str(exc)
+            log_breaks.info("skipping %s, running it eagerly: %s", cache.where(), reason)
+            cache.mark_eager(reason)
+            _emit("skip", cache.code, None, reason)
+            return None
+        except RecompileError:
+            raise
+        except Exception as exc:
+            if not self.options.suppress_errors:
+                raise
+            reason = f"{type(exc).__name__}: {exc}"
+            log_dynamo.warning(
+                "capture of %s failed (%s); running it eagerly (suppress_errors=True)",
+                cache.where(),
+                reason,
+            )
+            cache.mark_eager(reason)
+            _emit("skip", cache.code, None, reason)
+            return None
+        finally:
+            STATE.compiling -= 1
+            record_time("convert_frame", time.perf_counter() - start)
+        cache.add(guarded)
+        if log_guards.isEnabledFor(logging.DEBUG):
+            source = getattr(guarded.check_fn, "code", None)
+            log_guards.debug("guards for %s:\n%s", cache.where(), source or guarded.guard_set)
+        _emit("capture", cache.code, guarded, None)
+        return guarded
+
+
+def _transformed(fn: types.FunctionType, code: types.CodeType) -> types.FunctionType:
+    """``fn`` with its code replaced: same globals, closure, defaults and name."""
+    new = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    new.__qualname__ = fn.__qualname__
+    return new
+
+
+class CompiledFunction:
+    """A Python function whose calls go through ember's cache and capture.
+
+    Attributes ``__wrapped__`` (the original function) and ``__name__``/
+    ``__doc__``/``__qualname__`` are the original's, as with
+    ``functools.wraps``.
+    """
+
+    def __init__(self, fn: types.FunctionType, runtime: Runtime) -> None:
+        if not isinstance(fn, types.FunctionType):
+            raise TypeError(
+                f"ember.dynamo can only capture Python functions, got {type(fn).__name__}"
+            )
+        code = fn.__code__
+        self._fn = fn
+        self._runtime = runtime
+        self._cache = runtime.table.get(code)
+        self._globals = fn.__globals__
+        self._nargs = code.co_argcount
+        self._names = code.co_varnames[: code.co_argcount]
+        self._simple = not (code.co_flags & (_CO_VARARGS | _CO_VARKEYWORDS)) and (
+            code.co_kwonlyargcount == 0
+        )
+        self._signature: inspect.Signature | None = None
+        self._pairs: tuple[tuple[Callable[..., bool], Callable[..., Any]], ...] = ()
+        self._version = -1
+        self.__wrapped__ = fn
+        self.__name__ = fn.__name__
+        self.__qualname__ = fn.__qualname__
+        self.__doc__ = fn.__doc__
+        self.__module__ = fn.__module__
+
+    def __repr__(self) -> str:
+        return f"<ember compiled function {self.__qualname__}>"
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        """Used as a method decorator: bind ``obj`` like a plain function would."""
+        if obj is None:
+            return self
+        return types.MethodType(self, obj)
+
+    @property
+    def runtime(self) -> Runtime:
+        return self._runtime
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if STATE.compiling:
+            return self._fn(*args, **kwargs)
+        if kwargs or not self._simple or len(args) != self._nargs:
+            f_locals = self._bind(args, kwargs)
+            if f_locals is None:  # the call does not fit the signature: let Python say why
+                return self._fn(*args, **kwargs)
+        else:
+            f_locals = dict(zip(self._names, args))
+        if self._version != self._cache.version:
+            self._sync()
+        f_globals = self._globals
+        for check, run in self._pairs:
+            if check(f_locals, f_globals):
+                return run(*args, **kwargs)
+        return self._miss(args, kwargs, f_locals)
+
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+        if self._signature is None:
+            self._signature = inspect.signature(self._fn, follow_wrapped=False)
+        try:
+            bound = self._signature.bind(*args, **kwargs)
+        except TypeError:
+            return None
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    def _sync(self) -> None:
+        cache = self._cache
+        self._pairs = tuple(
+            (entry.check_fn, _transformed(self._fn, entry.code)) for entry in cache.entries
+        )
+        self._version = cache.version
+
+    def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], f_locals: dict[str, Any]) -> Any:
+        cache = self._cache
+        options = self._runtime.options
+        if (
+            cache.eager_reason is not None
+            or options.run_only
+            or STATE.run_only
+            or STATE.stance == "force_eager"
+        ):
+            return self._fn(*args, **kwargs)
+        if cache.entries:
+            reason = first_failure(cache.entries, f_locals, self._globals)
+            if options.fail_on_recompile or STATE.stance == "fail_on_recompile":
+                raise RecompileError(
+                    f"ember.dynamo: recompile of {cache.where()} forbidden by "
+                    f"set_stance('fail_on_recompile'); the cached graph no longer applies "
+                    f"because {reason}. Call set_stance('default') to allow it, or mark the "
+                    "dimension dynamic."
+                )
+            if STATE.stance == "eager_on_recompile":
+                return self._fn(*args, **kwargs)
+            if len(cache.entries) >= options.cache_size_limit:
+                self._hit_limit(cache, reason, options.cache_size_limit)
+                return self._fn(*args, **kwargs)
+            log_recompiles.info("recompiling %s because %s", cache.where(), reason)
+            _emit("recompile", cache.code, None, reason)
+        guarded = self._runtime.convert(self._fn, cache, f_locals)
+        if guarded is None:
+            return self._fn(*args, **kwargs)
+        self._sync()
+        return _transformed(self._fn, guarded.code)(*args, **kwargs)
+
+    def _hit_limit(self, cache: CodeCache, reason: str, limit: int) -> None:
+        message = (
+            f"ember.dynamo hit cache_size_limit ({limit}) for {cache.where()}; "
+            f"last recompile reason: {reason}. Running this code eagerly from now on "
+            "(cached graphs are still used where their guards pass). Raise "
+            "ember.dynamo.config.cache_size_limit, or make the changing value dynamic."
+        )
+        cache.mark_eager(reason)
+        _emit("cache_limit", cache.code, None, reason)
+        if not cache.warned:
+            cache.warned = True
+            log_recompiles.warning("%s", message)
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+class CompiledMethod(CompiledFunction):
+    """A ``CompiledFunction`` bound to one object (``compile(mod)``, ``compile(obj.method)``)."""
+
+    def __init__(self, fn: types.FunctionType, runtime: Runtime, bound_self: Any) -> None:
+        super().__init__(fn, runtime)
+        self.__self__ = bound_self
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        return self
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return CompiledFunction.__call__(self, self.__self__, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<ember compiled method {self.__qualname__} of {type(self.__self__).__name__}>"

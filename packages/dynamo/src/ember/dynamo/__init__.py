@@ -1,0 +1,66 @@
+"""ember.dynamo: capture Python functions into guarded FX graphs.
+
+    import ember.dynamo
+    fn = ember.dynamo.compile(fn, backend="eager")
+
+See README.md for the API; DESIGN.md for how capture works.
+"""
+
+from __future__ import annotations
+
+from . import logs as _logs
+from .api import (
+    CompileOptionsError,
+    OptimizeContext,
+    OptimizedModule,
+    allow_in_graph,
+    compile,
+    compile_times,
+    disable,
+    disallow_in_graph,
+    graph_break,
+    is_compiling,
+    optimize,
+    reset,
+    run,
+    set_stance,
+)
+from .backends import InvalidBackendError, eager, list_backends, lookup_backend, register_backend
+from .cache import RecompileError
+from .config import DynamoOptions, config
+from .errors import Unsupported
+from .eval_frame import CompiledFunction, FrameHooks
+from .logs import LogSettingsError, get_logger, set_logs
+
+__all__ = [
+    "CompileOptionsError",
+    "CompiledFunction",
+    "DynamoOptions",
+    "FrameHooks",
+    "InvalidBackendError",
+    "LogSettingsError",
+    "OptimizeContext",
+    "OptimizedModule",
+    "RecompileError",
+    "Unsupported",
+    "allow_in_graph",
+    "compile",
+    "compile_times",
+    "config",
+    "disable",
+    "disallow_in_graph",
+    "eager",
+    "get_logger",
+    "graph_break",
+    "is_compiling",
+    "list_backends",
+    "lookup_backend",
+    "optimize",
+    "register_backend",
+    "reset",
+    "run",
+    "set_logs",
+    "set_stance",
+]
+
+_logs.configure_from_env()

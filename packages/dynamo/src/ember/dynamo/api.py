@@ -1,0 +1,411 @@
+"""The public API: ``compile``, ``optimize``, ``reset``, escape hatches.
+
+``compile(fn_or_module, backend=..., fullgraph=..., dynamic=..., mode=...,
+options=...)`` has torch.compile's signature. On a function (or bound method)
+it returns a :class:`CompiledFunction`; on an ``nn.Module`` it returns an
+:class:`OptimizedModule` whose ``forward`` is compiled and which *shares* the
+original module's parameters, buffers, submodules and hooks (so
+``state_dict()`` keys, ``parameters()``, ``.to()``, ``load_state_dict`` and
+attribute reads/writes all pass through to the original, unprefixed).
+
+Registries the capture engine reads (filled by users, never by capture):
+``disable`` marks functions capture must run eagerly, ``allow_in_graph``
+functions it must put in the graph as one opaque call, ``disallow_in_graph``
+functions it must never put in a graph.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import torch
+
+from . import cache as cache_mod
+from .backends import CompilerFn, backend_name, lookup_backend
+from .config import OPTION_NAMES, DynamoOptions, config
+from .eval_frame import STATE, CompiledFunction, CompiledMethod, Runtime
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+MODES: tuple[str, ...] = (
+    "default",
+    "reduce-overhead",
+    "max-autotune",
+    "max-autotune-no-cudagraphs",
+)
+STANCES: tuple[str, ...] = ("default", "force_eager", "eager_on_recompile", "fail_on_recompile")
+
+#: id -> function; capture puts these in the graph as one opaque node.
+ALLOWED_IN_GRAPH: dict[int, Any] = {}
+#: id -> function; capture never puts these in a graph (a graph break instead).
+DISALLOWED_IN_GRAPH: dict[int, Any] = {}
+
+
+class CompileOptionsError(ValueError):
+    """A ``mode`` or ``options`` key that ``compile`` does not know.
+
+    Example::
+
+        ember.dynamo.compile: unknown options key(s) 'max_autotun'; backend
+        'eager' accepts none, and ember.dynamo accepts: cache_size_limit,
+        capture_scalar_outputs, ...
+    """
+
+
+# -- compile / optimize ------------------------------------------------------
+
+
+def _backend_options(backend: CompilerFn, mode: str | None, options: dict[str, Any]) -> CompilerFn:
+    """Apply ``mode``/backend ``options`` through the backend's ``configure`` hook.
+
+    A backend that takes options exposes ``configure(mode, options) ->
+    CompilerFn`` (and may raise for keys it does not know). A backend without
+    it accepts no ``mode`` other than "default" and no options.
+    """
+    configure = getattr(backend, "configure", None)
+    if configure is not None and (mode is not None or options):
+        return configure(mode, options)  # type: ignore[no-any-return]
+    if options:
+        raise CompileOptionsError(
+            f"ember.dynamo.compile: unknown options key(s) {', '.join(map(repr, sorted(options)))}; "
+            f"backend {backend_name(backend)!r} accepts none, and ember.dynamo accepts: "
+            f"{', '.join(sorted(OPTION_NAMES))}"
+        )
+    return backend
+
+
+def make_runtime(
+    backend: str | CompilerFn,
+    *,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+    mode: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> Runtime:
+    """Resolve the backend and snapshot ``config`` into a :class:`Runtime`."""
+    if mode is not None and options:
+        raise CompileOptionsError(
+            "ember.dynamo.compile: pass either mode or options, not both (as torch.compile)"
+        )
+    if mode is not None and mode not in MODES:
+        raise CompileOptionsError(
+            f"ember.dynamo.compile: unknown mode {mode!r}; known modes: {', '.join(MODES)}"
+        )
+    opts = dict(options or {})
+    dynamo_opts = {k: opts.pop(k) for k in list(opts) if k in OPTION_NAMES}
+    compiler = lookup_backend(backend)
+    compiler = _backend_options(compiler, None if mode == "default" else mode, opts)
+    snapshot = config.to_options(fullgraph=fullgraph, dynamic=dynamic, **dynamo_opts)
+    return Runtime(compiler, snapshot)
+
+
+def _wrap(target: Any, runtime: Runtime) -> Any:
+    if isinstance(target, OptimizedModule):
+        target = target._orig_mod
+    if isinstance(target, torch.nn.Module):
+        return OptimizedModule(target, runtime)
+    if isinstance(target, CompiledMethod):
+        return CompiledMethod(target.__wrapped__, runtime, target.__self__)
+    if isinstance(target, CompiledFunction):
+        target = target.__wrapped__
+    if getattr(target, "_ember_disabled", False):
+        return target
+    if isinstance(target, types.MethodType) and isinstance(target.__func__, types.FunctionType):
+        return CompiledMethod(target.__func__, runtime, target.__self__)
+    if isinstance(target, types.FunctionType):
+        return CompiledFunction(target, runtime)
+    call = type(target).__dict__.get("__call__") if callable(target) else None
+    if isinstance(call, types.FunctionType):
+        return CompiledMethod(call, runtime, target)
+    raise TypeError(
+        f"ember.dynamo.compile expects a Python function, method or nn.Module, got "
+        f"{type(target).__name__} ({target!r}); builtins and C functions have no bytecode "
+        "to capture"
+    )
+
+
+def compile(
+    model: Any = None,
+    *,
+    backend: str | CompilerFn = "inductor",
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+    mode: str | None = None,
+    options: dict[str, Any] | None = None,
+    disable: bool = False,
+) -> Any:
+    """Compile a function or ``nn.Module`` (torch.compile's signature).
+
+    Used directly (``compile(fn, backend="eager")``) or as a decorator
+    (``@compile`` / ``@compile(backend="eager")``). ``options`` keys that name
+    :class:`DynamoOptions` fields (e.g. ``cache_size_limit``) set those; the
+    rest go to the backend's ``configure(mode, options)`` hook.
+    """
+
+    def apply(target: Any) -> Any:
+        if disable:
+            return target
+        runtime = make_runtime(
+            backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode, options=options
+        )
+        return _wrap(target, runtime)
+
+    if model is None:
+        return apply
+    return apply(model)
+
+
+class OptimizeContext:
+    """What ``optimize(backend)`` returns: a decorator for functions, methods and modules."""
+
+    def __init__(self, runtime_factory: Callable[[], Runtime]) -> None:
+        self._factory = runtime_factory
+
+    def __call__(self, target: Any) -> Any:
+        return _wrap(target, self._factory())
+
+    def __enter__(self) -> None:
+        raise TypeError(
+            "`with ember.dynamo.optimize(...):` needs frame-level capture (PEP 523), which "
+            "this ember build does not have; decorate the function instead: "
+            "fn = ember.dynamo.optimize(backend)(fn)"
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def optimize(
+    backend: str | CompilerFn = "inductor",
+    *,
+    nopython: bool = False,
+    dynamic: bool | None = None,
+    disable: bool = False,
+) -> OptimizeContext:
+    """TorchDynamo's ``optimize(backend, nopython=False)`` decorator.
+
+    ``@optimize(my_compiler)`` on a function or method, or
+    ``optimize("eager")(module)``. ``nopython=True`` is ``fullgraph=True``.
+    """
+    compiler = lookup_backend(backend)  # unknown names fail here, not at first call
+
+    def factory() -> Runtime:
+        return Runtime(compiler, config.to_options(fullgraph=nopython, dynamic=dynamic))
+
+    if disable:
+        return _PassThrough(factory)
+    return OptimizeContext(factory)
+
+
+class _PassThrough(OptimizeContext):
+    """``optimize(..., disable=True)``: leaves everything uncompiled."""
+
+    def __call__(self, target: Any) -> Any:
+        return target
+
+
+# -- modules -----------------------------------------------------------------
+
+_MODULE_INTERNALS = tuple(k for k in torch.nn.Module().__dict__ if k != "training")
+
+
+class OptimizedModule(torch.nn.Module):
+    """An ``nn.Module`` whose ``forward`` is compiled, sharing the original's state.
+
+    Parameters, buffers, submodules and hooks are the *same* dicts as the
+    original module's, so ``state_dict()`` has the original keys, optimizers
+    over either module's ``parameters()`` update both, and hooks registered
+    on either run. Other attribute reads fall through to the original module;
+    ``train()``/``eval()`` switch both. ``_orig_mod`` is the original.
+    """
+
+    def __init__(self, mod: torch.nn.Module, runtime: Runtime) -> None:
+        super().__init__()
+        for key in _MODULE_INTERNALS:
+            if key in mod.__dict__:
+                self.__dict__[key] = mod.__dict__[key]
+        self.__dict__["_orig_mod"] = mod
+        self.__dict__["training"] = mod.training
+        forward = mod.forward
+        if not isinstance(forward, types.MethodType) or not isinstance(
+            forward.__func__, types.FunctionType
+        ):
+            raise TypeError(
+                f"ember.dynamo.compile: {type(mod).__name__}.forward is not a Python method "
+                "and cannot be captured"
+            )
+        self.__dict__["forward"] = CompiledMethod(forward.__func__, runtime, mod)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.__dict__["_orig_mod"], name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, torch.nn.Parameter | torch.nn.Module) or name in self.__dict__:
+            super().__setattr__(name, value)
+            return
+        if name in ("training",):
+            self.__dict__[name] = value
+        setattr(self.__dict__["_orig_mod"], name, value)
+
+    def train(self, mode: bool = True) -> OptimizedModule:
+        self.__dict__["_orig_mod"].train(mode)
+        self.__dict__["training"] = mode
+        return self
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(object.__dir__(self)) | set(dir(self.__dict__["_orig_mod"])))
+
+    def __repr__(self) -> str:
+        return f"OptimizedModule({self.__dict__['_orig_mod']!r})"
+
+
+# -- reset / stances / run ---------------------------------------------------
+
+
+def reset() -> None:
+    """Forget every compiled entry and compile timing; next calls capture afresh."""
+    cache_mod.clear_all()
+    STATE.compile_times.clear()
+
+
+class _Stance:
+    """The value ``set_stance`` returns: the change is already made; ``with`` undoes it on exit."""
+
+    def __init__(self, previous: str) -> None:
+        self._previous = previous
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        STATE.stance = self._previous
+
+
+def set_stance(stance: str = "default") -> _Stance:
+    """Change how compiled callables behave from now on (torch.compiler.set_stance).
+
+    ``"default"``; ``"force_eager"`` (run everything eagerly, compile nothing);
+    ``"eager_on_recompile"`` (use cached graphs, run eagerly instead of
+    recompiling); ``"fail_on_recompile"`` (raise ``RecompileError`` naming the
+    failing guard instead of recompiling). Also a context manager.
+    """
+    if stance not in STANCES:
+        raise ValueError(f"unknown stance {stance!r}; known stances: {', '.join(STANCES)}")
+    previous = STATE.stance
+    STATE.stance = stance
+    return _Stance(previous)
+
+
+@contextmanager
+def _run_only() -> Iterator[None]:
+    STATE.run_only += 1
+    try:
+        yield
+    finally:
+        STATE.run_only -= 1
+
+
+def run(fn: Any = None) -> Any:
+    """Run mode: use cached graphs, compile nothing new (eager on a miss).
+
+    ``with ember.dynamo.run(): ...`` or ``ember.dynamo.run(compiled_fn)``.
+    """
+    if fn is None:
+        return _run_only()
+    if isinstance(fn, OptimizedModule):
+        forward = fn.__dict__["forward"]
+        return CompiledMethod(forward.__wrapped__, forward.runtime.derive(run_only=True), forward.__self__)
+    if isinstance(fn, CompiledMethod):
+        return CompiledMethod(fn.__wrapped__, fn.runtime.derive(run_only=True), fn.__self__)
+    if isinstance(fn, CompiledFunction):
+        return CompiledFunction(fn.__wrapped__, fn.runtime.derive(run_only=True))
+    return fn  # nothing of it was compiled: run mode runs it as it is
+
+
+# -- registries the capture engine reads ---------------------------------------
+
+
+def disable(fn: Any = None, recursive: bool = True) -> Any:
+    """Never capture ``fn``: it runs eagerly, even when called from compiled code.
+
+    ``recursive=False`` skips only ``fn``'s own frame; capture may still compile
+    functions it calls when they are themselves compiled callables. Usable as
+    ``@disable`` or ``@disable(recursive=False)``.
+    """
+    if fn is None:
+        return functools.partial(disable, recursive=recursive)
+    if isinstance(fn, CompiledFunction):
+        fn = fn.__wrapped__
+    if isinstance(fn, OptimizedModule):
+        fn = fn._orig_mod
+
+    @functools.wraps(fn)
+    def disabled(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    disabled._ember_disabled = True  # type: ignore[attr-defined]
+    disabled._ember_disabled_recursive = recursive  # type: ignore[attr-defined]
+    return disabled
+
+
+def is_disabled(fn: Any) -> bool:
+    """Whether capture must leave ``fn`` alone (``disable`` was applied to it)."""
+    return bool(getattr(fn, "_ember_disabled", False))
+
+
+def allow_in_graph(fn: F) -> F:
+    """Put calls to ``fn`` in the graph as one opaque node instead of tracing into it."""
+    ALLOWED_IN_GRAPH[id(fn)] = fn
+    DISALLOWED_IN_GRAPH.pop(id(fn), None)
+    return fn
+
+
+def disallow_in_graph(fn: F) -> F:
+    """Never put ``fn`` in a graph: a call to it is a graph break."""
+    DISALLOWED_IN_GRAPH[id(fn)] = fn
+    ALLOWED_IN_GRAPH.pop(id(fn), None)
+    return fn
+
+
+def is_allowed_in_graph(fn: Any) -> bool:
+    return id(fn) in ALLOWED_IN_GRAPH and ALLOWED_IN_GRAPH[id(fn)] is fn
+
+
+def is_disallowed_in_graph(fn: Any) -> bool:
+    return id(fn) in DISALLOWED_IN_GRAPH and DISALLOWED_IN_GRAPH[id(fn)] is fn
+
+
+def graph_break() -> None:
+    """Force a graph break here when captured; does nothing when run eagerly."""
+
+
+def is_compiling() -> bool:
+    """``True`` while ember is capturing (capture folds it to ``True`` in graphs)."""
+    return STATE.compiling > 0
+
+
+def compile_times(repr: str = "str") -> Any:
+    """Time spent per compile phase: ``{phase: [seconds, ...]}`` or a table (``repr="str"``)."""
+    times = {k: list(v) for k, v in STATE.compile_times.items()}
+    if repr != "str":
+        return times
+    lines = ["ember.dynamo compile times (seconds)", f"{'phase':<20} {'count':>5} {'total':>9} {'max':>9}"]
+    for phase, values in sorted(times.items()):
+        lines.append(f"{phase:<20} {len(values):>5} {sum(values):>9.4f} {max(values):>9.4f}")
+    return "\n".join(lines)
+
+
+def options_of(compiled: Any) -> DynamoOptions:
+    """The options a compiled callable was built with (for tests and reports)."""
+    if isinstance(compiled, OptimizedModule):
+        compiled = compiled.__dict__["forward"]
+    if isinstance(compiled, CompiledFunction):
+        return compiled.runtime.options
+    raise TypeError(f"{compiled!r} is not an ember compiled callable")

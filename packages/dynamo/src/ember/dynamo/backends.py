@@ -1,0 +1,115 @@
+"""Backend registry: names to compiler functions.
+
+A backend has torch.compile's signature::
+
+    backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable
+
+Names resolve in this order: backends registered in this process with
+:func:`register_backend`, then the ``ember.backends`` entry-point group, so
+installing ``ember-aotgrad`` is what makes ``"aot_eager"`` available and
+installing ``ember-inductor`` is what makes ``"inductor"`` available.
+ember.dynamo itself ships only ``eager``. Any callable is accepted as is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any
+
+import torch
+
+CompilerFn = Callable[[torch.fx.GraphModule, list[torch.Tensor]], Callable[..., Any]]
+
+ENTRY_POINT_GROUP = "ember.backends"
+
+#: Backends registered in this process (by ``register_backend``); filled at import
+#: and by users, never elsewhere.
+_REGISTRY: dict[str, CompilerFn] = {}
+
+
+class InvalidBackendError(ValueError):
+    """A backend name that no installed package provides.
+
+    Example::
+
+        unknown ember backend 'inductr'; installed backends: aot_eager, eager,
+        inductor. Install the package that provides it (ember-inductor gives
+        'inductor', ember-aotgrad gives 'aot_eager'), register one with
+        @ember.dynamo.register_backend('inductr'), or pass a callable
+        backend(gm, example_inputs).
+    """
+
+
+def eager(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+    """Run the captured graph with PyTorch eager: returns ``gm.forward``."""
+    return gm.forward
+
+
+def register_backend(
+    name: str | None = None,
+) -> Callable[[CompilerFn], CompilerFn]:
+    """Decorator: make ``fn`` available as ``backend=name`` (default: its ``__name__``).
+
+    ``@register_backend("mine")`` or ``@register_backend()``; re-registering a
+    name replaces the earlier backend.
+    """
+
+    def register(fn: CompilerFn) -> CompilerFn:
+        if not callable(fn):
+            raise TypeError(f"register_backend expects a callable, got {type(fn).__name__}")
+        key = name if name is not None else getattr(fn, "__name__", None)
+        if not isinstance(key, str) or not key:
+            raise TypeError("register_backend needs a name for a callable without __name__")
+        _REGISTRY[key] = fn
+        return fn
+
+    if callable(name):  # used bare: @register_backend
+        fn = name
+        name = None
+        return register(fn)
+    return register
+
+
+def _entry_points() -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def list_backends() -> list[str]:
+    """Names of every backend available now, sorted."""
+    return sorted(set(_REGISTRY) | set(_entry_points()))
+
+
+def lookup_backend(backend: str | CompilerFn) -> CompilerFn:
+    """The compiler function for a name or callable; unknown names raise ``InvalidBackendError``."""
+    if callable(backend):
+        return backend
+    if not isinstance(backend, str):
+        raise TypeError(
+            f"backend must be a name or a callable backend(gm, example_inputs), "
+            f"got {type(backend).__name__}"
+        )
+    if backend in _REGISTRY:
+        return _REGISTRY[backend]
+    eps = _entry_points()
+    if backend in eps:
+        fn = eps[backend].load()
+        if not callable(fn):
+            raise InvalidBackendError(
+                f"ember backend {backend!r} (entry point {eps[backend].value}) is not callable"
+            )
+        return fn  # type: ignore[no-any-return]
+    raise InvalidBackendError(
+        f"unknown ember backend {backend!r}; installed backends: {', '.join(list_backends())}. "
+        "Install the package that provides it (ember-inductor gives 'inductor', "
+        "ember-aotgrad gives 'aot_eager'), register one with "
+        f"@ember.dynamo.register_backend({backend!r}), or pass a callable "
+        "backend(gm, example_inputs)."
+    )
+
+
+def backend_name(backend: str | CompilerFn) -> str:
+    """A printable name for a backend (for logs and reports)."""
+    if isinstance(backend, str):
+        return backend
+    return getattr(backend, "__name__", type(backend).__name__)

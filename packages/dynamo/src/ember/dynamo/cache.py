@@ -1,0 +1,116 @@
+"""The per-code-object cache of guarded, transformed code.
+
+One :class:`CodeCache` per code object (per compiled-callable runtime) holds
+the :class:`GuardedCode` entries ``convert_frame`` produced for it, newest
+last. A call checks the entries in order and runs the first whose check
+function passes. Past ``cache_size_limit`` entries the code is marked
+*eager-only*: existing entries keep serving the calls they match, and every
+other call runs the original code without compiling (ember warns once).
+
+The cache is plain data plus a version counter. Function wrappers keep their
+own ``(check_fn, function)`` pairs built for their globals and closure and
+rebuild them when the version moves, so the hot path never allocates.
+"""
+
+from __future__ import annotations
+
+import types
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+#: ``check_fn(f_locals, f_globals) -> bool`` (an ``ember.guards.CheckFn``).
+CheckFnLike = Callable[[dict[str, Any], dict[str, Any]], bool]
+
+
+class RecompileError(RuntimeError):
+    """A recompile happened while recompiles were forbidden.
+
+    Raised under ``set_stance("fail_on_recompile")``. Example::
+
+        ember.dynamo: recompile of `f` (model.py:3) forbidden by
+        set_stance('fail_on_recompile'); the cached graph no longer applies
+        because L['x'].size()[0] was 8, the graph assumed 4. Call
+        set_stance('default') to allow it, or mark the dimension dynamic.
+    """
+
+
+@dataclass
+class CodeCache:
+    """Cached entries for one code object."""
+
+    code: types.CodeType
+    entries: list[Any] = field(default_factory=list)  # GuardedCode, newest last
+    version: int = 0
+    #: Set when the code must no longer be compiled (cache limit, or capture
+    #: declined the frame); calls that match no entry run the original code.
+    eager_reason: str | None = None
+    warned: bool = False
+
+    def add(self, guarded: Any) -> None:
+        self.entries.append(guarded)
+        self.version += 1
+
+    def mark_eager(self, reason: str) -> None:
+        self.eager_reason = reason
+        self.version += 1
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.eager_reason = None
+        self.warned = False
+        self.version += 1
+
+    def where(self) -> str:
+        return f"`{self.code.co_name}` ({self.code.co_filename}:{self.code.co_firstlineno})"
+
+
+class CacheTable:
+    """All code caches of one runtime, keyed by code object identity."""
+
+    def __init__(self) -> None:
+        self._caches: dict[int, CodeCache] = {}
+        _ALL_TABLES.add(self)
+
+    def get(self, code: types.CodeType) -> CodeCache:
+        cache = self._caches.get(id(code))
+        if cache is None or cache.code is not code:
+            cache = CodeCache(code)
+            self._caches[id(code)] = cache
+        return cache
+
+    def peek(self, code: types.CodeType) -> CodeCache | None:
+        cache = self._caches.get(id(code))
+        return cache if cache is not None and cache.code is code else None
+
+    def caches(self) -> list[CodeCache]:
+        return list(self._caches.values())
+
+    def clear(self) -> None:
+        for cache in self._caches.values():
+            cache.clear()
+
+
+_ALL_TABLES: weakref.WeakSet[CacheTable] = weakref.WeakSet()
+
+
+def clear_all() -> None:
+    """Drop every cached entry of every runtime (``ember.dynamo.reset()``)."""
+    for table in list(_ALL_TABLES):
+        table.clear()
+
+
+def first_failure(entries: list[Any], f_locals: dict[str, Any], f_globals: dict[str, Any]) -> str:
+    """The plain-words reason the newest entry did not match (for logs and errors)."""
+    for guarded in reversed(entries):
+        explain = getattr(guarded.check_fn, "explain", None)
+        if explain is None:
+            continue
+        try:
+            reason = explain(f_locals, f_globals)
+        except Exception as exc:  # an explanation must never break the call
+            reason = f"(could not explain the guard failure: {exc})"
+        if reason:
+            return str(reason)
+    return "no cached entry's guards matched"

@@ -1,0 +1,434 @@
+"""One method per ``GuardKind``: a guard becomes a :class:`Part`.
+
+A part is a Python boolean expression over local variable names (one local
+per source, assigned by the code generator before the first part that reads
+it) and constants (bound by name in the generated function's globals), plus
+an explanation function that turns the values it read into plain words
+("L['x'].size()[0] was 8, the graph assumed 4") and a cost used to sort
+parts cheapest first.
+
+Object identities (classes, modules, functions) are resolved from the frame
+the guards were captured from when it is given: classes are then compared
+with ``is`` and other objects are held by weak reference (a dead referent
+makes the whole check fail), so a recycled ``id`` never matches. Without the
+frame, payload ids are compared with ``id()`` and the caller keeps the
+objects alive.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sympy
+import torch
+from sympy.printing.pycode import pycode
+
+from ember.guards.errors import GuardCompileError
+from ember.ir import (
+    Attr,
+    Global,
+    Guard,
+    GuardKind,
+    Item,
+    Local,
+    Size,
+    Source,
+    decode_value,
+    parse_device,
+    parse_dtype,
+    parse_source,
+    parse_sym_expr,
+)
+
+Explain = Callable[[Sequence[Any]], str]
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One compiled guard: ``expr`` over the locals of ``reads``; ``explain(values)`` on failure."""
+
+    guard: Guard
+    reads: tuple[Source, ...]
+    expr: str
+    explain: Explain
+    cost: int
+
+
+def eval_source(source: Source, f_locals: Mapping[str, Any], f_globals: Mapping[str, Any]) -> Any:
+    """The value at ``source`` in the frame (used by explanations; may raise)."""
+    if isinstance(source, Local):
+        return f_locals[source.name]
+    if isinstance(source, Global):
+        return f_globals[source.name]
+    base = eval_source(source.base, f_locals, f_globals)
+    if isinstance(source, Attr):
+        return getattr(base, source.member)
+    if isinstance(source, Item):
+        return base[source.index]
+    if isinstance(source, Size):
+        return base.size()[source.dim]
+    return base.stride()[source.dim]
+
+
+def _type_name(cls: type) -> str:
+    module = cls.__module__
+    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class GuardBuilder:
+    """Turns guards into parts; holds the constants and local names they share."""
+
+    def __init__(
+        self,
+        f_locals: Mapping[str, Any] | None = None,
+        f_globals: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.frame = None if f_locals is None else (f_locals, f_globals or {})
+        self.consts: dict[str, Any] = {"_dead": False}
+        self._const_ids: dict[int, str] = {}
+        self.names: dict[Source, str] = {}
+        self.weakrefs: list[weakref.ref[Any]] = []
+
+    # -- shared state ----------------------------------------------------------
+    def var(self, source: Source) -> str:
+        """The local variable holding ``source``'s value in the generated code."""
+        name = self.names.get(source)
+        if name is None:
+            name = f"v{len(self.names)}"
+            self.names[source] = name
+        return name
+
+    def const(self, value: Any) -> str:
+        """A global name bound to ``value`` in the generated function."""
+        name = self._const_ids.get(id(value))
+        if name is None or self.consts[name] is not value:
+            name = f"c{len(self.consts)}"
+            self.consts[name] = value
+            self._const_ids[id(value)] = name
+        return name
+
+    def _frame_value(self, guard: Guard) -> tuple[bool, Any]:
+        if self.frame is None or guard.source is None:
+            return False, None
+        try:
+            return True, eval_source(guard.source, *self.frame)
+        except Exception as exc:
+            raise GuardCompileError(
+                f"cannot compile {guard.kind.value} guard on {guard.source.expr()}: the frame "
+                f"it was captured from has no such value ({type(exc).__name__}: {exc})"
+            ) from None
+
+    def _resolve_type(self, guard: Guard, type_id: int, of_value: bool) -> str:
+        """Expression for ``type(v)`` matching the class with ``type_id``."""
+        v = self.var(guard.source)  # type: ignore[arg-type]
+        found, value = self._frame_value(guard)
+        if found:
+            cls = type(value) if of_value else value
+            if id(cls) == type_id:
+                return f"type({v}) is {self.const(cls)}"
+        return f"id(type({v})) == {type_id}"
+
+    def _resolve_object(self, guard: Guard, object_id: int) -> str:
+        """Expression for ``v`` being the object with ``object_id`` (weakly held)."""
+        v = self.var(guard.source)  # type: ignore[arg-type]
+        found, value = self._frame_value(guard)
+        if not found or id(value) != object_id:
+            return f"id({v}) == {object_id}"
+        try:
+            ref = weakref.ref(value, self._on_death)
+        except TypeError:  # not weak-referenceable: hold it, so its id stays unique
+            return f"{v} is {self.const(value)}"
+        self.weakrefs.append(ref)
+        return f"id({v}) == {object_id}"
+
+    def _on_death(self, _ref: weakref.ref[Any]) -> None:
+        self.consts["_dead"] = True
+
+    def _part(self, guard: Guard, expr: str, explain: Explain, cost: int) -> Part:
+        reads = (guard.source,) if guard.source is not None else ()
+        return Part(guard, reads, expr, explain, cost)
+
+    def build(self, guard: Guard) -> Part:
+        method: Callable[[Guard], Part] = getattr(self, guard.kind.value)
+        return method(guard)
+
+    # -- one method per GuardKind ------------------------------------------------
+    def TYPE_MATCH(self, g: Guard) -> Part:
+        e, want = g.source.expr(), str(g.payload["type"])  # type: ignore[union-attr]
+        expr = self._resolve_type(g, int(g.payload["type_id"]), of_value=True)  # type: ignore[arg-type]
+
+        def explain(values: Sequence[Any]) -> str:
+            return f"type({e}) was {_type_name(type(values[0]))}, the graph assumed {want}"
+
+        return self._part(g, expr, explain, 1)
+
+    def ID_MATCH(self, g: Guard) -> Part:
+        e, want = g.source.expr(), str(g.payload["repr"])  # type: ignore[union-attr]
+        expr = self._resolve_object(g, int(g.payload["id"]))  # type: ignore[arg-type]
+
+        def explain(values: Sequence[Any]) -> str:
+            return f"{e} was a different object ({_short(values[0])}), the graph assumed {want}"
+
+        return self._part(g, expr, explain, 1)
+
+    def FUNCTION_MATCH(self, g: Guard) -> Part:
+        e, want = g.source.expr(), str(g.payload["qualname"])  # type: ignore[union-attr]
+        expr = self._resolve_object(g, int(g.payload["id"]))  # type: ignore[arg-type]
+
+        def explain(values: Sequence[Any]) -> str:
+            return f"{e} was a different function ({_short(values[0])}), the graph assumed {want}"
+
+        return self._part(g, expr, explain, 1)
+
+    def NN_MODULE(self, g: Guard) -> Part:
+        e, want = g.source.expr(), str(g.payload["type"])  # type: ignore[union-attr]
+        expr = self._resolve_object(g, int(g.payload["id"]))  # type: ignore[arg-type]
+
+        def explain(values: Sequence[Any]) -> str:
+            got = _type_name(type(values[0]))
+            return f"{e} was a different module object ({got}), the graph assumed the {want} it was captured with"
+
+        return self._part(g, expr, explain, 1)
+
+    def NOT_NONE(self, g: Guard) -> Part:
+        e = g.source.expr()  # type: ignore[union-attr]
+
+        def explain(values: Sequence[Any]) -> str:
+            return f"{e} was None, the graph assumed it is not None"
+
+        return self._part(g, f"{self.var(g.source)} is not None", explain, 1)  # type: ignore[arg-type]
+
+    def _constant(self, g: Guard, cost: int) -> Part:
+        e = g.source.expr()  # type: ignore[union-attr]
+        value = decode_value(g.payload["value"], field="payload.value")
+        v = self.var(g.source)  # type: ignore[arg-type]
+        if value is None or isinstance(value, bool) or value is Ellipsis:
+            expr = f"{v} is {self.const(value)}"
+        elif isinstance(value, float) and value != value:  # nan equals nothing, itself included
+            expr = f"type({v}) is float and {v} != {v}"
+        else:
+            expr = f"type({v}) is {self.const(type(value))} and {v} == {self.const(value)}"
+
+        def explain(values: Sequence[Any]) -> str:
+            got = values[0]
+            if type(got) is not type(value) and not (value is None or isinstance(value, bool)):
+                return (
+                    f"{e} was {_short(got)} ({_type_name(type(got))}), "
+                    f"the graph assumed {value!r} ({_type_name(type(value))})"
+                )
+            return f"{e} was {_short(got)}, the graph assumed {value!r}"
+
+        return self._part(g, expr, explain, cost)
+
+    def CONSTANT_MATCH(self, g: Guard) -> Part:
+        return self._constant(g, 2)
+
+    def EQUALS_MATCH(self, g: Guard) -> Part:
+        return self._constant(g, 3)
+
+    def LENGTH_MATCH(self, g: Guard) -> Part:
+        e, n = g.source.expr(), int(g.payload["length"])  # type: ignore[union-attr, arg-type]
+
+        def explain(values: Sequence[Any]) -> str:
+            return f"len({e}) was {len(values[0])}, the graph assumed {n}"
+
+        return self._part(g, f"len({self.var(g.source)}) == {n}", explain, 2)  # type: ignore[arg-type]
+
+    def DICT_KEYS(self, g: Guard) -> Part:
+        e = g.source.expr()  # type: ignore[union-attr]
+        raw = g.payload["keys"]
+        keys = [decode_value(k, field="payload.keys") for k in raw]  # type: ignore[union-attr]
+        want = self.const(keys)
+        expr = f"list({self.var(g.source)}.keys()) == {want}"  # type: ignore[arg-type]
+
+        def explain(values: Sequence[Any]) -> str:
+            return f"{e} had keys {list(values[0].keys())!r}, the graph assumed {keys!r}"
+
+        return self._part(g, expr, explain, 4)
+
+    def TENSOR_MATCH(self, g: Guard) -> Part:
+        return tensor_part(self, g)
+
+    def GLOBAL_STATE(self, g: Guard) -> Part:
+        return global_state_part(self, g)
+
+    def SHAPE_EXPR(self, g: Guard) -> Part:
+        return shape_expr_part(self, g)
+
+
+# -- TENSOR_MATCH ----------------------------------------------------------------
+
+
+def _dispatch_keys_of(text: str) -> torch.DispatchKeySet | None:
+    """``"DispatchKeySet(CPU, AutogradCPU)"`` back into a key set (None if unreadable)."""
+    if not (text.startswith("DispatchKeySet(") and text.endswith(")")):
+        return None
+    names = [n.strip() for n in text[len("DispatchKeySet(") : -1].split(",") if n.strip()]
+    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.Undefined)
+    for name in names:
+        key = getattr(torch._C.DispatchKey, name, None)
+        if key is None:
+            return None
+        keys = keys.add(key)
+    return keys if str(keys) == text else None
+
+
+def tensor_part(b: GuardBuilder, g: Guard) -> Part:
+    """class, dtype, device, requires_grad, dispatch keys, ndim, sizes and strides."""
+    p = g.payload
+    e = g.source.expr()  # type: ignore[union-attr]
+    v = b.var(g.source)  # type: ignore[arg-type]
+    dtype = parse_dtype(str(p["dtype"]))
+    device = parse_device(str(p["device"]))
+    requires_grad = bool(p["requires_grad"])
+    ndim = int(p["ndim"])  # type: ignore[arg-type]
+    sizes: list[int | None] = list(p["sizes"])  # type: ignore[arg-type]
+    strides: list[int | None] = list(p["strides"])  # type: ignore[arg-type]
+    keys_text = str(p["dispatch_keys"])
+    keys = _dispatch_keys_of(keys_text)
+    dk = b.const(torch._C._dispatch_keys)
+
+    terms = [b._resolve_type(g, int(p["cls_id"]), of_value=True)]  # type: ignore[arg-type]
+    terms.append(f"{v}.dtype is {b.const(dtype)}")
+    # The backend dispatch key already pins the device type; only an index needs a compare.
+    if device.index is not None or keys is None:
+        terms.append(f"{v}.device == {b.const(device)}")
+    terms.append(f"{v}.requires_grad is {requires_grad}")
+    if None not in sizes:
+        terms.append(f"{v}.shape == {tuple(sizes)!r}")
+    else:
+        terms.append(f"{v}.dim() == {ndim}")
+        terms += [f"{v}.size({d}) == {s}" for d, s in enumerate(sizes) if s is not None]
+    if None not in strides:
+        terms.append(f"{v}.stride() == {tuple(strides)!r}")
+    else:
+        terms += [f"{v}.stride({d}) == {s}" for d, s in enumerate(strides) if s is not None]
+    if keys is not None:
+        terms.append(f"{dk}({v}) == {b.const(keys)}")
+    else:
+        terms.append(f"str({dk}({v})) == {keys_text!r}")
+    want_cls = str(p["cls"])
+
+    def explain(values: Sequence[Any]) -> str:
+        t = values[0]
+        if not isinstance(t, torch.Tensor):
+            return f"{e} was a {_type_name(type(t))}, the graph assumed a tensor ({want_cls})"
+        if _type_name(type(t)) != want_cls and id(type(t)) != p["cls_id"]:
+            return f"{e} was a {_type_name(type(t))}, the graph assumed {want_cls}"
+        checks: list[tuple[str, Any, Any]] = [
+            (f"{e}.dtype", t.dtype, dtype),
+            (f"{e}.device", t.device, device),
+            (f"{e}.requires_grad", t.requires_grad, requires_grad),
+            (f"{e}.dim()", t.dim(), ndim),
+        ]
+        for what, got, want in checks:
+            if got != want:
+                return f"{what} was {got}, the graph assumed {want}"
+        for d, s in enumerate(sizes):
+            if s is not None and t.size(d) != s:
+                return f"{e}.size()[{d}] was {t.size(d)}, the graph assumed {s}"
+        for d, s in enumerate(strides):
+            if s is not None and t.stride(d) != s:
+                return f"{e}.stride()[{d}] was {t.stride(d)}, the graph assumed {s}"
+        got_keys = str(torch._C._dispatch_keys(t))
+        if got_keys != keys_text:
+            return f"{e} dispatch keys were {got_keys}, the graph assumed {keys_text}"
+        return f"{e} was a different class object of the same name {want_cls}"
+
+    return b._part(g, " and ".join(terms), explain, 10)
+
+
+# -- GLOBAL_STATE ------------------------------------------------------------------
+
+
+def global_state_part(b: GuardBuilder, g: Guard) -> Part:
+    """Grad mode, default dtype, autocast (cpu, cuda) and deterministic algorithms."""
+    p = g.payload
+    grad = bool(p["grad_enabled"])
+    dtype = parse_dtype(str(p["default_dtype"]))
+    ac_cpu, ac_cuda = bool(p["autocast_cpu"]), bool(p["autocast_cuda"])
+    deterministic = bool(p["deterministic"])
+    terms = [
+        f"{b.const(torch.is_grad_enabled)}() is {grad}",
+        f"{b.const(torch.get_default_dtype)}() is {b.const(dtype)}",
+    ]
+    autocast = b.const(torch.is_autocast_enabled)
+    if not ac_cpu and not ac_cuda:
+        terms.append(f"not {b.const(torch._C._is_any_autocast_enabled)}()")
+    else:
+        terms.append(f"{autocast}('cpu') is {ac_cpu} and {autocast}('cuda') is {ac_cuda}")
+    terms.append(f"{b.const(torch._C._get_deterministic_algorithms)}() is {deterministic}")
+
+    def explain(values: Sequence[Any]) -> str:
+        def mode(on: bool) -> str:
+            return "enabled" if on else "disabled"
+
+        now = [
+            ("grad mode", torch.is_grad_enabled(), grad, mode),
+            ("the default dtype", torch.get_default_dtype(), dtype, str),
+            ("autocast on cpu", torch.is_autocast_enabled("cpu"), ac_cpu, mode),
+            ("autocast on cuda", torch.is_autocast_enabled("cuda"), ac_cuda, mode),
+            (
+                "deterministic algorithms",
+                torch.are_deterministic_algorithms_enabled(),
+                deterministic,
+                mode,
+            ),
+        ]
+        for what, got, want, show in now:
+            if got != want:
+                return f"{what} was {show(got)}, the graph assumed {show(want)}"  # type: ignore[operator]
+        return "the global torch state changed"
+
+    return b._part(g, " and ".join(terms), explain, 8)
+
+
+# -- SHAPE_EXPR ---------------------------------------------------------------------
+
+
+def shape_expr_part(b: GuardBuilder, g: Guard) -> Part:
+    """A sympy relation over size symbols, each bound to a source by the payload's ``symbols``."""
+    text = str(g.payload["expr"])
+    relation = parse_sym_expr(text, field="payload.expr")
+    raw = g.payload.get("symbols")
+    bindings: dict[str, Source] = {}
+    if isinstance(raw, dict):
+        for name, src in raw.items():
+            bindings[name] = parse_source(str(src))
+    free = sorted(relation.free_symbols, key=lambda s: s.name)
+    missing = [s.name for s in free if s.name not in bindings]
+    if missing:
+        raise GuardCompileError(
+            f"cannot compile SHAPE_EXPR guard {text}: symbol {missing[0]!r} is not bound to a "
+            "source; give the payload a \"symbols\" map such as "
+            f"{{\"{missing[0]}\": \"L['x'].size()[0]\"}}"
+        )
+    reads = tuple(bindings[s.name] for s in free)
+    local = {s: sympy.Symbol(b.var(bindings[s.name])) for s in free}
+    code = pycode(relation.xreplace(local), fully_qualified_modules=True)
+    if "math." in code:
+        b.consts["math"] = __import__("math")
+
+    def explain(values: Sequence[Any]) -> str:
+        bound = ", ".join(
+            f"{s.name} = {bindings[s.name].expr()} = {val}" for s, val in zip(free, values, strict=True)
+        )
+        return f"{text} was False with {bound}"
+
+    return Part(g, reads, f"({code})", explain, 20)
+
+
+def parts_for(builder: GuardBuilder, guards: Sequence[Guard]) -> list[Part]:
+    """Every guard's part, sorted cheapest first (stable: equal costs keep their order)."""
+    if not all(isinstance(g.kind, GuardKind) for g in guards):
+        raise GuardCompileError("guards must have an ember.ir.GuardKind kind")
+    parts = [builder.build(g) for g in guards]
+    return sorted(parts, key=lambda part: part.cost)

@@ -1,0 +1,158 @@
+"""Parts -> one generated function, compiled with one ``exec``.
+
+The generated function reads each source once into a local (right before
+the first part that needs it, so a cheap failing part skips the reads of
+later ones), tests the parts cheapest first and returns ``False`` at the
+first that fails. Any exception while reading a source (a missing key, an
+attribute that is gone) means the guards do not hold. Example for
+``f(x, y)``::
+
+    def check(L, G):
+        try:
+            if _dead: return False
+            v0 = L['x']
+            if not (type(v0) is c1 and v0.dtype is c2 and ...): return False
+            ...
+            return True
+        except Exception:
+            return False
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ember.guards.builder import GuardBuilder, Part, eval_source, parts_for
+from ember.guards.errors import GuardCompileError
+from ember.ir import Guard, GuardKind, GuardSet, Local, Source
+
+CheckFunction = Callable[[dict[str, Any], dict[str, Any]], bool]
+
+
+def _read_code(source: Source, names: Mapping[Source, str]) -> str:
+    """Python text reading ``source`` from its base's local (or from L / G)."""
+    if isinstance(source, Local) or not hasattr(source, "base"):
+        return source.expr()
+    base = source.base
+    return names[base] + source.expr()[len(base.expr()) :]
+
+
+def _emit_reads(source: Source, b: GuardBuilder, done: set[Source], lines: list[str]) -> None:
+    if source in done:
+        return
+    base = getattr(source, "base", None)
+    if base is not None:
+        _emit_reads(base, b, done, lines)
+    name = b.var(source)
+    lines.append(f"        {name} = {_read_code(source, b.names)}")
+    done.add(source)
+
+
+def generate(parts: Sequence[Part], b: GuardBuilder) -> str:
+    """The check function's source text."""
+    lines = ["def check(L, G):", "    try:"]
+    if b.weakrefs:
+        lines.append("        if _dead: return False")
+    done: set[Source] = set()
+    for part in parts:
+        for source in part.reads:
+            _emit_reads(source, b, done, lines)
+        lines.append(f"        if not ({part.expr}): return False")
+    lines += ["        return True", "    except Exception:", "        return False", ""]
+    return "\n".join(lines)
+
+
+class CheckFn:
+    """A compiled guard set: ``check_fn(f_locals, f_globals) -> bool``.
+
+    ``fn`` is the generated function itself (call it directly on hot paths);
+    ``code`` its source; ``parts`` the sorted parts ``explain`` re-runs.
+    """
+
+    def __init__(self, guard_set: GuardSet, parts: list[Part], builder: GuardBuilder) -> None:
+        self.guard_set = guard_set
+        self.parts = parts
+        self.code = generate(parts, builder)
+        self._builder = builder  # keeps the weakrefs (and their callbacks) alive
+        namespace: dict[str, Any] = builder.consts
+        exec(compile(self.code, "<ember guards>", "exec"), namespace)
+        self.fn: CheckFunction = namespace["check"]
+        self._predicates: list[Callable[..., bool]] | None = None
+
+    def __call__(self, f_locals: dict[str, Any], f_globals: dict[str, Any]) -> bool:
+        return self.fn(f_locals, f_globals)
+
+    def _part_predicates(self) -> list[Callable[..., bool]]:
+        """One small function per part, ``(values of its reads) -> bool`` (built on first explain)."""
+        if self._predicates is None:
+            names = self._builder.names
+            lines = []
+            for i, part in enumerate(self.parts):
+                args = ", ".join(names[s] for s in part.reads)
+                lines.append(f"def p{i}({args}):\n    return bool({part.expr})\n")
+            namespace = dict(self._builder.consts)
+            exec(compile("\n".join(lines), "<ember guard parts>", "exec"), namespace)
+            self._predicates = [namespace[f"p{i}"] for i in range(len(self.parts))]
+        return self._predicates
+
+    def explain(self, f_locals: Mapping[str, Any], f_globals: Mapping[str, Any]) -> str | None:
+        """The first failing guard in plain words, or ``None`` when every guard holds."""
+        if self._builder.consts.get("_dead"):
+            return "an object the graph was captured with (a module or function) no longer exists"
+        for part, predicate in zip(self.parts, self._part_predicates(), strict=True):
+            values = []
+            for source in part.reads:
+                try:
+                    values.append(eval_source(source, f_locals, f_globals))
+                except Exception as exc:
+                    return f"{source.expr()} could not be read ({type(exc).__name__}: {exc})"
+            try:
+                ok = predicate(*values)
+            except Exception as exc:
+                return f"checking {part.guard.kind.value} on {_where(part.guard)} raised {type(exc).__name__}: {exc}"
+            if not ok:
+                return part.explain(values)
+        return None
+
+    def __repr__(self) -> str:
+        return f"<ember CheckFn: {len(self.parts)} guards>"
+
+
+def _where(guard: Guard) -> str:
+    return guard.source.expr() if guard.source is not None else "the frame"
+
+
+def _relation_guards(guard_set: GuardSet) -> list[Guard]:
+    """``shape_relations`` as SHAPE_EXPR guards, with symbols bound by the set's SHAPE_EXPR guards."""
+    if not guard_set.shape_relations:
+        return []
+    symbols: dict[str, Any] = {}
+    for g in guard_set.guards:
+        if g.kind is GuardKind.SHAPE_EXPR and isinstance(g.payload.get("symbols"), dict):
+            symbols.update(g.payload["symbols"])  # type: ignore[arg-type]
+    return [
+        Guard(None, GuardKind.SHAPE_EXPR, {"expr": rel, "symbols": symbols})
+        for rel in guard_set.shape_relations
+    ]
+
+
+def compile_guards(
+    guard_set: GuardSet,
+    f_locals: Mapping[str, Any] | None = None,
+    f_globals: Mapping[str, Any] | None = None,
+) -> CheckFn:
+    """Compile ``guard_set`` into one check function.
+
+    Pass the frame the guards were captured from (``f_locals``/``f_globals``)
+    so classes, modules and functions are matched by identity and held
+    safely (see :mod:`ember.guards.builder`); without it, payload ids are
+    compared and the caller must keep those objects alive.
+    """
+    if not isinstance(guard_set, GuardSet):
+        raise GuardCompileError(
+            f"ember.guards.compile expects an ember.ir.GuardSet, got {type(guard_set).__name__}"
+        )
+    builder = GuardBuilder(f_locals, f_globals)
+    guards = list(guard_set.guards) + _relation_guards(guard_set)
+    return CheckFn(guard_set, parts_for(builder, guards), builder)
