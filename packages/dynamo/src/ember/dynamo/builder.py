@@ -1,0 +1,192 @@
+"""``wrap(tx, value, source)``: the one place a real value becomes a tracker.
+
+It picks the tracker class for the value's kind and records, through the
+translator's ``GuardCollector``, what the capture now assumes about it.
+Values without a source (created while tracing, or results of folding) get
+no guards: nothing outside the frame can change them.
+"""
+
+from __future__ import annotations
+
+import builtins
+import enum
+import functools
+import math
+import operator
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .errors import Unsupported
+from .source_tracking import AttrSource, ItemSource, Source
+from .variables.base import VariableTracker
+from .variables.builtins import BuiltinVariable
+from .variables.constant import ConstantVariable, is_constant_value
+from .variables.dicts import DictVariable
+from .variables.functions import UserFunctionVariable, UserMethodVariable
+from .variables.lists import ListVariable, TupleVariable
+from .variables.nn_module import NNModuleVariable
+from .variables.objects import (
+    ClassVariable,
+    OpaqueConstantVariable,
+    PythonModuleVariable,
+    UserObjectVariable,
+)
+from .variables.torch import TorchFunctionVariable
+
+if TYPE_CHECKING:
+    from .symbolic_convert import InstructionTranslatorBase as Tx
+
+BUILTIN_FUNCTIONS = frozenset(
+    v for v in vars(builtins).values() if isinstance(v, types.BuiltinFunctionType)
+)
+BUILTIN_TYPES = frozenset(
+    {list, tuple, dict, int, float, bool, str, complex, range, slice, enumerate, zip,
+     reversed, type, frozenset, set, object, bytes, super, property, staticmethod, classmethod}
+)
+GRAD_MODE = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled, torch.inference_mode)
+TENSOR_BASES = (torch.Tensor, torch._C.TensorBase)
+
+
+def is_torch_callable(value: Any) -> bool:
+    if value in GRAD_MODE:
+        return True
+    if isinstance(value, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+        return getattr(value, "__objclass__", None) in TENSOR_BASES
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType)) or type(value).__name__ in (
+        "builtin_function_or_method",
+        "_VariableFunctionsClass",
+    ):
+        mod = getattr(value, "__module__", None) or ""
+        self_obj = getattr(value, "__self__", None)
+        if mod == "torch" or mod.startswith("torch.") or mod.startswith("torch._C"):
+            return True
+        if self_obj is not None and getattr(self_obj, "__name__", "").startswith("torch"):
+            return True
+    if type(value).__name__ == "OpOverloadPacket" or isinstance(value, torch._ops.OpOverload):
+        return True
+    return False
+
+
+def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
+    """The tracker for ``value`` read from ``source`` (guards recorded)."""
+    g = tx.output.guards if source is not None else None
+
+    if isinstance(value, torch.Tensor):
+        if source is None:
+            return tx.output.register_attr_tensor(value, None, is_param=False)
+        return tx.output.add_input(value, source)
+    if isinstance(value, torch.nn.Module):
+        if g is not None and source is not None:
+            g.add_module(source, value)
+        return NNModuleVariable(value, source)
+    if isinstance(value, (bool, int, float, str, bytes, type(None), complex, torch.dtype,
+                          torch.device, torch.Size, range, slice, torch.layout,
+                          torch.memory_format, type(Ellipsis), frozenset)):
+        if g is not None and source is not None:
+            g.add_constant(source, value)
+        return ConstantVariable(value, source)
+    if isinstance(value, enum.Enum):
+        if g is not None and source is not None:
+            g.add_id(source, value)
+        return OpaqueConstantVariable(value, source)
+    if isinstance(value, tuple) and type(value) is tuple:
+        if g is not None and source is not None:
+            g.add_length(source, value)
+        return TupleVariable(
+            [wrap(tx, v, ItemSource(source, i) if source else None) for i, v in enumerate(value)],
+            source,
+        )
+    if type(value) is list:
+        if g is not None and source is not None:
+            g.add_length(source, value)
+        return tx.output.side_effects.existing_list(
+            value,
+            lambda: ListVariable(
+                [wrap(tx, v, ItemSource(source, i) if source else None) for i, v in enumerate(value)],
+                source,
+            ),
+        )
+    if type(value) is dict:
+        if not all(isinstance(k, (str, int)) for k in value):
+            raise Unsupported("dict with non-str/int keys read from the frame")
+        if g is not None and source is not None:
+            g.add_dict_keys(source, value)
+        return tx.output.side_effects.existing_dict(
+            value,
+            lambda: DictVariable(
+                {k: wrap(tx, v, ItemSource(source, k) if source else None) for k, v in value.items()},
+                source,
+            ),
+        )
+    if is_torch_callable(value):
+        if g is not None and source is not None:
+            g.add_function(source, value)
+        return TorchFunctionVariable(value, source)
+    if (
+        value in BUILTIN_FUNCTIONS
+        or value in BUILTIN_TYPES
+        or (isinstance(value, types.BuiltinFunctionType) and getattr(value, "__module__", "") in ("math", "_operator", "operator"))
+    ):
+        if g is not None and source is not None:
+            g.add_id(source, value)
+        return BuiltinVariable(value)
+    if isinstance(value, types.FunctionType):
+        if g is not None and source is not None:
+            g.add_function(source, value)
+        if value.__module__ and (value.__module__ in ("operator", "math")):
+            return BuiltinVariable(value)
+        return UserFunctionVariable(value, source)
+    if isinstance(value, types.MethodType):
+        obj_src = AttrSource(source, "__self__") if source else None
+        fn_src = AttrSource(source, "__func__") if source else None
+        fn = value.__func__
+        if not isinstance(fn, types.FunctionType):
+            raise Unsupported(f"bound method `{getattr(fn, '__name__', fn)}` of a C type")
+        return UserMethodVariable(UserFunctionVariable(fn, fn_src), wrap(tx, value.__self__, obj_src))
+    if isinstance(value, types.ModuleType):
+        if g is not None and source is not None:
+            g.add_id(source, value)
+        return PythonModuleVariable(value, source)
+    if isinstance(value, type):
+        if g is not None and source is not None:
+            g.add_id(source, value)
+        return ClassVariable(value, source)
+    if isinstance(value, (torch.finfo, torch.iinfo)):
+        return OpaqueConstantVariable(value, source)
+    if isinstance(value, functools.partial):
+        raise Unsupported("calling a functools.partial object")
+    if type(value).__module__.startswith(("numpy", "torch")):
+        raise Unsupported(f"value of type `{type(value).__qualname__}` cannot be traced")
+    if hasattr(value, "__dict__") and not callable(value):
+        if g is not None and source is not None:
+            g.add_type(source, value)
+        return UserObjectVariable(value, source)
+    raise Unsupported(f"value of type `{type(value).__qualname__}` cannot be traced")
+
+
+def wrap_constant_result(value: Any) -> VariableTracker:
+    """A tracker for a value computed while tracing from constants."""
+    if is_constant_value(value):
+        return ConstantVariable(value)
+    if type(value) is tuple:
+        return TupleVariable([wrap_constant_result(v) for v in value])
+    if type(value) is list:
+        return ListVariable([wrap_constant_result(v) for v in value])
+    if type(value) is dict:
+        return DictVariable({k: wrap_constant_result(v) for k, v in value.items()})
+    if value in BUILTIN_FUNCTIONS or value in BUILTIN_TYPES:
+        return BuiltinVariable(value)
+    if isinstance(value, (torch.finfo, torch.iinfo, enum.Enum)):
+        return OpaqueConstantVariable(value)
+    if isinstance(value, type):
+        return ClassVariable(value)
+    if callable(value) and getattr(value, "__module__", "") in ("math", "operator"):
+        return BuiltinVariable(value)
+    if isinstance(value, torch.Tensor):
+        raise Unsupported("a constant computation produced a tensor")
+    raise Unsupported(f"constant folding produced a `{type(value).__qualname__}`")
+
+
+OPERATORS = (operator, math)

@@ -1,0 +1,166 @@
+"""Emitting bytecode that rebuilds Python values after a graph ran.
+
+``PyCodegen`` collects ``bytecode.Instr`` objects. Trackers push their real
+value by ``reconstruct(cg)``: constants by ``LOAD_CONST``, values read from
+the frame by replaying their source (``L['self'].layers[0]``), tensors
+computed by the graph by indexing the graph's output tuple. Tensors asked
+for here become the graph's outputs, in the order first asked.
+The 3.11/3.12 differences in call and attribute sequences live here only.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+from bytecode import CellVar, FreeVar, Instr
+
+from .source_tracking import AttrSource, GlobalSource, ItemSource, LocalSource, Source
+from .variables.base import VariableTracker
+
+if TYPE_CHECKING:
+    from .variables.tensor import TensorVariable
+
+PY312 = sys.version_info >= (3, 12)
+OUT_LOCAL = "__ember_graph_out"
+
+
+class PyCodegen:
+    def __init__(self, cellvars: tuple[str, ...], freevars: tuple[str, ...], lineno: int) -> None:
+        self.instrs: list[Instr] = []
+        self.cellvars = cellvars
+        self.freevars = freevars
+        self.lineno = lineno
+        self.outputs: list[TensorVariable] = []
+        self._out_index: dict[int, int] = {}
+        self._tmp = 0
+
+    # --- primitive emission ------------------------------------------------
+    def emit(self, name: str, arg: Any = None) -> None:
+        if arg is None and name not in ("LOAD_CONST",):
+            self.instrs.append(Instr(name, lineno=self.lineno))
+        else:
+            self.instrs.append(Instr(name, arg, lineno=self.lineno))
+
+    def load_const(self, value: Any) -> None:
+        self.instrs.append(Instr("LOAD_CONST", value, lineno=self.lineno))
+
+    def load_local(self, name: str) -> None:
+        if name in self.cellvars:
+            self.emit("LOAD_DEREF", CellVar(name))
+        elif name in self.freevars:
+            self.emit("LOAD_DEREF", FreeVar(name))
+        else:
+            self.emit("LOAD_FAST", name)
+
+    def store_local(self, name: str) -> None:
+        if name in self.cellvars:
+            self.emit("STORE_DEREF", CellVar(name))
+        elif name in self.freevars:
+            self.emit("STORE_DEREF", FreeVar(name))
+        else:
+            self.emit("STORE_FAST", name)
+
+    def load_global(self, name: str, push_null: bool = False) -> None:
+        self.emit("LOAD_GLOBAL", (push_null, name))
+
+    def store_global(self, name: str) -> None:
+        self.emit("STORE_GLOBAL", name)
+
+    def load_attr(self, name: str) -> None:
+        self.emit("LOAD_ATTR", (False, name) if PY312 else name)
+
+    def store_attr(self, name: str) -> None:
+        self.emit("STORE_ATTR", name)
+
+    def store_subscr(self) -> None:
+        self.emit("STORE_SUBSCR")
+
+    def subscr(self) -> None:
+        self.emit("BINARY_SUBSCR")
+
+    def push_null(self) -> None:
+        self.emit("PUSH_NULL")
+
+    def call(self, nargs: int) -> None:
+        """Call with ``[NULL, callable, *args]`` on the stack."""
+        if not PY312:
+            self.emit("PRECALL", nargs)
+        self.emit("CALL", nargs)
+
+    def pop_top(self) -> None:
+        self.emit("POP_TOP")
+
+    def build(self, kind: type, n: int) -> None:
+        if kind is tuple:
+            self.emit("BUILD_TUPLE", n)
+        elif kind is list:
+            self.emit("BUILD_LIST", n)
+        elif kind is dict:
+            self.emit("BUILD_MAP", n)
+        else:
+            raise TypeError(kind)
+
+    def get_iter(self) -> None:
+        self.emit("GET_ITER")
+
+    def return_value(self) -> None:
+        self.emit("RETURN_VALUE")
+
+    # --- values --------------------------------------------------------------
+    def load_source(self, source: Source) -> None:
+        if isinstance(source, LocalSource):
+            self.load_local(source.name)
+        elif isinstance(source, GlobalSource):
+            self.load_global(source.name)
+        elif isinstance(source, AttrSource):
+            self.load_source(source.base)
+            self.load_attr(source.attr)
+        elif isinstance(source, ItemSource):
+            self.load_source(source.base)
+            self.load_const(source.key)
+            self.subscr()
+        else:
+            raise TypeError(f"cannot load source {source!r}")
+
+    def load_tensor(self, var: TensorVariable) -> None:
+        if var.source is not None:
+            self.load_source(var.source)
+            return
+        key = id(var.node)
+        if key not in self._out_index:
+            self._out_index[key] = len(self.outputs)
+            self.outputs.append(var)
+        self.load_local(OUT_LOCAL)
+        self.load_const(self._out_index[key])
+        self.subscr()
+
+    def new_tmp(self) -> str:
+        self._tmp += 1
+        return f"__ember_tmp_{self._tmp}"
+
+    def stash(self, var: VariableTracker, fresh: bool = False) -> str:
+        """Compute ``var`` into a fresh local; return its name."""
+        if fresh:
+            var.reconstruct_items(self)  # type: ignore[attr-defined]
+        else:
+            var.reconstruct(self)
+        name = self.new_tmp()
+        self.store_local(name)
+        return name
+
+    def stash_source(self, var: VariableTracker) -> str:
+        assert var.source is not None
+        self.load_source(var.source)
+        name = self.new_tmp()
+        self.store_local(name)
+        return name
+
+    def call_method_on_local(self, obj: str, method: str, args: list[str]) -> None:
+        self.push_null()
+        self.load_local(obj)
+        self.load_attr(method)
+        for a in args:
+            self.load_local(a)
+        self.call(len(args))
+        self.pop_top()

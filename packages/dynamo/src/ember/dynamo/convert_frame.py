@@ -1,0 +1,180 @@
+"""Turn one running frame into guarded, transformed code.
+
+``convert_frame(state, compiler, options, hooks)`` is the contract with the
+runtime (``eval_frame``): it interprets the frame's bytecode symbolically,
+compiles the captured graph with the backend, and returns a
+:class:`GuardedCode` whose ``code`` has the original signature and, when
+run, calls the compiled graph and rebuilds the function's result and side
+effects.
+"""
+
+from __future__ import annotations
+
+import inspect
+import traceback
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .codegen import OUT_LOCAL, PyCodegen
+from .config import DynamoOptions
+from .errors import Unsupported
+from .eval_frame import FrameHooks
+from .output_graph import CapturedGraph, CompilerFn, OutputGraph
+from .source_tracking import LocalSource
+from .symbolic_convert import InstructionTranslator
+from .variables.base import VariableTracker
+from .variables.functions import CellVariable
+from .variables.lazy import LazyVariable
+
+__all__ = [
+    "CapturedGraph",
+    "CompilerFn",
+    "FrameState",
+    "GraphBreak",
+    "GuardedCode",
+    "convert_frame",
+]
+
+
+@dataclass(frozen=True)
+class FrameState:
+    """One call about to run: the bound arguments of ``code``."""
+
+    code: types.CodeType
+    f_locals: dict[str, Any]
+    f_globals: dict[str, Any]
+    closure: tuple[types.CellType, ...] | None
+    fn_name: str
+
+
+@dataclass(frozen=True)
+class GraphBreak:
+    reason: str
+    user_stack: list[traceback.FrameSummary]
+
+
+@dataclass
+class GuardedCode:
+    """One cache entry: run ``code`` when ``check_fn(f_locals, f_globals)``."""
+
+    code: types.CodeType
+    check_fn: Any
+    guard_set: Any
+    graphs: list[CapturedGraph] = field(default_factory=list)
+    graph_breaks: list[GraphBreak] = field(default_factory=list)
+
+
+UNSUPPORTED_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+def initial_locals(state: FrameState) -> dict[str, VariableTracker]:
+    code = state.code
+    out: dict[str, VariableTracker] = {}
+    for name, value in state.f_locals.items():
+        if name not in code.co_varnames and name not in code.co_cellvars:
+            continue
+        kind = "cell" if name in code.co_cellvars else "fast"
+        out[name] = LazyVariable(value, LocalSource(name, kind))
+    return out
+
+
+def initial_cells(state: FrameState) -> dict[str, CellVariable]:
+    code = state.code
+    cells: dict[str, CellVariable] = {}
+    closure = state.closure or ()
+    if len(closure) != len(code.co_freevars):
+        raise ValueError(
+            f"{state.fn_name}: closure has {len(closure)} cells but the code has "
+            f"{len(code.co_freevars)} free variables"
+        )
+    for name, cell in zip(code.co_freevars, closure, strict=True):
+        cells[name] = CellVariable(real=cell, source=LocalSource(name, "free"), name=name)
+    return cells
+
+
+def convert_frame(
+    state: FrameState,
+    compiler: CompilerFn,
+    options: DynamoOptions,
+    hooks: FrameHooks,
+) -> GuardedCode:
+    """Capture ``state`` into a graph; raise ``Unsupported`` if it cannot."""
+    code = state.code
+    if code.co_flags & UNSUPPORTED_FLAGS:
+        raise Unsupported(f"`{code.co_name}` is a generator or coroutine")
+    output = OutputGraph(state.f_globals)
+    tx = InstructionTranslator(
+        code,
+        state.f_globals,
+        initial_locals(state),
+        initial_cells(state),
+        output,
+        options,
+        None,
+    )
+    prior_grad = torch.is_grad_enabled()
+    try:
+        result = tx.run()
+    finally:
+        torch._C._set_grad_enabled(prior_grad)
+    return finish(state, tx, output, result, compiler)
+
+
+def finish(
+    state: FrameState,
+    tx: InstructionTranslator,
+    output: OutputGraph,
+    result: VariableTracker,
+    compiler: CompilerFn,
+) -> GuardedCode:
+    from .bytecode_transform import assemble
+
+    code = state.code
+    cg = PyCodegen(code.co_cellvars, code.co_freevars, code.co_firstlineno)
+    if output.side_effects.is_empty():
+        result.reconstruct(cg)
+    else:
+        ret_tmp = cg.stash(result)
+        output.side_effects.codegen(cg)
+        cg.load_local(ret_tmp)
+    cg.return_value()
+
+    graphs: list[CapturedGraph] = []
+    head = PyCodegen(code.co_cellvars, code.co_freevars, code.co_firstlineno)
+    if cg.outputs or output.has_ops():
+        name, captured, inputs = output.compile(cg.outputs, compiler, state.fn_name)
+        graphs.append(captured)
+        head.load_global(name, push_null=True)
+        for inp in inputs:
+            head.load_source(inp.source)
+        head.call(len(inputs))
+        head.store_local(OUT_LOCAL)
+    new_code = assemble(code, head.instrs + cg.instrs)
+    guard_set = output.guards.to_guard_set()
+    check_fn = compile_guards(guard_set, guard_locals(state), state.f_globals)
+    return GuardedCode(new_code, check_fn, guard_set, graphs, [])
+
+
+def guard_locals(state: FrameState) -> dict[str, Any]:
+    """The ``L`` the guards read: the arguments plus the closure's contents
+    (free variables are guarded as ``L['name']``)."""
+    out = dict(state.f_locals)
+    for name, cell in zip(state.code.co_freevars, state.closure or (), strict=True):
+        try:
+            out[name] = cell.cell_contents
+        except ValueError:
+            continue
+    return out
+
+
+def compile_guards(
+    guard_set: Any, f_locals: dict[str, Any], f_globals: dict[str, Any]
+) -> Callable[..., bool]:
+    from ember import guards
+
+    fn: Callable[..., bool] = guards.compile(guard_set, f_locals, f_globals)
+    return fn

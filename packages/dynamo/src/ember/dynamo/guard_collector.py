@@ -1,0 +1,90 @@
+"""The explicit list of assumptions a capture made.
+
+Trackers never guard by themselves: :func:`ember.dynamo.builder.wrap` and
+the translator call the ``add_*`` methods with a source and the value that
+was seen. Each becomes one ``ember.ir.Guard``; :meth:`to_guard_set` returns
+the ``GuardSet`` that ``ember.guards.compile`` turns into a check function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import types
+from typing import Any
+
+import torch
+from ember import ir
+
+from .source_tracking import Source, to_ir
+
+_CONSTANT_TYPES = (type(None), bool, int, float, str, bytes)
+
+
+@dataclass
+class GuardCollector:
+    guards: dict[tuple[str, str], ir.Guard] = field(default_factory=dict)
+
+    def _add(self, source: Source | None, kind: ir.GuardKind, payload: dict[str, Any]) -> None:
+        key = (source.expr() if source is not None else "", kind.value)
+        if key in self.guards:
+            return
+        self.guards[key] = ir.Guard(to_ir(source) if source is not None else None, kind, payload)
+
+    def add_tensor(self, source: Source, t: torch.Tensor) -> None:
+        self._add(source, ir.GuardKind.TENSOR_MATCH, ir.tensor_payload(t))
+
+    def add_type(self, source: Source, value: Any) -> None:
+        t = type(value)
+        self._add(source, ir.GuardKind.TYPE_MATCH, {"type": ir.qualname(t), "type_id": id(t)})
+
+    def add_id(self, source: Source, value: Any) -> None:
+        if isinstance(value, (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType)):
+            text = repr(value)
+        else:
+            text = f"<{type(value).__name__} object>"
+        self._add(source, ir.GuardKind.ID_MATCH, {"id": id(value), "repr": text[:200]})
+
+    def add_function(self, source: Source, fn: Any) -> None:
+        self._add(source, ir.GuardKind.FUNCTION_MATCH, {"id": id(fn), "qualname": ir.qualname(fn)})
+
+    def add_module(self, source: Source, module: torch.nn.Module) -> None:
+        self._add(source, ir.GuardKind.NN_MODULE, {"id": id(module), "type": ir.qualname(type(module))})
+
+    def add_constant(self, source: Source, value: Any) -> None:
+        """Pin a Python value read from the frame: by value where it can be
+        encoded, by identity otherwise."""
+        kind = (
+            ir.GuardKind.CONSTANT_MATCH
+            if isinstance(value, _CONSTANT_TYPES)
+            else ir.GuardKind.EQUALS_MATCH
+        )
+        try:
+            encoded = ir.encode_value(value)
+        except ir.FormatError:
+            self.add_id(source, value)
+            return
+        if kind is ir.GuardKind.EQUALS_MATCH or isinstance(value, bool):
+            self.add_type(source, value)
+        self._add(source, kind, {"value": encoded})
+
+    def add_length(self, source: Source, value: Any) -> None:
+        self.add_type(source, value)
+        self._add(source, ir.GuardKind.LENGTH_MATCH, {"length": len(value)})
+
+    def add_dict_keys(self, source: Source, value: dict[Any, Any]) -> None:
+        self.add_type(source, value)
+        self._add(source, ir.GuardKind.DICT_KEYS, {"keys": [ir.encode_value(k) for k in value]})
+
+    def add_global_state(self) -> None:
+        self._add(None, ir.GuardKind.GLOBAL_STATE, ir.global_state_payload())
+
+    def __len__(self) -> int:
+        return len(self.guards)
+
+    def describe(self) -> list[str]:
+        return [g.describe() for g in self.guards.values()]
+
+    def to_guard_set(self) -> ir.GuardSet:
+        order = {k: i for i, k in enumerate(ir.GuardKind)}
+        guards = sorted(self.guards.values(), key=lambda g: order[g.kind])
+        return ir.GuardSet(tuple(guards))

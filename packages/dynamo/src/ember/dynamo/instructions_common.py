@@ -1,0 +1,436 @@
+"""Opcode handlers shared by CPython 3.11 and 3.12.
+
+One method per opcode, named like it. ``self`` is an
+``InstructionTranslatorBase``; families (binary operators, comparisons,
+conditional jumps) come from the small factories at the bottom.
+"""
+
+from __future__ import annotations
+
+import dis
+import operator
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .errors import Unsupported
+from .variables.base import VariableTracker
+from .variables.builtins import BuiltinVariable
+from .variables.constant import ConstantVariable
+from .variables.dicts import DictVariable, dict_key
+from .variables.functions import CellVariable, NestedFunctionVariable
+from .variables.lazy import LazyVariable
+from .variables.lists import BaseListVariable, ListVariable, TupleVariable
+from .variables.misc import BoundCallVariable, NullVariable
+from .variables.tensor import TensorVariable
+from .variables.torch import ContextMethodVariable, GradModeVariable
+
+if TYPE_CHECKING:
+    from .symbolic_convert import InstructionTranslatorBase
+
+    Base = InstructionTranslatorBase
+else:
+    Base = object
+
+Inst = dis.Instruction
+
+BINARY_OPS: list[Callable[[Any, Any], Any]] = [
+    operator.add, operator.and_, operator.floordiv, operator.lshift, operator.matmul,
+    operator.mul, operator.mod, operator.or_, operator.pow, operator.rshift,
+    operator.sub, operator.truediv, operator.xor,
+]
+INPLACE_OPS: list[Callable[[Any, Any], Any]] = [
+    operator.iadd, operator.iand, operator.ifloordiv, operator.ilshift, operator.imatmul,
+    operator.imul, operator.imod, operator.ior, operator.ipow, operator.irshift,
+    operator.isub, operator.itruediv, operator.ixor,
+]
+COMPARE_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "<": operator.lt, "<=": operator.le, "==": operator.eq,
+    "!=": operator.ne, ">": operator.gt, ">=": operator.ge,
+}
+
+
+class CommonInstructions(Base):
+    # --- no-ops -------------------------------------------------------------------
+    def NOP(self, inst: Inst) -> None:
+        pass
+
+    RESUME = NOP
+    CACHE = NOP
+    COPY_FREE_VARS = NOP
+    EXTENDED_ARG = NOP
+
+    # --- stack ------------------------------------------------------------------------
+    def POP_TOP(self, inst: Inst) -> None:
+        self.pop()
+
+    def PUSH_NULL(self, inst: Inst) -> None:
+        self.push(NullVariable())
+
+    def COPY(self, inst: Inst) -> None:
+        self.push(self.stack[-inst.arg])
+
+    def SWAP(self, inst: Inst) -> None:
+        i = inst.arg
+        self.stack[-1], self.stack[-i] = self.stack[-i], self.stack[-1]
+
+    # --- locals, cells, constants, globals -----------------------------------------------
+    def LOAD_CONST(self, inst: Inst) -> None:
+        self.push(ConstantVariable(inst.argval))
+
+    def LOAD_FAST(self, inst: Inst) -> None:
+        name = inst.argval
+        if name not in self.symbolic_locals:
+            raise Unsupported(f"local `{name}` read before assignment (UnboundLocalError)")
+        value = self.symbolic_locals[name]
+        if isinstance(value, LazyVariable):
+            value = value.realize(self)
+            self.symbolic_locals[name] = value
+        self.push(value)
+
+    def STORE_FAST(self, inst: Inst) -> None:
+        self.symbolic_locals[inst.argval] = self.pop()
+
+    def DELETE_FAST(self, inst: Inst) -> None:
+        self.symbolic_locals.pop(inst.argval, None)
+
+    def MAKE_CELL(self, inst: Inst) -> None:
+        name = inst.argval
+        if name in self.cells:
+            return
+        value = self.symbolic_locals.pop(name, None)
+        if isinstance(value, LazyVariable):
+            value = value.realize(self)
+        self.cells[name] = CellVariable(value=value, name=name)
+
+    def LOAD_CLOSURE(self, inst: Inst) -> None:
+        self.push(self.cells[inst.argval])
+
+    def LOAD_DEREF(self, inst: Inst) -> None:
+        self.push(self.cells[inst.argval].get(self))
+
+    def STORE_DEREF(self, inst: Inst) -> None:
+        self.cells[inst.argval].set(self, self.pop())
+
+    def LOAD_GLOBAL(self, inst: Inst) -> None:
+        if self.global_pushes_null(inst):
+            self.push(NullVariable())
+        self.push(self.load_global(inst.argval))
+
+    def STORE_GLOBAL(self, inst: Inst) -> None:
+        value = self.pop()
+        if self.f_globals is not self.root_tx().f_globals:
+            raise Unsupported(f"writing global `{inst.argval}` of another module")
+        self.output.side_effects.store_global(inst.argval, value)
+
+    def IMPORT_NAME(self, inst: Inst) -> None:
+        fromlist = self.pop().as_python_constant()
+        level = self.pop().as_python_constant()
+        if level != 0:
+            raise Unsupported("relative import inside a compiled region")
+        import importlib
+
+        from .builder import wrap
+
+        module = importlib.import_module(inst.argval)
+        if not fromlist:
+            module = importlib.import_module(inst.argval.split(".")[0])
+        self.push(wrap(self, module, None))
+
+    def IMPORT_FROM(self, inst: Inst) -> None:
+        self.push(self.stack[-1].var_getattr(self, inst.argval))
+
+    # --- attributes and items ----------------------------------------------------------------
+    def STORE_ATTR(self, inst: Inst) -> None:
+        obj = self.pop()
+        value = self.pop()
+        self.store_attr(obj, inst.argval, value)
+
+    def BINARY_SUBSCR(self, inst: Inst) -> None:
+        key = self.pop()
+        obj = self.pop()
+        self.push(self.getitem(obj, key))
+
+    def STORE_SUBSCR(self, inst: Inst) -> None:
+        key = self.pop()
+        obj = self.pop()
+        value = self.pop()
+        self.setitem(obj, key, value)
+
+    def setitem(self, obj: VariableTracker, key: VariableTracker, value: VariableTracker) -> None:
+        if isinstance(obj, TensorVariable):
+            self.output.create_op("call_function", operator.setitem, [obj, key, value], {})
+        elif isinstance(obj, (ListVariable, DictVariable)):
+            obj.call_method(self, "__setitem__", [key, value], {})
+        else:
+            raise Unsupported(f"item assignment on {obj.describe()}")
+
+    def DELETE_SUBSCR(self, inst: Inst) -> None:
+        key = self.pop()
+        obj = self.pop()
+        if isinstance(obj, DictVariable):
+            obj.call_method(self, "__delitem__", [key], {})
+        elif isinstance(obj, ListVariable):
+            k = key.as_python_constant()
+            obj.mutate(self)
+            del obj.items[k]
+        else:
+            raise Unsupported(f"`del` of an item of {obj.describe()}")
+
+    # --- building ------------------------------------------------------------------------------
+    def BUILD_TUPLE(self, inst: Inst) -> None:
+        self.push(TupleVariable(self.popn(inst.arg)))
+
+    def BUILD_LIST(self, inst: Inst) -> None:
+        self.push(ListVariable(self.popn(inst.arg)))
+
+    def BUILD_SET(self, inst: Inst) -> None:
+        items = self.popn(inst.arg)
+        if not all(i.is_python_constant() for i in items):
+            raise Unsupported("building a set of non-constant values")
+        self.push(ConstantVariable(frozenset(i.as_python_constant() for i in items)))
+
+    def BUILD_MAP(self, inst: Inst) -> None:
+        flat = self.popn(2 * inst.arg)
+        self.push(DictVariable({dict_key(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}))
+
+    def BUILD_CONST_KEY_MAP(self, inst: Inst) -> None:
+        keys = self.pop().as_python_constant()
+        values = self.popn(inst.arg)
+        self.push(DictVariable(dict(zip(keys, values, strict=True))))
+
+    def BUILD_SLICE(self, inst: Inst) -> None:
+        parts = self.popn(inst.arg)
+        if not all(p.is_python_constant() for p in parts):
+            raise Unsupported("slice bounds that are not constants (data-dependent slicing)")
+        self.push(ConstantVariable(slice(*[p.as_python_constant() for p in parts])))
+
+    def BUILD_STRING(self, inst: Inst) -> None:
+        parts = self.popn(inst.arg)
+        self.push(ConstantVariable("".join(p.as_python_constant() for p in parts)))
+
+    def FORMAT_VALUE(self, inst: Inst) -> None:
+        flags = inst.arg or 0
+        spec = self.pop().as_python_constant() if flags & 0x04 else ""
+        value = self.pop()
+        if not value.is_python_constant():
+            raise Unsupported(f"formatting {value.describe()} into a string")
+        v = value.as_python_constant()
+        conv = flags & 0x03
+        if conv == 1:
+            v = str(v)
+        elif conv == 2:
+            v = repr(v)
+        elif conv == 3:
+            v = ascii(v)
+        self.push(ConstantVariable(format(v, spec)))
+
+    def LIST_APPEND(self, inst: Inst) -> None:
+        v = self.pop()
+        target = self.stack[-inst.arg]
+        assert isinstance(target, ListVariable)
+        target.items.append(v)
+
+    def LIST_EXTEND(self, inst: Inst) -> None:
+        v = self.pop()
+        target = self.stack[-inst.arg]
+        assert isinstance(target, ListVariable)
+        target.items.extend(v.unpack(self))
+
+    def SET_ADD(self, inst: Inst) -> None:
+        raise Unsupported("set comprehension")
+
+    def LIST_TO_TUPLE(self, inst: Inst) -> None:
+        lst = self.pop()
+        assert isinstance(lst, BaseListVariable)
+        self.push(TupleVariable(lst.items))
+
+    def MAP_ADD(self, inst: Inst) -> None:
+        value = self.pop()
+        key = self.pop()
+        target = self.stack[-inst.arg]
+        assert isinstance(target, DictVariable)
+        target.items[dict_key(key)] = value
+
+    def DICT_UPDATE(self, inst: Inst) -> None:
+        other = self.pop()
+        target = self.stack[-inst.arg]
+        assert isinstance(target, DictVariable)
+        if not isinstance(other, DictVariable):
+            raise Unsupported(f"`**` unpacking of {other.describe()}")
+        target.items.update(other.items)
+
+    DICT_MERGE = DICT_UPDATE
+
+    def UNPACK_SEQUENCE(self, inst: Inst) -> None:
+        seq = self.pop()
+        items = seq.unpack(self)
+        if len(items) != inst.arg:
+            raise Unsupported(f"unpacking {len(items)} values into {inst.arg} names (ValueError)")
+        for item in reversed(items):
+            self.push(item)
+
+    def UNPACK_EX(self, inst: Inst) -> None:
+        before, after = inst.arg & 0xFF, inst.arg >> 8
+        items = self.pop().unpack(self)
+        if len(items) < before + after:
+            raise Unsupported("not enough values to unpack (ValueError)")
+        middle = ListVariable(items[before : len(items) - after])
+        out = [*items[:before], middle, *items[len(items) - after :]]
+        for item in reversed(out):
+            self.push(item)
+
+    # --- operators ------------------------------------------------------------------------------
+    def BINARY_OP(self, inst: Inst) -> None:
+        b = self.pop()
+        a = self.pop()
+        arg = inst.arg
+        fn = BINARY_OPS[arg] if arg < len(BINARY_OPS) else INPLACE_OPS[arg - len(BINARY_OPS)]
+        self.push(self.binary(fn, a, b))
+
+    def COMPARE_OP(self, inst: Inst) -> None:
+        b = self.pop()
+        a = self.pop()
+        self.push(self.binary(COMPARE_OPS[inst.argval], a, b))
+
+    def IS_OP(self, inst: Inst) -> None:
+        b = self.pop()
+        a = self.pop()
+        self.push(self.is_op(a, b, bool(inst.arg)))
+
+    def CONTAINS_OP(self, inst: Inst) -> None:
+        container = self.pop()
+        item = self.pop()
+        result = self.contains(container, item)
+        if inst.arg:
+            result = BuiltinVariable(operator.not_).call_function(self, [result], {})
+        self.push(result)
+
+    def _unary(self, fn: Callable[[Any], Any]) -> None:
+        self.push(BuiltinVariable(fn).call_function(self, [self.pop()], {}))
+
+    def UNARY_NEGATIVE(self, inst: Inst) -> None:
+        self._unary(operator.neg)
+
+    def UNARY_POSITIVE(self, inst: Inst) -> None:
+        self._unary(operator.pos)
+
+    def UNARY_INVERT(self, inst: Inst) -> None:
+        self._unary(operator.invert)
+
+    def UNARY_NOT(self, inst: Inst) -> None:
+        v = self.pop()
+        self.push(ConstantVariable(not v.truth(self)))
+
+    # --- iteration and jumps -----------------------------------------------------------------------
+    def GET_ITER(self, inst: Inst) -> None:
+        self.push(self.get_iter(self.pop()))
+
+    def JUMP_FORWARD(self, inst: Inst) -> None:
+        self.jump_to(inst.argval)
+
+    JUMP_BACKWARD = JUMP_FORWARD
+    JUMP_BACKWARD_NO_INTERRUPT = JUMP_FORWARD
+    JUMP = JUMP_FORWARD
+
+    def branch(self, inst: Inst, jump_if: bool, pop: bool = True) -> None:
+        value = self.stack[-1]
+        taken = value.truth(self) == jump_if
+        if pop or not taken:
+            self.pop()
+        if taken:
+            self.jump_to(inst.argval)
+
+    def branch_none(self, inst: Inst, jump_if_none: bool) -> None:
+        value = self.pop()
+        is_none = self.is_op(value, ConstantVariable(None), False).as_python_constant()
+        if is_none == jump_if_none:
+            self.jump_to(inst.argval)
+
+    # --- functions ----------------------------------------------------------------------------------
+    def MAKE_FUNCTION(self, inst: Inst) -> None:
+        flags = inst.arg or 0
+        code_var = self.pop()
+        code = code_var.as_python_constant()
+        qualname = code.co_qualname if hasattr(code, "co_qualname") else code.co_name
+        closure = self.pop() if flags & 0x08 else None
+        if flags & 0x04:
+            self.pop()  # annotations
+        kwdefaults = self.pop() if flags & 0x02 else None
+        defaults = self.pop() if flags & 0x01 else None
+        cells: list[CellVariable] = []
+        if closure is not None:
+            assert isinstance(closure, TupleVariable)
+            cells = [c for c in closure.items if isinstance(c, CellVariable)]
+        fn = NestedFunctionVariable(
+            code,
+            self.f_globals,
+            qualname,
+            tuple(defaults.unpack(self)) if defaults is not None else (),
+            dict(kwdefaults.items) if isinstance(kwdefaults, DictVariable) else {},
+            cells,
+        )
+        self.push(fn)
+
+    def call_n(self, nargs: int) -> None:
+        """CALL with ``[NULL|callable, callable|self, *args]`` (3.11 and 3.12)."""
+        kw_names = self.kw_names
+        self.kw_names = ()
+        args = self.popn(nargs)
+        second = self.pop()
+        first = self.pop()
+        if isinstance(first, NullVariable):
+            fn = second
+        else:
+            fn = first
+            args = [second, *args]
+        kwargs: dict[str, VariableTracker] = {}
+        if kw_names:
+            n = len(kw_names)
+            kwargs = dict(zip(kw_names, args[-n:], strict=True))
+            args = args[:-n]
+        self.push(self.call(fn, args, kwargs))
+
+    def CALL_FUNCTION_EX(self, inst: Inst) -> None:
+        kwargs_var = self.pop() if inst.arg & 1 else None
+        args_var = self.pop()
+        fn = self.pop()
+        if self.stack and isinstance(self.stack[-1], NullVariable):
+            self.pop()
+        args = args_var.unpack(self)
+        kwargs: dict[str, VariableTracker] = {}
+        if kwargs_var is not None:
+            if not isinstance(kwargs_var, DictVariable):
+                raise Unsupported(f"`**` call argument {kwargs_var.describe()}")
+            kwargs = {str(k): v for k, v in kwargs_var.items.items()}
+        self.push(self.call(fn, args, kwargs))
+
+    def KW_NAMES(self, inst: Inst) -> None:
+        self.kw_names = tuple(self.code.co_consts[inst.arg])
+
+    # --- with blocks -----------------------------------------------------------------------------------
+    def BEFORE_WITH(self, inst: Inst) -> None:
+        ctx = self.pop()
+        if not isinstance(ctx, GradModeVariable):
+            raise Unsupported(f"`with` on {ctx.describe()} (only grad-mode contexts are traced)")
+        self.push(ContextMethodVariable(ctx, "__exit__"))
+        self.push(ContextMethodVariable(ctx, "__enter__").call_function(self, [], {}))
+
+    # --- errors ------------------------------------------------------------------------------------------
+    def LOAD_ASSERTION_ERROR(self, inst: Inst) -> None:
+        self.push(ConstantVariable(AssertionError))
+
+    def RAISE_VARARGS(self, inst: Inst) -> None:
+        args = self.popn(inst.arg)
+        what = args[0].describe() if args else "re-raise"
+        if args and args[0].is_python_constant() and args[0].as_python_constant() is AssertionError:
+            raise Unsupported("assertion failed while tracing (AssertionError)")
+        raise Unsupported(f"`raise` of {what} inside a compiled region")
+
+    def LOAD_BUILD_CLASS(self, inst: Inst) -> None:
+        raise Unsupported("class definition inside a compiled region")
+
+
+def method_call_var(obj: VariableTracker, name: str) -> VariableTracker:
+    """What ``LOAD_METHOD``/``LOAD_ATTR(method)`` pushes for ``obj.name``."""
+    return BoundCallVariable(obj, name)
+

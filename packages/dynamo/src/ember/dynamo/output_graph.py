@@ -1,0 +1,271 @@
+"""The graph under construction, its inputs, and compiling it.
+
+One ``OutputGraph`` per captured graph: an FX graph of torch-level ops, a
+fake-tensor mode that computes every node's metadata, the graph's tensor
+inputs (each read from a frame source and guarded), the parameters and
+buffers it reads (``get_attr`` on a root module), the guards and the side
+effects. ``compile`` hands the finished ``GraphModule`` to the backend.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils import _pytree as pytree
+
+from .errors import Unsupported
+from .guard_collector import GuardCollector
+from .side_effects import SideEffects
+from .source_tracking import Source
+from .variables.base import VariableTracker
+from .variables.constant import ConstantVariable, is_constant_value
+from .variables.dicts import DictVariable
+from .variables.lists import BaseListVariable, ListVariable, TupleVariable
+from .variables.tensor import TensorVariable
+
+CompilerFn = Callable[[torch.fx.GraphModule, list[torch.Tensor]], Callable[..., Any]]
+
+_graph_ids = itertools.count()
+
+
+@dataclass
+class CapturedGraph:
+    """One graph handed to the backend (for counting and ``explain``)."""
+
+    name: str
+    gm: torch.fx.GraphModule
+    example_inputs: list[torch.Tensor]
+    compiled: Callable[..., Any]
+
+
+@dataclass
+class GraphInput:
+    source: Source
+    value: torch.Tensor
+    node: torch.fx.Node
+    var: TensorVariable
+
+
+class OutputGraph:
+    def __init__(self, f_globals: dict[str, Any]) -> None:
+        self.f_globals = f_globals
+        self.graph = torch.fx.Graph()
+        self.root = torch.nn.Module()
+        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        self.guards = GuardCollector()
+        self.side_effects = SideEffects()
+        self.inputs: dict[str, GraphInput] = {}
+        self.attrs: dict[int, TensorVariable] = {}
+        self.modules: dict[int, str] = {}
+        self.fake_params: dict[int, torch.Tensor] = {}
+        self.guards.add_global_state()
+
+    # --- inputs and attributes ----------------------------------------------
+    def _fake(self, t: torch.Tensor) -> torch.Tensor:
+        hit = self.fake_params.get(id(t))
+        if hit is None:
+            hit = self.fake_mode.from_tensor(t, static_shapes=True)
+            self.fake_params[id(t)] = hit
+        return hit
+
+    def add_input(self, value: torch.Tensor, source: Source) -> TensorVariable:
+        key = source.expr()
+        hit = self.inputs.get(key)
+        if hit is not None:
+            return hit.var
+        if type(value) not in (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer):
+            raise Unsupported(f"tensor subclass `{type(value).__qualname__}` at {key}")
+        self.guards.add_tensor(source, value)
+        first = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
+        if first is not None:
+            with self.graph.inserting_before(first):
+                node = self.graph.placeholder(source.name_hint())
+        else:
+            node = self.graph.placeholder(source.name_hint())
+        example = self._fake(value)
+        node.meta["example_value"] = example
+        var = TensorVariable(node, example, source, type(value))
+        self.inputs[key] = GraphInput(source, value, node, var)
+        return var
+
+    def _unique_attr(self, hint: str) -> str:
+        name = hint
+        for i in itertools.count(1):
+            if not hasattr(self.root, name):
+                return name
+            name = f"{hint}_{i}"
+        raise AssertionError
+
+    def register_attr_tensor(
+        self, value: torch.Tensor, source: Source | None, *, is_param: bool
+    ) -> TensorVariable:
+        hit = self.attrs.get(id(value))
+        if hit is not None:
+            return hit
+        name = self._unique_attr(source.name_hint() if source else "_tensor_constant")
+        if isinstance(value, torch.nn.Parameter):
+            self.root.register_parameter(name, value)
+        else:
+            self.root.register_buffer(name, value)
+        node = self.graph.get_attr(name)
+        example = self._fake(value)
+        node.meta["example_value"] = example
+        var = TensorVariable(node, example, source, type(value))
+        self.attrs[id(value)] = var
+        return var
+
+    def register_module(self, module: torch.nn.Module, source: Source | None) -> str:
+        hit = self.modules.get(id(module))
+        if hit is not None:
+            return hit
+        name = self._unique_attr(source.name_hint() if source else "_module")
+        self.root.add_module(name, module)
+        self.modules[id(module)] = name
+        return name
+
+    # --- global state ----------------------------------------------------------
+    def set_grad_enabled(self, mode: bool) -> None:
+        self.graph.call_function(torch._C._set_grad_enabled, (mode,))
+        torch._C._set_grad_enabled(mode)
+
+    def guard_global_state(self) -> None:
+        self.guards.add_global_state()
+
+    # --- ops ---------------------------------------------------------------------
+    def to_node_args(self, v: VariableTracker) -> tuple[Any, Any]:
+        """(FX argument, fake-tensor argument) for a tracker."""
+        if isinstance(v, TensorVariable):
+            return v.node, v.example
+        if isinstance(v, BaseListVariable):
+            pairs = [self.to_node_args(i) for i in v.items]
+            kind = list if isinstance(v, ListVariable) else tuple
+            return kind(p[0] for p in pairs), kind(p[1] for p in pairs)
+        if isinstance(v, DictVariable):
+            pairs2 = {k: self.to_node_args(i) for k, i in v.items.items()}
+            return {k: p[0] for k, p in pairs2.items()}, {k: p[1] for k, p in pairs2.items()}
+        if v.is_python_constant():
+            value = v.as_python_constant()
+            if isinstance(value, slice) or is_constant_value(value) or callable(value):
+                return value, value
+        from .variables.objects import OpaqueConstantVariable
+
+        if isinstance(v, OpaqueConstantVariable):
+            return v.value, v.value
+        raise Unsupported(f"{v.describe()} cannot be passed to a graph op")
+
+    def create_op(
+        self,
+        kind: str,
+        target: Any,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        node_args, fake_args = zip(*[self.to_node_args(a) for a in args]) if args else ((), ())
+        node_kwargs = {k: self.to_node_args(v)[0] for k, v in kwargs.items()}
+        fake_kwargs = {k: self.to_node_args(v)[1] for k, v in kwargs.items()}
+        try:
+            with self.fake_mode:
+                if kind == "call_method":
+                    example = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
+                else:
+                    example = target(*fake_args, **fake_kwargs)
+        except Unsupported:
+            raise
+        except Exception as e:
+            name = target if isinstance(target, str) else getattr(target, "__name__", str(target))
+            detail = str(e).splitlines()[0] if str(e) else ""
+            raise Unsupported(
+                f"`{name}` cannot be traced: {type(e).__name__} on fake tensors"
+                + (f" ({detail})" if detail else "")
+            ) from e
+        node = self.graph.create_node(kind, target, tuple(node_args), node_kwargs)
+        return self.wrap_result(node, example, args)
+
+    def call_module(
+        self, mod_var: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        module: torch.nn.Module = mod_var.value
+        name = self.register_module(module, mod_var.source)
+        node_args, fake_args = zip(*[self.to_node_args(a) for a in args]) if args else ((), ())
+        node_kwargs = {k: self.to_node_args(v)[0] for k, v in kwargs.items()}
+        fake_kwargs = {k: self.to_node_args(v)[1] for k, v in kwargs.items()}
+        state = {n: self._fake(t) for n, t in module.named_parameters()}
+        state.update({n: self._fake(t) for n, t in module.named_buffers()})
+        try:
+            with self.fake_mode:
+                example = torch.func.functional_call(module, state, tuple(fake_args), fake_kwargs)
+        except Exception as e:
+            raise Unsupported(
+                f"module `{type(module).__name__}` cannot be traced: {type(e).__name__}: "
+                f"{str(e).splitlines()[0] if str(e) else ''}"
+            ) from e
+        node = self.graph.call_module(name, tuple(node_args), node_kwargs)
+        return self.wrap_result(node, example, args)
+
+    def wrap_result(
+        self, node: torch.fx.Node, example: Any, args: list[VariableTracker]
+    ) -> VariableTracker:
+        """Trackers for an op's result; non-tensor results fold to constants."""
+        if isinstance(example, torch.Tensor):
+            node.meta["example_value"] = example
+            for a in args:
+                if isinstance(a, TensorVariable) and a.example is example:
+                    return a  # in-place op: the same tensor
+            return TensorVariable(node, example)
+        leaves = pytree.tree_leaves(example)
+        if not any(isinstance(x, torch.Tensor) for x in leaves):
+            if not node.users and node.op != "call_module":
+                self.graph.erase_node(node)
+            if is_constant_value(example) or example is None:
+                return ConstantVariable(example)
+            from .builder import wrap_constant_result
+
+            return wrap_constant_result(example)
+        node.meta["example_value"] = example
+        if isinstance(example, (tuple, list)):
+            items: list[VariableTracker] = []
+            for i, ex in enumerate(example):
+                item = self.graph.call_function(operator.getitem, (node, i))
+                items.append(self.wrap_result(item, ex, args))
+            if isinstance(example, list):
+                return ListVariable(items)
+            return TupleVariable(items)
+        raise Unsupported(f"op result of type `{type(example).__qualname__}` cannot be traced")
+
+    # --- finishing -------------------------------------------------------------------
+    def count_ops(self) -> int:
+        return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+
+    def has_ops(self) -> bool:
+        return self.count_ops() > 0
+
+    def compile(
+        self, outputs: list[TensorVariable], compiler: CompilerFn, fn_name: str
+    ) -> tuple[str, CapturedGraph, list[GraphInput]]:
+        """Finish the graph with ``outputs``, run the backend, install the result
+        in the frame's globals; returns the global's name and the graph."""
+        self.graph.output(tuple(v.node for v in outputs))
+        self._drop_unused_inputs()
+        gm = torch.fx.GraphModule(self.root, self.graph, class_name=f"GraphModule_{fn_name}")
+        gm.recompile()
+        inputs = [i for i in self.inputs.values() if i.node.graph is self.graph]
+        order = {n: i for i, n in enumerate(self.graph.nodes)}
+        inputs.sort(key=lambda i: order[i.node])
+        example_inputs = [i.value for i in inputs]
+        compiled = compiler(gm, example_inputs)
+        name = f"__compiled_fn_{next(_graph_ids)}"
+        self.f_globals[name] = compiled
+        return name, CapturedGraph(name, gm, example_inputs, compiled), inputs
+
+    def _drop_unused_inputs(self) -> None:
+        for key, inp in list(self.inputs.items()):
+            if not inp.node.users:
+                self.graph.erase_node(inp.node)
+                del self.inputs[key]

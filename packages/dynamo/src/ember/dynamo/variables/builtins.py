@@ -1,0 +1,352 @@
+"""Python builtins and the ``operator`` module.
+
+On constants they fold; on tensors the operators become graph nodes; on
+lists/tuples/dicts they work on the trackers. Anything else is a named
+``Unsupported`` (``print``, ``open``, ``id``, ...).
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import math
+import operator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..errors import Unsupported
+from .base import VariableTracker
+from .constant import ConstantVariable
+from .dicts import DictVariable, dict_key
+from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
+from .tensor import TensorVariable
+
+if TYPE_CHECKING:
+    from ..codegen import PyCodegen
+    from ..symbolic_convert import InstructionTranslatorBase as Tx
+
+Args = list[VariableTracker]
+Kwargs = dict[str, VariableTracker]
+
+
+def has_tensor(vs: list[VariableTracker]) -> bool:
+    for v in vs:
+        if isinstance(v, TensorVariable):
+            return True
+        if isinstance(v, BaseListVariable) and has_tensor(v.items):
+            return True
+    return False
+
+
+def all_const(vs: list[VariableTracker]) -> bool:
+    return all(v.is_python_constant() for v in vs)
+
+
+def fold(fn: Any, args: Args, kwargs: Kwargs | None = None) -> VariableTracker:
+    from ..builder import wrap_constant_result
+
+    try:
+        value = fn(
+            *[a.as_python_constant() for a in args],
+            **{k: v.as_python_constant() for k, v in (kwargs or {}).items()},
+        )
+    except Exception as e:
+        name = getattr(fn, "__name__", str(fn))
+        raise Unsupported(f"`{name}` on constants raised {type(e).__name__}: {e}") from e
+    return wrap_constant_result(value)
+
+
+ARITH = {
+    operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv,
+    operator.mod, operator.pow, operator.matmul, operator.and_, operator.or_,
+    operator.xor, operator.lshift, operator.rshift, operator.iadd, operator.isub,
+    operator.imul, operator.itruediv, operator.ifloordiv, operator.imod, operator.ipow,
+    operator.imatmul, operator.iand, operator.ior, operator.ixor, operator.ilshift,
+    operator.irshift, operator.neg, operator.pos, operator.invert, operator.abs,
+    operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne,
+    operator.not_, operator.truth,
+}
+INPLACE_TO_OUT = {
+    operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+    operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv,
+    operator.imod: operator.mod, operator.ipow: operator.pow, operator.imatmul: operator.matmul,
+    operator.iand: operator.and_, operator.ior: operator.or_, operator.ixor: operator.xor,
+    operator.ilshift: operator.lshift, operator.irshift: operator.rshift,
+}
+
+
+def apply_operator(tx: Tx, fn: Any, args: Args) -> VariableTracker:
+    """``a + b``, ``a < b``, ``-a``... for any trackers."""
+    if has_tensor(args):
+        if fn in (operator.not_, operator.truth):
+            raise Unsupported(
+                "data-dependent control flow: the truth value of a tensor is only known at run time"
+            )
+        return tx.output.create_op("call_function", fn, args, {})
+    if all_const(args):
+        return fold(fn, args)
+    if fn in INPLACE_TO_OUT and isinstance(args[0], ListVariable) and fn is operator.iadd:
+        args[0].call_method(tx, "extend", [args[1]], {})
+        return args[0]
+    base = INPLACE_TO_OUT.get(fn, fn)
+    if len(args) == 2:
+        a, b = args
+        if base is operator.add and isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable):
+            if a.kind is b.kind:
+                return a.new([*a.items, *b.items])
+        if base is operator.mul and isinstance(a, BaseListVariable) and b.is_python_constant():
+            return a.new(a.items * b.as_python_constant())
+        if base in (operator.eq, operator.ne):
+            ka, kb = getattr(a, "value", a), getattr(b, "value", b)
+            same = ka is kb
+            return ConstantVariable(same if base is operator.eq else not same)
+    if fn is operator.not_ and len(args) == 1:
+        return ConstantVariable(not args[0].truth(tx))
+    if fn is operator.truth and len(args) == 1:
+        return ConstantVariable(args[0].truth(tx))
+    names = ", ".join(a.describe() for a in args)
+    raise Unsupported(f"operator `{getattr(fn, '__name__', fn)}` on {names}")
+
+
+def contains(tx: Tx, container: VariableTracker, item: VariableTracker) -> VariableTracker:
+    if isinstance(container, DictVariable):
+        return ConstantVariable(dict_key(item) in container.items)
+    if isinstance(container, BaseListVariable):
+        if item.is_python_constant():
+            want = item.as_python_constant()
+            for v in container.items:
+                if not v.is_python_constant():
+                    break
+                if v.as_python_constant() == want:
+                    return ConstantVariable(True)
+            else:
+                return ConstantVariable(False)
+        if all(v is not item and not isinstance(v, TensorVariable) for v in container.items):
+            if not item.is_python_constant():
+                return ConstantVariable(False)
+        if any(v is item for v in container.items):
+            return ConstantVariable(True)
+    if container.is_python_constant() and item.is_python_constant():
+        return fold(operator.contains, [container, item])
+    if isinstance(container, TensorVariable):
+        return tx.output.create_op("call_method", "__contains__", [container, item], {})
+    raise Unsupported(f"`in` test on {container.describe()}")
+
+
+def isinstance_check(tx: Tx, obj: VariableTracker, cls: VariableTracker) -> VariableTracker:
+    if not cls.is_python_constant():
+        raise Unsupported("isinstance() with a non-constant class")
+    want = cls.as_python_constant()
+    t = obj.python_type()
+    if isinstance(obj, TensorVariable) and want is torch.nn.Parameter:
+        return ConstantVariable(obj.cls is torch.nn.Parameter)
+    try:
+        return ConstantVariable(issubclass(t, want))
+    except TypeError as e:
+        raise Unsupported(f"isinstance() raised TypeError: {e}") from e
+
+
+def builtin_len(tx: Tx, obj: VariableTracker) -> VariableTracker:
+    if isinstance(obj, (BaseListVariable, DictVariable)):
+        return ConstantVariable(len(obj.items))
+    if isinstance(obj, TensorVariable):
+        if obj.example.dim() == 0:
+            raise Unsupported("len() of a 0-d tensor")
+        return ConstantVariable(int(obj.example.shape[0]))
+    if obj.is_python_constant():
+        return fold(len, [obj])
+    return obj.call_method(tx, "__len__", [], {})
+
+
+def iterate(tx: Tx, obj: VariableTracker) -> list[VariableTracker]:
+    items = obj.unpack(tx)
+    return items
+
+
+def builtin_sum(tx: Tx, args: Args, kwargs: Kwargs) -> VariableTracker:
+    items = iterate(tx, args[0])
+    start = args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0))
+    acc = start
+    for it in items:
+        acc = apply_operator(tx, operator.add, [acc, it])
+    return acc
+
+
+def builtin_minmax(tx: Tx, fn: Any, args: Args, kwargs: Kwargs) -> VariableTracker:
+    items = iterate(tx, args[0]) if len(args) == 1 else list(args)
+    if all_const(items) and all_const(list(kwargs.values())):
+        return fold(fn, [TupleVariable(items)], kwargs)
+    if len(items) == 2 and not kwargs and has_tensor(items):
+        torch_fn = torch.maximum if fn is builtins.max else torch.minimum
+        a, b = items
+        if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
+            return tx.output.create_op("call_function", torch_fn, [a, b], {})
+        t, c = (a, b) if isinstance(a, TensorVariable) else (b, a)
+        method = "clamp_min" if fn is builtins.max else "clamp_max"
+        return tx.output.create_op("call_method", method, [t, c], {})
+    raise Unsupported(f"`{fn.__name__}()` over non-constant values")
+
+
+def builtin_getattr(tx: Tx, args: Args) -> VariableTracker:
+    obj, name = args[0], args[1].as_python_constant()
+    if len(args) == 3:
+        if has_attr(tx, obj, name):
+            return obj.var_getattr(tx, name)
+        return args[2]
+    return obj.var_getattr(tx, name)
+
+
+def has_attr(tx: Tx, obj: VariableTracker, name: str) -> bool:
+    if isinstance(obj, TensorVariable):
+        return hasattr(obj.example, name)
+    if obj.is_python_constant():
+        return hasattr(obj.as_python_constant(), name)
+    real = getattr(obj, "value", None)
+    if real is not None and obj.source is not None:
+        pending = tx.output.side_effects.pending_attr(obj, name)
+        if pending is not None:
+            return True
+        tx.output.guards.add(obj.source, "TYPE_MATCH", type(real).__qualname__)
+        result = hasattr(real, name)
+        if isinstance(real, torch.nn.Module) or hasattr(real, "__dict__"):
+            tx.output.guard_hasattr(obj.source, name, result)
+        return result
+    raise Unsupported(f"hasattr() on {obj.describe()}")
+
+
+def construct_builtin_type(tx: Tx, cls: Any, args: Args, kwargs: Kwargs) -> VariableTracker:
+    if cls in (list, tuple):
+        items = iterate(tx, args[0]) if args else []
+        return ListVariable(items) if cls is list else TupleVariable(items)
+    if cls is dict:
+        d = DictVariable({})
+        if args:
+            d.call_method(tx, "update", [args[0]], {})
+        d.items.update(kwargs)
+        return d
+    if cls in (int, float, bool, str, complex) and args and isinstance(args[0], TensorVariable):
+        raise Unsupported(
+            f"`{cls.__name__}(tensor)` needs the tensor's data, which is only known at run time"
+        )
+    if cls is bool and len(args) == 1 and not kwargs:
+        return ConstantVariable(args[0].truth(tx))
+    if cls in (int, float, bool, str, complex, range, slice, frozenset, torch.Size, torch.device):
+        if all_const([*args, *kwargs.values()]):
+            return fold(cls, args, kwargs)
+    if cls is enumerate:
+        start = args[1].as_python_constant() if len(args) > 1 else 0
+        start = kwargs["start"].as_python_constant() if "start" in kwargs else start
+        items = iterate(tx, args[0])
+        return ListIteratorVariable(
+            [TupleVariable([ConstantVariable(i + start), v]) for i, v in enumerate(items)]
+        )
+    if cls is zip:
+        lists = [iterate(tx, a) for a in args]
+        strict = bool(kwargs["strict"].as_python_constant()) if "strict" in kwargs else False
+        if strict and len({len(x) for x in lists}) > 1:
+            raise Unsupported("zip(strict=True) over iterables of different lengths")
+        return ListIteratorVariable([TupleVariable(list(t)) for t in zip(*lists)])
+    if cls is reversed:
+        return ListIteratorVariable(list(reversed(iterate(tx, args[0]))))
+    if cls is type and len(args) == 1:
+        from ..builder import wrap
+
+        return wrap(tx, args[0].python_type(), None)
+    if cls is object and not args:
+        raise Unsupported("creating `object()` inside a compiled region")
+    name = getattr(cls, "__name__", str(cls))
+    raise Unsupported(f"creating a `{name}` object cannot be traced")
+
+
+class BuiltinVariable(VariableTracker):
+    def __init__(self, value: Any) -> None:
+        super().__init__(None)
+        self.value = value
+
+    def describe(self) -> str:
+        return f"builtin `{getattr(self.value, '__name__', self.value)}`"
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def as_python_constant(self) -> Any:
+        return self.value
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        cg.load_const(self.value)
+
+    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        from ..builder import wrap
+
+        return wrap(tx, getattr(self.value, name), None)
+
+    def call_function(self, tx: Tx, args: Args, kwargs: Kwargs) -> VariableTracker:
+        fn = self.value
+        if fn in ARITH and not kwargs:
+            return apply_operator(tx, fn, args)
+        if fn is operator.getitem and len(args) == 2:
+            return tx.getitem(args[0], args[1])
+        if fn is operator.contains and len(args) == 2:
+            return contains(tx, args[0], args[1])
+        if fn in (operator.is_, operator.is_not) and len(args) == 2:
+            return tx.is_op(args[0], args[1], fn is operator.is_not)
+        if fn is len and len(args) == 1:
+            return builtin_len(tx, args[0])
+        if fn is isinstance and len(args) == 2:
+            return isinstance_check(tx, args[0], args[1])
+        if fn is issubclass and all_const(args):
+            return fold(fn, args)
+        if fn is getattr and 2 <= len(args) <= 3:
+            return builtin_getattr(tx, args)
+        if fn is hasattr and len(args) == 2:
+            return ConstantVariable(has_attr(tx, args[0], args[1].as_python_constant()))
+        if fn is setattr and len(args) == 3:
+            tx.store_attr(args[0], args[1].as_python_constant(), args[2])
+            return ConstantVariable(None)
+        if fn is sum:
+            return builtin_sum(tx, args, kwargs)
+        if fn in (min, max):
+            return builtin_minmax(tx, fn, args, kwargs)
+        if fn is abs and len(args) == 1:
+            return apply_operator(tx, operator.abs, args)
+        if fn is iter and len(args) == 1:
+            return tx.get_iter(args[0])
+        if fn is next and 1 <= len(args) <= 2:
+            it = args[0]
+            if isinstance(it, ListIteratorVariable):
+                item = it.next_item()
+                if item is None:
+                    if len(args) == 2:
+                        return args[1]
+                    raise Unsupported("next() on an exhausted iterator (StopIteration)")
+                return item
+        if fn in (any, all) and len(args) == 1:
+            items = iterate(tx, args[0])
+            truths = [v.truth(tx) for v in items]
+            return ConstantVariable(fn(truths))
+        if fn is callable and len(args) == 1:
+            v = args[0]
+            if v.is_python_constant():
+                return fold(callable, args)
+            return ConstantVariable(not isinstance(v, (TensorVariable, BaseListVariable, DictVariable)))
+        if fn is sorted and all_const([*args, *kwargs.values()]):
+            return fold(sorted, args, kwargs)
+        if fn in (round, divmod, pow, chr, ord, hash, repr, format, bin, hex, oct) and all_const(
+            [*args, *kwargs.values()]
+        ):
+            return fold(fn, args, kwargs)
+        if fn is math.sqrt or (getattr(fn, "__module__", None) == "math"):
+            if all_const(args):
+                return fold(fn, args, kwargs)
+        if fn in (list, tuple, dict, int, float, bool, str, complex, range, slice, enumerate, zip,
+                  reversed, type, frozenset, object):
+            return construct_builtin_type(tx, fn, args, kwargs)
+        if fn is print:
+            raise Unsupported("builtin `print` cannot be traced")
+        name = getattr(fn, "__name__", str(fn))
+        raise Unsupported(f"builtin `{name}` cannot be traced")
+
+
+def operator_fn(name: str) -> Any:
+    return functools.reduce(getattr, name.split("."), operator)

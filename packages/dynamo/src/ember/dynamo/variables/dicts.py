@@ -1,0 +1,158 @@
+"""Dicts with constant keys (the ``**kwargs``/config dicts of model code)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import Unsupported
+from ..source_tracking import Source
+from .base import VariableTracker
+from .constant import ConstantVariable
+from .lists import ListVariable, TupleVariable
+
+if TYPE_CHECKING:
+    from ..codegen import PyCodegen
+    from ..symbolic_convert import InstructionTranslatorBase as Tx
+
+
+def dict_key(v: VariableTracker) -> Any:
+    if v.is_python_constant():
+        return v.as_python_constant()
+    from .objects import identity_key
+
+    key = identity_key(v)
+    if key is not None:
+        return key
+    raise Unsupported(f"dict key {v.describe()} is not a constant")
+
+
+class DictVariable(VariableTracker):
+    def __init__(
+        self, items: dict[Any, VariableTracker], source: Source | None = None
+    ) -> None:
+        super().__init__(source)
+        self.items = dict(items)
+        self.mutated = False
+
+    def python_type(self) -> type:
+        return dict
+
+    def describe(self) -> str:
+        return f"dict with keys {list(self.items)!r}"
+
+    def as_python_constant(self) -> Any:
+        return {k: v.as_python_constant() for k, v in self.items.items()}
+
+    def truth(self, tx: Tx) -> bool:
+        return bool(self.items)
+
+    def unpack(self, tx: Tx) -> list[VariableTracker]:
+        return [ConstantVariable(k) for k in self.items]
+
+    def has_unpack(self) -> bool:
+        return True
+
+    def mutate(self, tx: Tx) -> None:
+        self.mutated = True
+        if self.source is not None:
+            tx.output.side_effects.track_dict(self)
+
+    def getitem(self, tx: Tx, key: VariableTracker) -> VariableTracker:
+        k = dict_key(key)
+        if k not in self.items:
+            raise Unsupported(f"dict lookup of missing key {k!r} (KeyError)")
+        return self.items[k]
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        if self.source is not None:
+            cg.load_source(self.source)
+            return
+        self.reconstruct_items(cg)
+
+    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        from .misc import BoundCallVariable
+
+        return BoundCallVariable(self, name)
+
+    def reconstruct_items(self, cg: PyCodegen) -> None:
+        for k, v in self.items.items():
+            cg.load_const(k)
+            v.reconstruct(cg)
+        cg.build(dict, len(self.items))
+
+    def call_method(
+        self,
+        tx: Tx,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        none = ConstantVariable(None)
+        if name == "__getitem__" and len(args) == 1:
+            return self.getitem(tx, args[0])
+        if name == "get" and 1 <= len(args) <= 2:
+            k = dict_key(args[0])
+            if k in self.items:
+                return self.items[k]
+            return args[1] if len(args) == 2 else none
+        if name == "keys" and not args:
+            return TupleVariable([ConstantVariable(k) for k in self.items])
+        if name == "values" and not args:
+            return TupleVariable(list(self.items.values()))
+        if name == "items" and not args:
+            return TupleVariable(
+                [TupleVariable([ConstantVariable(k), v]) for k, v in self.items.items()]
+            )
+        if name == "__contains__" and len(args) == 1:
+            return ConstantVariable(dict_key(args[0]) in self.items)
+        if name == "__len__":
+            return ConstantVariable(len(self.items))
+        if name == "copy" and not args:
+            return DictVariable(self.items)
+        if name in ("__setitem__",) and len(args) == 2:
+            self.mutate(tx)
+            self.items[dict_key(args[0])] = args[1]
+            return none
+        if name == "update" and len(args) <= 1:
+            self.mutate(tx)
+            if args:
+                other = args[0]
+                if isinstance(other, DictVariable):
+                    self.items.update(other.items)
+                else:
+                    for pair in other.unpack(tx):
+                        k, v = pair.unpack(tx)
+                        self.items[dict_key(k)] = v
+            for kname, v in kwargs.items():
+                self.items[kname] = v
+            return none
+        if name == "setdefault" and 1 <= len(args) <= 2:
+            k = dict_key(args[0])
+            if k not in self.items:
+                self.mutate(tx)
+                self.items[k] = args[1] if len(args) == 2 else none
+            return self.items[k]
+        if name == "pop" and 1 <= len(args) <= 2:
+            k = dict_key(args[0])
+            if k in self.items:
+                self.mutate(tx)
+                return self.items.pop(k)
+            if len(args) == 2:
+                return args[1]
+            raise Unsupported(f"dict.pop of missing key {k!r} (KeyError)")
+        if name == "__delitem__" and len(args) == 1:
+            k = dict_key(args[0])
+            if k not in self.items:
+                raise Unsupported(f"del of missing dict key {k!r} (KeyError)")
+            self.mutate(tx)
+            del self.items[k]
+            return none
+        if name == "clear" and not args:
+            self.mutate(tx)
+            self.items.clear()
+            return none
+        raise Unsupported(f"method `dict.{name}` cannot be traced")
+
+
+def list_of_keys(d: DictVariable) -> ListVariable:
+    return ListVariable([ConstantVariable(k) for k in d.items])

@@ -1,0 +1,209 @@
+"""User functions, closures and bound methods: inlined when called."""
+
+from __future__ import annotations
+
+import inspect
+import types
+from typing import TYPE_CHECKING, Any
+
+from ..errors import Unsupported
+from ..source_tracking import AttrSource, ItemSource, Source
+from .base import VariableTracker
+from .dicts import DictVariable
+from .lists import TupleVariable
+
+if TYPE_CHECKING:
+    from ..symbolic_convert import InstructionTranslatorBase as Tx
+
+
+class CellVariable(VariableTracker):
+    """A closure cell. Inside the traced region it is a mutable box; a cell
+    that existed before the frame ran (``real``) is read lazily (guarded) and
+    may not be written."""
+
+    def __init__(
+        self,
+        value: VariableTracker | None = None,
+        real: types.CellType | None = None,
+        source: Source | None = None,
+        name: str = "",
+    ) -> None:
+        super().__init__(source)
+        self.value = value
+        self.real = real
+        self.name = name
+
+    def describe(self) -> str:
+        return f"closure cell `{self.name}`"
+
+    def get(self, tx: Tx) -> VariableTracker:
+        if self.value is None:
+            if self.real is None:
+                raise Unsupported(f"free variable `{self.name}` read before assignment")
+            try:
+                contents = self.real.cell_contents
+            except ValueError as e:
+                raise Unsupported(f"free variable `{self.name}` is empty") from e
+            from ..builder import wrap
+
+            self.value = wrap(tx, contents, self.source)
+        return self.value
+
+    def set(self, tx: Tx, value: VariableTracker) -> None:
+        if self.real is not None:
+            raise Unsupported(
+                f"assignment to nonlocal `{self.name}` of an enclosing function cannot be traced"
+            )
+        self.value = value
+
+
+class BaseFunctionVariable(VariableTracker):
+    code: types.CodeType
+
+    def get_globals(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def fn_name(self) -> str:
+        return self.code.co_name
+
+    def describe(self) -> str:
+        return f"function `{self.fn_name()}`"
+
+    def python_type(self) -> type:
+        return types.FunctionType
+
+    def defaults(self, tx: Tx) -> tuple[tuple[VariableTracker, ...], dict[str, VariableTracker]]:
+        raise NotImplementedError
+
+    def closure_cells(self, tx: Tx) -> list[CellVariable]:
+        raise NotImplementedError
+
+    def bind(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> dict[str, VariableTracker]:
+        """Map the call's arguments onto the code's parameters (defaults applied)."""
+        code = self.code
+        if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+            raise Unsupported(f"calling generator or coroutine function `{code.co_name}`")
+        defaults, kwdefaults = self.defaults(tx)
+        shell = types.FunctionType(
+            code,
+            {},
+            code.co_name,
+            defaults or None,
+            tuple(types.CellType() for _ in code.co_freevars) or None,
+        )
+        shell.__kwdefaults__ = kwdefaults or None
+        try:
+            bound = inspect.signature(shell).bind(*args, **kwargs)
+        except TypeError as e:
+            raise Unsupported(f"call to `{code.co_name}` does not match its signature: {e}") from e
+        bound.apply_defaults()
+        out: dict[str, VariableTracker] = {}
+        params = inspect.signature(shell).parameters
+        for name, value in bound.arguments.items():
+            kind = params[name].kind
+            if kind is inspect.Parameter.VAR_POSITIONAL:
+                out[name] = TupleVariable(list(value))
+            elif kind is inspect.Parameter.VAR_KEYWORD:
+                out[name] = DictVariable(dict(value))
+            else:
+                out[name] = value
+        return out
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        return tx.inline_call(self, args, kwargs)
+
+
+class UserFunctionVariable(BaseFunctionVariable):
+    """A Python function that exists outside the traced frame."""
+
+    def __init__(self, fn: types.FunctionType, source: Source | None = None) -> None:
+        super().__init__(source)
+        self.fn = fn
+        self.code = fn.__code__
+
+    def fn_name(self) -> str:
+        return self.fn.__name__
+
+    def get_globals(self) -> dict[str, Any]:
+        return self.fn.__globals__
+
+    def as_python_constant(self) -> Any:
+        return self.fn
+
+    def defaults(self, tx: Tx) -> tuple[tuple[VariableTracker, ...], dict[str, VariableTracker]]:
+        from ..builder import wrap
+
+        pos: list[VariableTracker] = []
+        for i, d in enumerate(self.fn.__defaults__ or ()):
+            src = ItemSource(AttrSource(self.source, "__defaults__"), i) if self.source else None
+            pos.append(wrap(tx, d, src))
+        kw: dict[str, VariableTracker] = {}
+        for k, d in (self.fn.__kwdefaults__ or {}).items():
+            src = ItemSource(AttrSource(self.source, "__kwdefaults__"), k) if self.source else None
+            kw[k] = wrap(tx, d, src)
+        return tuple(pos), kw
+
+    def closure_cells(self, tx: Tx) -> list[CellVariable]:
+        cells = []
+        for i, (name, cell) in enumerate(
+            zip(self.code.co_freevars, self.fn.__closure__ or (), strict=True)
+        ):
+            src = (
+                AttrSource(ItemSource(AttrSource(self.source, "__closure__"), i), "cell_contents")
+                if self.source
+                else None
+            )
+            cells.append(tx.cell_for(cell, src, name))
+        return cells
+
+
+class NestedFunctionVariable(BaseFunctionVariable):
+    """A function created by ``MAKE_FUNCTION`` inside the traced region
+    (lambdas, inner functions, comprehensions on 3.11)."""
+
+    def __init__(
+        self,
+        code: types.CodeType,
+        f_globals: dict[str, Any],
+        qualname: str,
+        defaults: tuple[VariableTracker, ...],
+        kwdefaults: dict[str, VariableTracker],
+        closure: list[CellVariable],
+    ) -> None:
+        super().__init__(None)
+        self.code = code
+        self.f_globals = f_globals
+        self.qualname = qualname
+        self._defaults = defaults
+        self._kwdefaults = kwdefaults
+        self.closure = closure
+
+    def get_globals(self) -> dict[str, Any]:
+        return self.f_globals
+
+    def defaults(self, tx: Tx) -> tuple[tuple[VariableTracker, ...], dict[str, VariableTracker]]:
+        return self._defaults, self._kwdefaults
+
+    def closure_cells(self, tx: Tx) -> list[CellVariable]:
+        return self.closure
+
+
+class UserMethodVariable(VariableTracker):
+    """``obj.method`` for a Python-level method: calls inline with ``obj`` first."""
+
+    def __init__(self, fn: BaseFunctionVariable, obj: VariableTracker) -> None:
+        super().__init__(None)
+        self.fn = fn
+        self.obj = obj
+
+    def describe(self) -> str:
+        return f"method `{self.fn.fn_name()}`"
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        return self.fn.call_function(tx, [self.obj, *args], kwargs)

@@ -1,0 +1,27 @@
+"""A frame argument not yet looked at: wrapped (and guarded) on first read,
+so arguments a function never uses add no guards."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..source_tracking import Source
+from .base import VariableTracker
+
+if TYPE_CHECKING:
+    from ..symbolic_convert import InstructionTranslatorBase as Tx
+
+
+class LazyVariable(VariableTracker):
+    def __init__(self, value: Any, source: Source) -> None:
+        super().__init__(source)
+        self.value = value
+        self.realized: VariableTracker | None = None
+
+    def realize(self, tx: Tx) -> VariableTracker:
+        if self.realized is None:
+            from ..builder import wrap
+
+            assert self.source is not None
+            self.realized = wrap(tx, self.value, self.source)
+        return self.realized

@@ -1,0 +1,208 @@
+"""Tuples, lists and their iterators.
+
+Lists are mutable trackers: an ``append`` changes the tracker in place, so
+every name that refers to the same list sees it, exactly as in Python. A list
+that came from outside the frame (it has a source) and was mutated is written
+back after the graph runs (see ``side_effects``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import Unsupported
+from ..source_tracking import Source
+from .base import NotConstant, VariableTracker
+from .constant import ConstantVariable
+
+if TYPE_CHECKING:
+    from ..codegen import PyCodegen
+    from ..symbolic_convert import InstructionTranslatorBase as Tx
+
+
+def const_index(v: VariableTracker, what: str) -> Any:
+    if not v.is_python_constant():
+        raise Unsupported(f"{what} index is not a constant ({v.describe()})")
+    return v.as_python_constant()
+
+
+class BaseListVariable(VariableTracker):
+    items: list[VariableTracker]
+    kind: type = list
+
+    def __init__(self, items: list[VariableTracker], source: Source | None = None) -> None:
+        super().__init__(source)
+        self.items = list(items)
+
+    def python_type(self) -> type:
+        return self.kind
+
+    def describe(self) -> str:
+        return f"{self.kind.__name__} of {len(self.items)}"
+
+    def as_python_constant(self) -> Any:
+        return self.kind(v.as_python_constant() for v in self.items)
+
+    def unpack(self, tx: Tx) -> list[VariableTracker]:
+        return list(self.items)
+
+    def has_unpack(self) -> bool:
+        return True
+
+    def truth(self, tx: Tx) -> bool:
+        return bool(self.items)
+
+    def getitem(self, tx: Tx, key: VariableTracker) -> VariableTracker:
+        k = const_index(key, self.kind.__name__)
+        try:
+            picked = self.items[k]
+        except (IndexError, TypeError) as e:
+            raise Unsupported(f"{self.describe()}[{k!r}] raised {type(e).__name__}: {e}") from e
+        if isinstance(k, slice):
+            return self.new(picked)
+        return picked
+
+    def new(self, items: list[VariableTracker]) -> VariableTracker:
+        return type(self)(items)
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        if self.source is not None:
+            cg.load_source(self.source)
+            return
+        self.reconstruct_items(cg)
+
+    def reconstruct_items(self, cg: PyCodegen) -> None:
+        for item in self.items:
+            item.reconstruct(cg)
+        cg.build(self.kind, len(self.items))
+
+    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        from .misc import BoundCallVariable
+
+        return BoundCallVariable(self, name)
+
+    def call_method(
+        self,
+        tx: Tx,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        if name == "__getitem__" and len(args) == 1:
+            return self.getitem(tx, args[0])
+        if name in ("index", "count") and not kwargs:
+            try:
+                value = getattr(self.as_python_constant(), name)(
+                    *[a.as_python_constant() for a in args]
+                )
+            except NotConstant as e:
+                raise Unsupported(f"{self.kind.__name__}.{name} on non-constant items") from e
+            except ValueError as e:
+                raise Unsupported(f"{self.kind.__name__}.{name} raised ValueError: {e}") from e
+            return ConstantVariable(value)
+        if name == "__len__":
+            return ConstantVariable(len(self.items))
+        raise Unsupported(f"method `{self.kind.__name__}.{name}` cannot be traced")
+
+
+class TupleVariable(BaseListVariable):
+    kind = tuple
+
+    def __repr__(self) -> str:
+        return f"Tuple{self.items!r}"
+
+
+class ListVariable(BaseListVariable):
+    kind = list
+
+    def __init__(self, items: list[VariableTracker], source: Source | None = None) -> None:
+        super().__init__(items, source)
+        self.mutated = False
+
+    def __repr__(self) -> str:
+        return f"List{self.items!r}"
+
+    def mutate(self, tx: Tx) -> None:
+        self.mutated = True
+        if self.source is not None:
+            tx.output.side_effects.track_list(self)
+
+    def setitem(self, tx: Tx, key: VariableTracker, value: VariableTracker) -> None:
+        k = const_index(key, "list")
+        self.mutate(tx)
+        if isinstance(k, slice):
+            self.items[k] = value.unpack(tx)
+        else:
+            self.items[k] = value
+
+    def call_method(
+        self,
+        tx: Tx,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        none = ConstantVariable(None)
+        if name == "append" and len(args) == 1:
+            self.mutate(tx)
+            self.items.append(args[0])
+            return none
+        if name == "extend" and len(args) == 1:
+            self.mutate(tx)
+            self.items.extend(args[0].unpack(tx))
+            return none
+        if name == "insert" and len(args) == 2:
+            self.mutate(tx)
+            self.items.insert(const_index(args[0], "list.insert"), args[1])
+            return none
+        if name == "pop" and len(args) <= 1:
+            self.mutate(tx)
+            idx = const_index(args[0], "list.pop") if args else -1
+            return self.items.pop(idx)
+        if name == "clear" and not args:
+            self.mutate(tx)
+            self.items.clear()
+            return none
+        if name == "reverse" and not args:
+            self.mutate(tx)
+            self.items.reverse()
+            return none
+        if name == "copy" and not args:
+            return ListVariable(list(self.items))
+        if name == "__setitem__" and len(args) == 2:
+            self.setitem(tx, args[0], args[1])
+            return none
+        return super().call_method(tx, name, args, kwargs)
+
+
+class ListIteratorVariable(VariableTracker):
+    """An iterator over a fixed list of items (loops are unrolled)."""
+
+    def __init__(self, items: list[VariableTracker]) -> None:
+        super().__init__(None)
+        self.items = list(items)
+        self.index = 0
+
+    def describe(self) -> str:
+        return "iterator"
+
+    def next_item(self) -> VariableTracker | None:
+        if self.index >= len(self.items):
+            return None
+        item = self.items[self.index]
+        self.index += 1
+        return item
+
+    def unpack(self, tx: Tx) -> list[VariableTracker]:
+        rest = self.items[self.index :]
+        self.index = len(self.items)
+        return rest
+
+    def has_unpack(self) -> bool:
+        return True
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        for item in self.items[self.index :]:
+            item.reconstruct(cg)
+        cg.build(tuple, len(self.items) - self.index)
+        cg.get_iter()

@@ -1,0 +1,206 @@
+"""``torch.nn.Module`` instances.
+
+User modules are inlined (their ``forward`` is traced like any method);
+torch.nn's own leaf modules (Linear, Conv2d, ReLU, ...) become one
+``call_module`` node each. Parameters and buffers reached through a module
+become ``get_attr`` nodes; the module's identity is guarded.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from ..errors import Unsupported
+from ..source_tracking import AttrSource, ItemSource, Source
+from .base import VariableTracker
+from .constant import ConstantVariable
+from .lists import TupleVariable
+from .objects import class_attribute
+
+if TYPE_CHECKING:
+    from ..symbolic_convert import InstructionTranslatorBase as Tx
+
+CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)
+
+
+def is_leaf_module(module: nn.Module, inline_inbuilt: bool) -> bool:
+    if isinstance(module, CONTAINERS) or inline_inbuilt:
+        return False
+    return type(module).__module__.startswith("torch.nn.")
+
+
+def has_hooks(module: nn.Module) -> bool:
+    from torch.nn.modules import module as mod
+
+    own = (
+        module._forward_hooks,
+        module._forward_pre_hooks,
+        module._backward_hooks,
+        getattr(module, "_backward_pre_hooks", {}),
+    )
+    glob = (
+        mod._global_forward_hooks,
+        mod._global_forward_pre_hooks,
+        mod._global_backward_hooks,
+    )
+    return any(len(h) for h in own) or any(len(h) for h in glob)
+
+
+class NNModuleVariable(VariableTracker):
+    def __init__(self, value: nn.Module, source: Source | None = None) -> None:
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def describe(self) -> str:
+        return f"module `{type(self.value).__name__}`"
+
+    def truth(self, tx: Tx) -> bool:
+        if isinstance(self.value, CONTAINERS):
+            return len(self.value) > 0  # type: ignore[arg-type]
+        return True
+
+    def child_source(self, name: str | int) -> Source | None:
+        if self.source is None:
+            return None
+        if isinstance(name, int):
+            return ItemSource(self.source, name)
+        return AttrSource(self.source, name)
+
+    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        from ..builder import wrap
+
+        pending = tx.output.side_effects.pending_attr(self, name)
+        if pending is not None:
+            return pending
+        m = self.value
+        d = m.__dict__
+        if name in d.get("_parameters", {}):
+            p = d["_parameters"][name]
+            if p is None:
+                return ConstantVariable(None)
+            return tx.output.register_attr_tensor(p, self.child_source(name), is_param=True)
+        if name in d.get("_buffers", {}):
+            b = d["_buffers"][name]
+            if b is None:
+                return ConstantVariable(None)
+            return tx.output.register_attr_tensor(b, self.child_source(name), is_param=False)
+        if name in d.get("_modules", {}):
+            sub = d["_modules"][name]
+            if sub is None:
+                return ConstantVariable(None)
+            return wrap(tx, sub, self.child_source(name))
+        if name in d:
+            return wrap(tx, d[name], self.child_source(name))
+        found = class_attribute(tx, self, m, name)
+        if found is not None:
+            return found
+        raise Unsupported(f"attribute `{name}` of {self.describe()} cannot be traced")
+
+    def store_attr(self, tx: Tx, name: str, value: VariableTracker) -> None:
+        if self.source is None:
+            raise Unsupported(f"attribute write on {self.describe()} without a source")
+        d = self.value.__dict__
+        if name in d.get("_parameters", {}) or name in d.get("_modules", {}) or name in d.get(
+            "_buffers", {}
+        ):
+            raise Unsupported(f"assigning parameter/buffer/submodule `{name}` inside forward")
+        tx.output.side_effects.store_attr(self, name, value)
+
+    def items(self, tx: Tx) -> list[tuple[Any, VariableTracker]]:
+        from ..builder import wrap
+
+        m = self.value
+        if isinstance(m, (nn.ModuleList, nn.Sequential, nn.ParameterList)):
+            return [(i, wrap(tx, m[i], self.child_source(i))) for i in range(len(m))]
+        if isinstance(m, (nn.ModuleDict, nn.ParameterDict)):
+            return [(k, wrap(tx, m[k], self.child_source(k))) for k in m.keys()]
+        raise Unsupported(f"iterating over {self.describe()}")
+
+    def unpack(self, tx: Tx) -> list[VariableTracker]:
+        if isinstance(self.value, (nn.ModuleDict, nn.ParameterDict)):
+            return [ConstantVariable(k) for k, _ in self.items(tx)]
+        return [v for _, v in self.items(tx)]
+
+    def has_unpack(self) -> bool:
+        return isinstance(self.value, CONTAINERS)
+
+    def call_method(
+        self,
+        tx: Tx,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        m = self.value
+        if name == "__len__" and isinstance(m, CONTAINERS):
+            return ConstantVariable(len(m))  # type: ignore[arg-type]
+        if name == "__getitem__" and len(args) == 1 and isinstance(m, CONTAINERS):
+            key = args[0].as_python_constant()
+            if isinstance(key, slice):
+                if not isinstance(m, (nn.ModuleList, nn.Sequential)):
+                    raise Unsupported(f"slicing {self.describe()}")
+                idx = range(len(m))[key]
+                from ..builder import wrap
+
+                items = [wrap(tx, m[i], self.child_source(i)) for i in idx]
+                return TupleVariable(items)
+            if isinstance(key, int) and key < 0:
+                key += len(m)  # type: ignore[arg-type]
+            from ..builder import wrap
+
+            return wrap(tx, m[key], self.child_source(key))
+        if name in ("children", "values") and not args:
+            return TupleVariable([v for _, v in self.items(tx)])
+        if name in ("named_children", "items") and not args:
+            return TupleVariable(
+                [TupleVariable([ConstantVariable(k), v]) for k, v in self.items(tx)]
+            )
+        if name == "keys" and not args:
+            return TupleVariable([ConstantVariable(k) for k, _ in self.items(tx)])
+        if name == "parameters" and not kwargs:
+            named = list(m.named_parameters())
+            return TupleVariable([self._param(tx, n) for n, _ in named])
+        if name == "forward":
+            return self.inline_forward(tx, args, kwargs)
+        return super().call_method(tx, name, args, kwargs)
+
+    def _param(self, tx: Tx, dotted: str) -> VariableTracker:
+        var: VariableTracker = self
+        for part in dotted.split("."):
+            var = var.var_getattr(tx, part)
+        return var
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        m = self.value
+        if has_hooks(m):
+            raise Unsupported(f"{self.describe()} has forward/backward hooks")
+        if is_leaf_module(m, tx.options.inline_inbuilt_nn_modules):
+            tx.guard_module_training(self)
+            return tx.output.call_module(self, args, kwargs)
+        return self.inline_forward(tx, args, kwargs)
+
+    def inline_forward(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        from .functions import UserFunctionVariable
+
+        fwd = type(self.value).forward
+        if not isinstance(fwd, types.FunctionType):
+            raise Unsupported(f"forward of {self.describe()} is not a Python function")
+        if fwd is nn.Module.forward:
+            raise Unsupported(f"{self.describe()} has no forward")
+        src = AttrSource(AttrSource(self.source, "__class__"), "forward") if self.source else None
+        return UserFunctionVariable(fwd, src).call_function(tx, [self, *args], kwargs)
+
+
+def is_param_like(value: Any) -> bool:
+    return isinstance(value, torch.Tensor)

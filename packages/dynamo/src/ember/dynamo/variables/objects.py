@@ -1,0 +1,186 @@
+"""User-defined objects, classes and Python modules (``math``, ``torch.nn``).
+
+Attribute reads look at the real object (statically, without running
+``__getattr__``/descriptors we do not understand) and wrap what they find
+with a source, so the builder guards exactly what was read. Attribute writes
+are recorded as side effects and replayed after the graph runs.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..errors import Unsupported
+from ..source_tracking import AttrSource, Source
+from .base import VariableTracker
+from .constant import ConstantVariable
+
+if TYPE_CHECKING:
+    from ..codegen import PyCodegen
+    from ..symbolic_convert import InstructionTranslatorBase as Tx
+
+
+def identity_key(v: VariableTracker) -> Any:
+    value = getattr(v, "value", None)
+    if value is None:
+        return None
+    try:
+        hash(value)
+    except TypeError:
+        return None
+    return value
+
+
+def class_attribute(tx: Tx, obj: VariableTracker, value: Any, name: str) -> VariableTracker | None:
+    """Look ``name`` up on ``type(value)`` (methods, properties, class constants)."""
+    from ..builder import wrap
+    from .functions import UserFunctionVariable, UserMethodVariable
+
+    cls = type(value)
+    try:
+        static = inspect.getattr_static(cls, name)
+    except AttributeError:
+        return None
+    cls_src = AttrSource(obj.source, "__class__") if obj.source is not None else None
+    if isinstance(static, staticmethod):
+        return wrap(tx, static.__func__, AttrSource(cls_src, name) if cls_src else None)
+    if isinstance(static, classmethod):
+        fn = static.__func__
+        if isinstance(fn, types.FunctionType):
+            return UserMethodVariable(UserFunctionVariable(fn), ClassVariable(cls, cls_src))
+        return None
+    if isinstance(static, property):
+        if isinstance(static.fget, types.FunctionType):
+            return UserFunctionVariable(static.fget).call_function(tx, [obj], {})
+        return None
+    if isinstance(static, types.FunctionType):
+        if static.__module__ and static.__module__.startswith("torch."):
+            return None
+        return UserMethodVariable(
+            UserFunctionVariable(static, AttrSource(cls_src, name) if cls_src else None), obj
+        )
+    if hasattr(static, "__get__") and not isinstance(static, (int, float, str, bool, type(None))):
+        return None
+    return wrap(tx, getattr(value, name), AttrSource(obj.source, name) if obj.source else None)
+
+
+class UserObjectVariable(VariableTracker):
+    """An instance of a user class that exists outside the frame."""
+
+    def __init__(self, value: Any, source: Source | None = None) -> None:
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def describe(self) -> str:
+        return f"`{type(self.value).__name__}` object"
+
+    def truth(self, tx: Tx) -> bool:
+        cls = type(self.value)
+        if getattr(cls, "__bool__", None) is None and getattr(cls, "__len__", None) is None:
+            return True
+        raise Unsupported(f"truth value of {self.describe()} uses a custom __bool__/__len__")
+
+    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        from ..builder import wrap
+
+        pending = tx.output.side_effects.pending_attr(self, name)
+        if pending is not None:
+            return pending
+        inst_dict = getattr(self.value, "__dict__", None)
+        if isinstance(inst_dict, dict) and name in inst_dict:
+            return wrap(tx, inst_dict[name], AttrSource(self.source, name) if self.source else None)
+        found = class_attribute(tx, self, self.value, name)
+        if found is not None:
+            return found
+        raise Unsupported(f"attribute `{name}` of {self.describe()} cannot be traced")
+
+    def store_attr(self, tx: Tx, name: str, value: VariableTracker) -> None:
+        if self.source is None:
+            raise Unsupported(f"attribute write on {self.describe()} created while tracing")
+        tx.output.side_effects.store_attr(self, name, value)
+
+
+class ClassVariable(VariableTracker):
+    """A Python class used as a value (``isinstance`` targets, ``torch.Tensor``)."""
+
+    def __init__(self, value: type, source: Source | None = None) -> None:
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def describe(self) -> str:
+        return f"class `{self.value.__name__}`"
+
+    def as_python_constant(self) -> Any:
+        return self.value
+
+    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        from ..builder import wrap
+
+        try:
+            static = inspect.getattr_static(self.value, name)
+        except AttributeError as e:
+            raise Unsupported(f"class `{self.value.__name__}` has no attribute `{name}`") from e
+        if isinstance(static, (staticmethod, classmethod)):
+            return wrap(tx, getattr(self.value, name), None)
+        return wrap(tx, getattr(self.value, name), AttrSource(self.source, name) if self.source else None)
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        from .builtins import construct_builtin_type
+
+        return construct_builtin_type(tx, self.value, args, kwargs)
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        cg.load_const(self.value)
+
+
+class PythonModuleVariable(VariableTracker):
+    """A Python module object (``math``, ``operator``, a user helper module)."""
+
+    def __init__(self, value: types.ModuleType, source: Source | None = None) -> None:
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self) -> type:
+        return types.ModuleType
+
+    def describe(self) -> str:
+        return f"module `{self.value.__name__}`"
+
+    def as_python_constant(self) -> Any:
+        return self.value
+
+    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        from ..builder import wrap
+
+        try:
+            attr = getattr(self.value, name)
+        except AttributeError as e:
+            raise Unsupported(f"module `{self.value.__name__}` has no attribute `{name}`") from e
+        src = AttrSource(self.source, name) if self.source is not None else None
+        if self.value.__name__.split(".")[0] == "torch" and not isinstance(attr, torch.Tensor):
+            # torch's own namespaces are trusted not to be monkey-patched
+            # between calls: no guard per function read (as TorchDynamo).
+            src = None
+        return wrap(tx, attr, src)
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        cg.load_const(self.value)
+
+
+class OpaqueConstantVariable(ConstantVariable):
+    """An object used only by identity (compared with ``is``, passed along)."""
+
+    def describe(self) -> str:
+        return f"`{type(self.value).__name__}` object"

@@ -1,0 +1,178 @@
+"""Tensors: graph values. Operations on them become FX nodes.
+
+Each tracker holds its FX node and a fake tensor ("example") with the same
+metadata, so shapes, dtypes and devices are known while tracing without
+computing anything. Metadata reads (``x.shape``, ``x.dtype``) fold to
+constants; they are safe because the input's TENSOR_MATCH guard pins them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.fx
+
+from ..errors import Unsupported
+from ..source_tracking import Source
+from .base import VariableTracker
+from .constant import ConstantVariable
+
+if TYPE_CHECKING:
+    from ..codegen import PyCodegen
+    from ..symbolic_convert import InstructionTranslatorBase as Tx
+
+# Attributes that are metadata: folded to constants.
+META_ATTRS = frozenset(
+    {
+        "shape",
+        "dtype",
+        "device",
+        "ndim",
+        "requires_grad",
+        "is_cuda",
+        "is_cpu",
+        "is_meta",
+        "is_sparse",
+        "is_quantized",
+        "is_leaf",
+        "layout",
+        "is_nested",
+        "itemsize",
+    }
+)
+# Attributes that are tensors: become ``getattr`` nodes.
+TENSOR_ATTRS = frozenset({"T", "mT", "H", "mH", "real", "imag", "data"})
+
+
+class TensorVariable(VariableTracker):
+    def __init__(
+        self,
+        node: torch.fx.Node,
+        example: torch.Tensor,
+        source: Source | None = None,
+        cls: type = torch.Tensor,
+    ) -> None:
+        super().__init__(source)
+        self.node = node
+        self.example = example
+        self.cls = cls
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def describe(self) -> str:
+        shape = tuple(self.example.shape)
+        return f"tensor `{self.node.name}` {shape}"
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.node.name})"
+
+    def truth(self, tx: Tx) -> bool:
+        raise Unsupported(
+            "data-dependent control flow: the truth value of a tensor "
+            f"(`{self.node.name}`) is only known when the graph runs"
+        )
+
+    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        if name in META_ATTRS:
+            value = getattr(self.example, name)
+            if name == "shape":
+                value = torch.Size(int(s) for s in value)
+            return ConstantVariable(value)
+        if name in TENSOR_ATTRS:
+            return tx.output.create_op(
+                "call_function", getattr, [self, ConstantVariable(name)], {}
+            )
+        if name == "grad":
+            raise Unsupported("reading `.grad` of a tensor inside a graph is not supported")
+        if callable(getattr(torch.Tensor, name, None)):
+            return TensorMethodVariable(self, name)
+        raise Unsupported(f"tensor attribute `{name}` cannot be traced")
+
+    def call_method(
+        self,
+        tx: Tx,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        return tensor_method(tx, self, name, args, kwargs)
+
+    def unpack(self, tx: Tx) -> list[VariableTracker]:
+        if self.example.dim() == 0:
+            raise Unsupported("iteration over a 0-d tensor")
+        n = int(self.example.shape[0])
+        return [
+            tx.output.create_op("call_function", _getitem, [self, ConstantVariable(i)], {})
+            for i in range(n)
+        ]
+
+    def has_unpack(self) -> bool:
+        return True
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        cg.load_tensor(self)
+
+
+def _getitem_target() -> Any:
+    import operator
+
+    return operator.getitem
+
+
+_getitem = _getitem_target()
+
+# Methods that produce a Python value from tensor *data*: always a break.
+DATA_METHODS = frozenset({"item", "tolist", "numpy", "__bool__", "__int__", "__float__"})
+
+
+def tensor_method(
+    tx: Tx,
+    tensor: TensorVariable,
+    name: str,
+    args: list[VariableTracker],
+    kwargs: dict[str, VariableTracker],
+) -> VariableTracker:
+    if name in DATA_METHODS:
+        raise Unsupported(
+            f"`Tensor.{name}()` needs the tensor's data, which is only known when the graph runs"
+        )
+    if name in ("size", "stride") and not kwargs:
+        value = getattr(tensor.example, name)(*[a.as_python_constant() for a in args])
+        if isinstance(value, torch.Size) or isinstance(value, tuple):
+            value = torch.Size(int(s) for s in value) if name == "size" else tuple(value)
+        return ConstantVariable(value)
+    if name in ("dim", "numel", "nelement", "element_size", "is_contiguous", "is_floating_point",
+                "is_complex", "get_device", "ndimension") and not kwargs:
+        consts = [a.as_python_constant() for a in args]
+        return ConstantVariable(getattr(tensor.example, name)(*consts))
+    if name == "type" and not args and not kwargs:
+        return ConstantVariable(tensor.example.type())
+    if name == "__setitem__" and len(args) == 2:
+        import operator
+
+        tx.output.create_op("call_function", operator.setitem, [tensor, *args], {})
+        return ConstantVariable(None)
+    if name == "__getitem__" and len(args) == 1:
+        return tx.output.create_op("call_function", _getitem, [tensor, args[0]], {})
+    if name == "backward":
+        raise Unsupported("`Tensor.backward()` inside a compiled region is not supported")
+    return tx.output.create_op("call_method", name, [tensor, *args], kwargs)
+
+
+class TensorMethodVariable(VariableTracker):
+    """``x.view`` before it is called."""
+
+    def __init__(self, tensor: TensorVariable, name: str) -> None:
+        super().__init__(None)
+        self.tensor = tensor
+        self.name = name
+
+    def describe(self) -> str:
+        return f"method `Tensor.{self.name}`"
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        return tensor_method(tx, self.tensor, self.name, args, kwargs)

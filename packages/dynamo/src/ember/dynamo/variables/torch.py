@@ -1,0 +1,178 @@
+"""torch functions, ``torch.nn.functional`` and grad-mode context managers.
+
+A torch function called on symbolic values becomes one ``call_function``
+node; its result's metadata comes from running it on fake tensors. A torch
+function whose result holds no tensor (``torch.is_floating_point(x)``) folds
+to a constant, which is safe because the inputs' metadata is guarded.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..errors import Unsupported
+from ..source_tracking import Source
+from .base import VariableTracker
+from .constant import ConstantVariable
+
+if TYPE_CHECKING:
+    from ..codegen import PyCodegen
+    from ..symbolic_convert import InstructionTranslatorBase as Tx
+
+# Functions that change process state or do I/O: never run while tracing.
+NOT_TRACEABLE = frozenset(
+    {
+        "manual_seed",
+        "seed",
+        "initial_seed",
+        "set_default_dtype",
+        "set_default_device",
+        "set_printoptions",
+        "set_grad_enabled_",
+        "save",
+        "load",
+        "use_deterministic_algorithms",
+        "set_num_threads",
+        "synchronize",
+        "_assert",
+    }
+)
+# Functions folded when every argument is a constant.
+FOLDABLE = {
+    torch.device,
+    torch.Size,
+    torch.finfo,
+    torch.iinfo,
+    torch.is_grad_enabled,
+    torch.get_default_dtype,
+    torch.is_autocast_enabled,
+    torch.promote_types,
+    torch.result_type,
+    torch.can_cast,
+}
+
+
+def fn_name(fn: Any) -> str:
+    return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or fn)
+
+
+class TorchFunctionVariable(VariableTracker):
+    def __init__(self, value: Any, source: Source | None = None) -> None:
+        super().__init__(source)
+        self.value = value
+
+    def describe(self) -> str:
+        mod = getattr(self.value, "__module__", None) or "torch"
+        return f"`{mod}.{fn_name(self.value)}`"
+
+    def as_python_constant(self) -> Any:
+        return self.value
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        fn = self.value
+        if getattr(fn, "__name__", "") in NOT_TRACEABLE:
+            raise Unsupported(f"{self.describe()} changes global state and cannot be traced")
+        if fn in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled, torch.inference_mode):
+            return grad_mode_ctx(tx, fn, args, kwargs)
+        if fn in FOLDABLE or fn is torch.Tensor:
+            consts = [*args, *kwargs.values()]
+            if all(a.is_python_constant() for a in consts):
+                try:
+                    value = fn(
+                        *[a.as_python_constant() for a in args],
+                        **{k: v.as_python_constant() for k, v in kwargs.items()},
+                    )
+                except Exception as e:
+                    raise Unsupported(f"{self.describe()} raised {type(e).__name__}: {e}") from e
+                if fn in (torch.is_grad_enabled, torch.get_default_dtype, torch.is_autocast_enabled):
+                    tx.output.guard_global_state()
+                from ..builder import wrap_constant_result
+
+                return wrap_constant_result(value)
+        return tx.output.create_op("call_function", fn, args, kwargs)
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        cg.load_const(self.value)
+
+
+def grad_mode_ctx(
+    tx: Tx, fn: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+) -> VariableTracker:
+    consts = [a.as_python_constant() for a in args]
+    ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+    if fn is torch.no_grad:
+        target = False
+    elif fn is torch.enable_grad:
+        target = True
+    elif fn is torch.inference_mode:
+        mode = consts[0] if consts else ckw.get("mode", True)
+        if mode:
+            raise Unsupported("`torch.inference_mode()` inside a compiled region")
+        return GradModeVariable(None)
+    else:
+        target = bool(consts[0] if consts else ckw["mode"])
+        # set_grad_enabled(...) takes effect when called, not only in `with`.
+        var = GradModeVariable(target)
+        var.enter(tx)
+        var.entered_on_call = True
+        return var
+    return GradModeVariable(target)
+
+
+class GradModeVariable(VariableTracker):
+    """``torch.no_grad()`` / ``enable_grad()`` / ``set_grad_enabled(b)``.
+
+    Entering records a ``torch._C._set_grad_enabled`` node in the graph (so
+    the compiled graph runs its ops in the right mode) and flips the mode
+    for the fake tensors that trace the ops inside.
+    """
+
+    def __init__(self, target: bool | None) -> None:
+        super().__init__(None)
+        self.target = target
+        self.prior: list[bool] = []
+        self.entered_on_call = False
+
+    def describe(self) -> str:
+        return f"grad mode context ({self.target})"
+
+    def enter(self, tx: Tx) -> VariableTracker:
+        self.prior.append(torch.is_grad_enabled())
+        if self.target is not None:
+            tx.output.set_grad_enabled(self.target)
+        return ConstantVariable(None)
+
+    def exit(self, tx: Tx) -> VariableTracker:
+        prior = self.prior.pop()
+        if self.target is not None:
+            tx.output.set_grad_enabled(prior)
+        return ConstantVariable(None)
+
+    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        if name in ("__enter__", "__exit__"):
+            return ContextMethodVariable(self, name)
+        return super().var_getattr(tx, name)
+
+
+class ContextMethodVariable(VariableTracker):
+    def __init__(self, ctx: GradModeVariable, name: str) -> None:
+        super().__init__(None)
+        self.ctx = ctx
+        self.name = name
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        if self.name == "__enter__":
+            if self.ctx.entered_on_call:
+                self.ctx.entered_on_call = False
+                return ConstantVariable(None)
+            return self.ctx.enter(tx)
+        return self.ctx.exit(tx)
