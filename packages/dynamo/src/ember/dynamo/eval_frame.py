@@ -222,6 +222,14 @@ def _transformed(fn: types.FunctionType, code: types.CodeType) -> types.Function
     return new
 
 
+def _add_cells(f_locals: dict[str, Any], cells: tuple[tuple[str, types.CellType], ...]) -> None:
+    for name, cell in cells:
+        try:
+            f_locals[name] = cell.cell_contents
+        except ValueError:  # an empty cell: nothing to guard
+            continue
+
+
 class CompiledFunction:
     """A Python function whose calls go through ember's cache and capture.
 
@@ -246,6 +254,8 @@ class CompiledFunction:
             code.co_kwonlyargcount == 0
         )
         self._signature: inspect.Signature | None = None
+        # Free variables are guarded as L['name'] (their cell contents).
+        self._cells = tuple(zip(code.co_freevars, fn.__closure__ or (), strict=True))
         self._pairs: tuple[tuple[Callable[..., bool], Callable[..., Any]], ...] = ()
         self._version = -1
         self.__wrapped__ = fn
@@ -276,6 +286,8 @@ class CompiledFunction:
                 return self._fn(*args, **kwargs)
         else:
             f_locals = dict(zip(self._names, args))
+        if self._cells:
+            _add_cells(f_locals, self._cells)
         if self._version != self._cache.version:
             self._sync()
         f_globals = self._globals

@@ -155,4 +155,6 @@ def compile_guards(
         )
     builder = GuardBuilder(f_locals, f_globals)
     guards = list(guard_set.guards) + _relation_guards(guard_set)
-    return CheckFn(guard_set, parts_for(builder, guards), builder)
+    parts = parts_for(builder, guards)
+    builder.frame = None  # the check must not keep the captured frame's objects alive
+    return CheckFn(guard_set, parts, builder)
