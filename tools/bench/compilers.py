@@ -1,0 +1,220 @@
+"""The columns: eager, ember's backends and torch.compile's, each behind one interface.
+
+Every compiler counts the graphs its backend is handed (a wrapper around the
+backend callable), so graph and recompile counts mean the same thing in every
+column. ember's compilers are available only when ``ember.dynamo`` imports and
+lists the backend; anything else is an ``unavailable`` cell, never an error.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from bench.registry import CompileOptions, Compiler, CompileStats, register_compiler
+
+Backend = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
+
+
+def _counting(inner: Backend, stats: CompileStats) -> Backend:
+    """Wrap a torch.compile-style backend so every graph it compiles is counted."""
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        stats.graphs += 1
+        return inner(gm, example_inputs)
+
+    stats.counted = True
+    return backend
+
+
+# --- eager --------------------------------------------------------------------------------
+
+
+def _eager_prepare(model: Any, options: CompileOptions, stats: CompileStats) -> Any:
+    stats.breaks = 0
+    return model
+
+
+register_compiler(
+    Compiler(
+        name="eager",
+        description="plain PyTorch eager (the baseline every speedup is relative to)",
+        prepare=_eager_prepare,
+        is_baseline=True,
+    )
+)
+
+
+# --- ember --------------------------------------------------------------------------------
+
+
+def _ember_dynamo() -> Any:
+    import ember.dynamo
+
+    return ember.dynamo
+
+
+def _ember_available(backend: str) -> Callable[[], str | None]:
+    def check() -> str | None:
+        try:
+            dynamo = _ember_dynamo()
+        except Exception as exc:  # an unfinished package may fail in any way on import
+            return f"ember.dynamo does not import: {type(exc).__name__}: {_first_line(exc)}"
+        for attr in ("compile", "list_backends"):
+            if not hasattr(dynamo, attr):
+                return f"ember.dynamo has no {attr}()"
+        try:
+            names = list(dynamo.list_backends())
+        except Exception as exc:
+            return f"ember.dynamo.list_backends() failed: {_first_line(exc)}"
+        if backend not in names:
+            return f"backend {backend!r} not listed by ember.dynamo.list_backends() ({names})"
+        return None
+
+    return check
+
+
+def _ember_backend_fn(backend: str) -> Backend | None:
+    """The backend callable, found the way ember.dynamo finds it (entry point)."""
+    dynamo = _ember_dynamo()
+    lookup = getattr(dynamo, "lookup_backend", None)
+    if lookup is not None:
+        try:
+            fn = lookup(backend)
+            if callable(fn):
+                return fn  # type: ignore[no-any-return]
+        except Exception:
+            pass
+    for ep in importlib.metadata.entry_points(group="ember.backends"):
+        if ep.name == backend:
+            return ep.load()  # type: ignore[no-any-return]
+    return None
+
+
+def _ember_prepare(backend: str) -> Callable[[Any, CompileOptions, CompileStats], Any]:
+    def prepare(model: Any, options: CompileOptions, stats: CompileStats) -> Any:
+        dynamo = _ember_dynamo()
+        fn = _ember_backend_fn(backend)
+        target: Any = _counting(fn, stats) if fn is not None else backend
+        return dynamo.compile(
+            model, backend=target, fullgraph=options.fullgraph, dynamic=options.dynamic
+        )
+
+    return prepare
+
+
+def _ember_reset() -> None:
+    dynamo = _ember_dynamo()
+    if hasattr(dynamo, "reset"):
+        dynamo.reset()
+
+
+for _name, _desc, _rng in (
+    ("eager", "ember.dynamo capture, graphs run by torch eager", True),
+    ("aot_eager", "ember.dynamo + ember.aotgrad fwd/bwd graphs, run eagerly", True),
+    ("inductor", "ember.dynamo + ember.aotgrad + ember.inductor kernels", False),
+):
+    register_compiler(
+        Compiler(
+            name=f"ember-{_name}",
+            description=_desc,
+            prepare=_ember_prepare(_name),
+            available=_ember_available(_name),
+            reset=_ember_reset,
+            disk_cache=_name == "inductor",
+            rng_matches_eager=_rng,
+        )
+    )
+
+
+# --- torch.compile ------------------------------------------------------------------------
+
+
+def _torch_available(backend: str) -> Callable[[], str | None]:
+    def check() -> str | None:
+        try:
+            import torch._dynamo
+        except Exception as exc:
+            return f"torch._dynamo does not import: {_first_line(exc)}"
+        names = torch._dynamo.list_backends(exclude_tags=())
+        if backend not in names:
+            return f"torch.compile has no backend {backend!r}"
+        return None
+
+    return check
+
+
+def _torch_prepare(backend: str) -> Callable[[Any, CompileOptions, CompileStats], Any]:
+    def prepare(model: Any, options: CompileOptions, stats: CompileStats) -> Any:
+        import torch._dynamo
+
+        inner = torch._dynamo.lookup_backend(backend)
+        return torch.compile(
+            model,
+            backend=_counting(inner, stats),
+            fullgraph=options.fullgraph,
+            dynamic=options.dynamic,
+        )
+
+    return prepare
+
+
+def _torch_reset() -> None:
+    import torch._dynamo
+
+    torch._dynamo.reset()
+
+
+def torch_break_stats(stats: CompileStats) -> None:
+    """Fill break count and reasons from torch._dynamo's counters."""
+    from torch._dynamo.utils import counters
+
+    breaks: dict[str, int] = counters.get("graph_break", {})
+    stats.breaks = int(sum(breaks.values()))
+    stats.break_reasons = [str(k).splitlines()[0] for k in breaks]
+
+
+for _name, _desc, _rng in (
+    ("eager", "torch.compile(backend='eager'): dynamo capture only", True),
+    ("aot_eager", "torch.compile(backend='aot_eager'): + AOTAutograd", True),
+    ("inductor", "torch.compile(backend='inductor'): the default", False),
+):
+    register_compiler(
+        Compiler(
+            name=f"torch-{_name}",
+            description=_desc,
+            prepare=_torch_prepare(_name),
+            available=_torch_available(_name),
+            reset=_torch_reset,
+            disk_cache=_name == "inductor",
+            rng_matches_eager=_rng,
+        )
+    )
+
+
+def ember_break_stats(model: Any, args: tuple[Any, ...], stats: CompileStats) -> None:
+    """Fill break count from ember.dynamo's explain() when it has one."""
+    dynamo = _ember_dynamo()
+    explain = getattr(dynamo, "explain", None)
+    if explain is None:
+        return
+    out = explain(model)(*args)
+    for attr in ("graph_break_count", "break_count", "breaks"):
+        value = getattr(out, attr, None)
+        if isinstance(value, int):
+            stats.breaks = value
+            break
+        if isinstance(value, list | tuple):
+            stats.breaks = len(value)
+            break
+    reasons = getattr(out, "break_reasons", None)
+    if isinstance(reasons, list | tuple):
+        stats.break_reasons = [_first_line(r) for r in reasons]
+
+
+def _first_line(obj: object) -> str:
+    text = str(obj).strip()
+    return text.splitlines()[0] if text else type(obj).__name__

@@ -1,0 +1,40 @@
+"""Which compilers and workloads can run here, checked in a throwaway process.
+
+Importing an unfinished ember package may fail in any way, even crash; doing it
+in a child keeps the runner alive and lets it mark those columns
+``unavailable`` without starting a worker per cell.
+Run as ``python -m bench.probe DEVICE [PLUGIN ...]``; prints JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from bench.registry import COMPILERS, WORKLOADS, load_builtins, load_plugins
+from bench.worker import first_line, unavailable_reason
+
+
+def probe(device: str) -> dict[str, Any]:
+    """{"compilers": {name: reason or None}, "workloads": {name: reason or None}}."""
+    eager = COMPILERS["eager"]
+    compilers = {}
+    for name, c in COMPILERS.items():
+        try:
+            compilers[name] = c.available()
+        except Exception as exc:
+            compilers[name] = f"availability check failed: {first_line(exc)}"
+    workloads = {name: unavailable_reason(w, eager, device) for name, w in WORKLOADS.items()}
+    return {"compilers": compilers, "workloads": workloads}
+
+
+def main(argv: list[str]) -> int:
+    load_builtins()
+    load_plugins(argv[1:])
+    print(json.dumps(probe(argv[0] if argv else "cpu")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
