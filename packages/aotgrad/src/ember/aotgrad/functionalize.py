@@ -387,13 +387,49 @@ class _Functionalizer:
                     f"node '{node.name}' ({op}) is an in-place op with no functional "
                     "variant that ember.aotgrad knows; use its out-of-place form"
                 )
-            value = self.emit(functional, args, kwargs)
+            kwargs = _with_defaults(op, functional, args, kwargs)
+            if torch.Tag.nondeterministic_seeded in op.tags and not target_val.is_contiguous():
+                value = self.random_in_memory_order(functional, args, kwargs, target_val)
+            else:
+                value = self.emit(functional, args, kwargs)
             if value.meta["val"].dtype != target_val.dtype:
                 value = self.emit(aten._to_copy.default, (value,), {"dtype": target_val.dtype})
         self.write(target, value, node)
         self.chain[node] = self.chain[target]
         self.env[node] = value
         self.seen_version[node] = self.version[self.storage(target)]
+
+    def random_in_memory_order(self, functional: Any, args: tuple[Any, ...],
+                               kwargs: dict[str, Any], target: torch.Tensor) -> fx.Node:
+        """Run a random op so it draws numbers in the target's memory order, as eager's
+        in-place op does (the functional op would fill a contiguous result instead)."""
+        ndim = target.dim()
+        perm = sorted(range(ndim), key=lambda d: (-target.stride(d), -d))
+        inv = [perm.index(d) for d in range(ndim)]
+        shape = tuple(target.shape)
+
+        def to_memory_order(a: Any) -> Any:
+            if isinstance(a, fx.Node) and tuple(a.meta["val"].shape) == shape:
+                return self.emit(aten.permute.default, (a, perm))
+            return a
+
+        permuted = tuple(to_memory_order(a) for a in args)
+        value = self.emit(functional, permuted, kwargs)
+        return self.emit(aten.permute.default, (value, inv))
+
+
+def _with_defaults(op: Any, functional: Any, args: tuple[Any, ...],
+                   kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` plus the in-place op's defaults that the functional op lacks
+    (``bernoulli_.float`` defaults ``p=0.5``, ``bernoulli.p`` requires it)."""
+    wanted = {a.name for a in functional._schema.arguments}
+    out = dict(kwargs)
+    for i, a in enumerate(op._schema.arguments):
+        if i < len(args) or a.name in out or a.name not in wanted:
+            continue
+        if a.has_default_value():
+            out[a.name] = a.default_value
+    return out
 
 
 def eliminate_dead_code(graph: fx.Graph) -> None:

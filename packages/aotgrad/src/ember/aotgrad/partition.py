@@ -134,6 +134,8 @@ def default_partition(joint: fx.GraphModule, *, num_fw_outputs: int) -> Partitio
     fw_outs, grads = _joint_parts(joint, num_fw_outputs)
     primals = [n for n in joint.graph.nodes if n.op == "placeholder" and not _is_tangent(n)]
     forward = _ancestors(fw_outs) | set(primals)
+    # a multi-output op is saved through its items, never as a tuple
+    forward |= {u for n in forward for u in n.users if u.target is operator.getitem}
     backward = _ancestors(grads) - forward
     saved = [n for n in joint.graph.nodes if n in forward and (
         any(u in backward for u in n.users) or n in grads)]
