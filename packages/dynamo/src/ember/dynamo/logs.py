@@ -82,13 +82,25 @@ def parse_log_spec(spec: str) -> dict[str, int]:
     return levels
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time of the record (test capture, redirects)."""
+
+    @property
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: object) -> None:
+        pass
+
+
 def _ensure_handler() -> None:
     root = logging.getLogger(ROOT)
     if any(h.get_name() == _HANDLER_NAME for h in root.handlers):
         return
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.set_name(_HANDLER_NAME)
-    handler.setFormatter(logging.Formatter("[ember %(name)s] %(message)s"))
+    handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
     root.addHandler(handler)
 
 

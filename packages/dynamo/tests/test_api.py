@@ -1,0 +1,258 @@
+"""The public API end to end: compile/optimize on functions, methods and modules,
+compared against eager, with counted graphs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import ember.dynamo
+from ember.dynamo import CompileOptionsError, InvalidBackendError, OptimizedModule
+from ember.dynamo.testing import CompileCounter
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> Any:
+    yield
+    ember.dynamo.reset()
+
+
+def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    a = torch.cos(x)
+    b = torch.sin(y)
+    return a + b
+
+
+class MLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(4, 8)
+        self.fc2 = torch.nn.Linear(8, 2)
+        self.scale = 2.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x))) * self.scale
+
+
+def test_compile_function_matches_eager_and_caches() -> None:
+    cnt = CompileCounter()
+    cfn = ember.dynamo.compile(fn, backend=cnt)
+    for _ in range(3):
+        x, y = torch.randn(10), torch.randn(10)
+        torch.testing.assert_close(cfn(x, y), fn(x, y))
+    assert cnt.frame_count == 1
+    assert cnt.op_count == 3
+    cfn(torch.randn(3), torch.randn(3))
+    assert cnt.frame_count == 2
+    assert cfn.__name__ == "fn" and cfn.__wrapped__ is fn
+
+
+def test_compile_as_decorator_with_and_without_arguments() -> None:
+    cnt = CompileCounter()
+
+    @ember.dynamo.compile(backend=cnt)
+    def g(x: torch.Tensor) -> torch.Tensor:
+        return x.relu() + 1
+
+    x = torch.randn(5)
+    torch.testing.assert_close(g(x), x.relu() + 1)
+    assert cnt.frame_count == 1
+
+    @ember.dynamo.compile
+    def h(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    assert isinstance(h, ember.dynamo.CompiledFunction)
+
+
+def test_eager_backend_by_name() -> None:
+    cfn = ember.dynamo.compile(fn, backend="eager")
+    x, y = torch.randn(4), torch.randn(4)
+    torch.testing.assert_close(cfn(x, y), fn(x, y))
+
+
+def test_compile_module_shares_state() -> None:
+    torch.manual_seed(0)
+    mod = MLP()
+    cnt = CompileCounter()
+    opt = ember.dynamo.compile(mod, backend=cnt)
+    assert isinstance(opt, OptimizedModule)
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(opt(x), mod(x))
+    torch.testing.assert_close(opt(x), mod(x))
+    assert cnt.frame_count == 1
+    assert list(opt.state_dict()) == list(mod.state_dict())
+    assert [p is q for p, q in zip(opt.parameters(), mod.parameters())] == [True] * 4
+    assert opt.fc1 is mod.fc1 and opt.scale == 2.0
+    opt.scale = 3.0
+    assert mod.scale == 3.0
+    torch.testing.assert_close(opt(x), mod(x))  # the attribute change recompiled or was read live
+    with torch.no_grad():
+        mod.fc1.weight.zero_()
+    torch.testing.assert_close(opt(x), mod(x))
+    opt.eval()
+    assert mod.training is False and opt.training is False
+    sd = {k: torch.zeros_like(v) for k, v in mod.state_dict().items()}
+    opt.load_state_dict(sd)
+    assert float(mod.fc2.bias.detach().abs().sum()) == 0.0
+
+
+def test_compile_bound_method_and_method_decorator() -> None:
+    cnt = CompileCounter()
+    mod = MLP()
+    fwd = ember.dynamo.compile(mod.forward, backend=cnt)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(fwd(x), mod(x))
+
+    class Scaler:
+        def __init__(self, k: float) -> None:
+            self.k = k
+
+        @ember.dynamo.optimize(cnt)
+        def apply(self, x: torch.Tensor) -> torch.Tensor:
+            return x * self.k
+
+    s = Scaler(3.0)
+    torch.testing.assert_close(s.apply(x), x * 3.0)
+
+
+def test_optimize_decorator_and_nopython() -> None:
+    cnt = CompileCounter()
+
+    @ember.dynamo.optimize(cnt, nopython=True)
+    def g(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.cos(a) + torch.sin(b)
+
+    a, b = torch.randn(10), torch.randn(10)
+    torch.testing.assert_close(g(a, b), torch.cos(a) + torch.sin(b))
+    assert cnt.frame_count == 1
+    assert ember.dynamo.api.options_of(g).fullgraph is True
+
+
+def test_optimize_context_manager_is_a_clear_error() -> None:
+    with pytest.raises(TypeError, match="decorate the function instead"), ember.dynamo.optimize("eager"):
+        pass
+
+
+def test_optimize_disable_leaves_function() -> None:
+    assert ember.dynamo.optimize("eager", disable=True)(fn) is fn
+    assert ember.dynamo.compile(fn, disable=True) is fn
+
+
+def test_unknown_backend_lists_installed_ones() -> None:
+    with pytest.raises(InvalidBackendError) as info:
+        ember.dynamo.compile(fn, backend="inductr")
+    message = str(info.value)
+    assert message.startswith("unknown ember backend 'inductr'; installed backends: ")
+    assert "eager" in message
+
+
+def test_unknown_options_and_mode_are_named() -> None:
+    with pytest.raises(CompileOptionsError, match="unknown options key\\(s\\) 'max_autotun'"):
+        ember.dynamo.compile(fn, backend="eager", options={"max_autotun": True})
+    with pytest.raises(CompileOptionsError, match="unknown mode 'fastest'"):
+        ember.dynamo.compile(fn, backend="eager", mode="fastest")
+    with pytest.raises(CompileOptionsError, match="either mode or options"):
+        ember.dynamo.compile(fn, backend="eager", mode="default", options={"x": 1})
+
+
+def test_options_naming_dynamo_settings_apply() -> None:
+    cfn = ember.dynamo.compile(fn, backend="eager", options={"cache_size_limit": 3})
+    assert ember.dynamo.api.options_of(cfn).cache_size_limit == 3
+
+
+def test_backend_configure_hook_receives_mode_and_options() -> None:
+    seen: list[Any] = []
+
+    class Configurable:
+        def __call__(self, gm: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> Any:
+            return gm.forward
+
+        def configure(self, mode: str | None, options: dict[str, Any]) -> Any:
+            seen.append((mode, options))
+            return self
+
+    ember.dynamo.compile(fn, backend=Configurable(), mode="max-autotune")
+    ember.dynamo.compile(fn, backend=Configurable(), options={"trace": True})
+    assert seen == [("max-autotune", {}), (None, {"trace": True})]
+
+
+def test_config_snapshot_at_compile_time() -> None:
+    old = ember.dynamo.config.cache_size_limit
+    ember.dynamo.config.cache_size_limit = 1
+    try:
+        cfn = ember.dynamo.compile(fn, backend="eager")
+    finally:
+        ember.dynamo.config.cache_size_limit = old
+    assert ember.dynamo.api.options_of(cfn).cache_size_limit == 1
+    with pytest.raises(AttributeError, match="has no setting 'cache_limit'"):
+        ember.dynamo.config.cache_limit = 3
+
+
+def test_compile_rejects_builtins() -> None:
+    with pytest.raises(TypeError, match="builtins and C functions have no bytecode"):
+        ember.dynamo.compile(torch.cos, backend="eager")
+
+
+def test_disable_runs_eagerly_and_unwraps() -> None:
+    cfn = ember.dynamo.compile(fn, backend=CompileCounter())
+    plain = ember.dynamo.disable(cfn)
+    x, y = torch.randn(2), torch.randn(2)
+    torch.testing.assert_close(plain(x, y), fn(x, y))
+    assert ember.dynamo.api.is_disabled(plain)
+    assert ember.dynamo.compile(plain, backend="eager") is plain
+
+
+def test_allow_and_disallow_registries() -> None:
+    def helper(x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    assert ember.dynamo.allow_in_graph(helper) is helper
+    assert ember.dynamo.api.is_allowed_in_graph(helper)
+    ember.dynamo.disallow_in_graph(helper)
+    assert not ember.dynamo.api.is_allowed_in_graph(helper)
+    assert ember.dynamo.api.is_disallowed_in_graph(helper)
+
+
+def test_graph_break_and_is_compiling_are_noops_eagerly() -> None:
+    assert ember.dynamo.graph_break() is None
+    assert ember.dynamo.is_compiling() is False
+
+
+def test_recompiles_on_changed_global() -> None:
+    cnt = CompileCounter()
+    cfn = ember.dynamo.compile(uses_global, backend=cnt)
+    x = torch.randn(3)
+    global SCALE
+    torch.testing.assert_close(cfn(x), x * SCALE)
+    SCALE = 5.0
+    try:
+        torch.testing.assert_close(cfn(x), x * 5.0)
+    finally:
+        SCALE = 2.0
+    torch.testing.assert_close(cfn(x), x * 2.0)
+
+
+SCALE = 2.0
+
+
+def uses_global(x: torch.Tensor) -> torch.Tensor:
+    return x * SCALE
+
+
+def test_recompiles_on_grad_mode_dtype_requires_grad() -> None:
+    cnt = CompileCounter()
+    cfn = ember.dynamo.compile(fn, backend=cnt)
+    x, y = torch.randn(4), torch.randn(4)
+    cfn(x, y)
+    with torch.no_grad():
+        cfn(x, y)
+    cfn(x.double(), y.double())
+    xr = torch.randn(4, requires_grad=True)
+    out = cfn(xr, y)
+    out.sum().backward()
+    assert xr.grad is not None
+    torch.testing.assert_close(xr.grad, -torch.sin(xr.detach()))
+    assert cnt.frame_count == 4
