@@ -107,3 +107,24 @@ class InputMismatch(MinifierError):
             f"the graph has {placeholders} placeholders but {inputs} inputs were given; "
             "pass one example value per placeholder, in placeholder order."
         )
+
+
+class InaccurateBackend(MinifierError):
+    """At ``EMBER_REPRO_LEVEL=4`` a compiled graph's outputs differ from eager beyond tolerance.
+
+    Example::
+
+        >>> raise InaccurateBackend("ember_repro/dynamo_graph_0", "output 0: ...", "dumped ...")
+        Traceback (most recent call last):
+        ...
+        ember.minifier.errors.InaccurateBackend: the backend's result for graph \
+ember_repro/dynamo_graph_0 is inaccurate: output 0: ...; dumped ...
+    """
+
+    def __init__(self, where: str, detail: str, written: str) -> None:
+        self.where = where
+        self.detail = detail
+        super().__init__(
+            f"the backend's result for graph {where} is inaccurate: {detail}; {written}. "
+            "Run the repro to debug it, or lower EMBER_REPRO_LEVEL below 4 to skip accuracy checks."
+        )

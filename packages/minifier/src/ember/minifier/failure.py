@@ -24,7 +24,7 @@ import torch.fx as fx
 from torch.utils._pytree import tree_leaves
 
 from ember.minifier.backends import BackendFn, as_callable, backend_label, call_compiled
-from ember.minifier.state import State, run_eager
+from ember.minifier.state import State, fresh_module, run_eager
 
 _ADDR = re.compile(r"0x[0-9a-fA-F]+")
 _NUM = re.compile(r"\d+")
@@ -64,7 +64,7 @@ class Verdict:
 
 def _run_backend(backend: BackendFn, state: State) -> tuple[str, Any]:
     """Compile and run; returns ``("ok", outputs)`` or ``(phase, exception)``."""
-    gm = copy.deepcopy(state.gm)
+    gm = fresh_module(state.gm)
     inputs = list(state.inputs)
     try:
         compiled = backend(gm, inputs)
@@ -198,7 +198,7 @@ class Predicate:
 
     def check(self, state: State) -> Verdict:
         try:
-            failed = bool(self.fn(copy.deepcopy(state.gm), list(state.inputs)))
+            failed = bool(self.fn(fresh_module(state.gm), list(state.inputs)))
         except Exception as exc:
             tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
             return Verdict(False, f"the predicate raised {tb}")

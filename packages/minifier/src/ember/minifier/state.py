@@ -104,6 +104,27 @@ def copy_graph(gm: fx.GraphModule) -> tuple[fx.Graph, dict[fx.Node, fx.Node]]:
     return g, env
 
 
+def fresh_module(gm: fx.GraphModule) -> fx.GraphModule:
+    """A module with its own copy of the graph (tensors and submodules shared).
+
+    Backends may rewrite the graph they are given; this keeps the state intact
+    without copying weights.
+    """
+    graph, _ = copy_graph(gm)
+    return fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+
+
+def detach_attributes(gm: fx.GraphModule) -> None:
+    """Make every tensor attribute a leaf (unpickling can revive views of parameters)."""
+    for mod in gm.modules():
+        for name, buf in list(mod._buffers.items()):
+            if buf is not None and not buf.is_leaf:
+                mod._buffers[name] = buf.detach()
+        for name, value in list(vars(mod).items()):
+            if isinstance(value, torch.Tensor) and not value.is_leaf:
+                setattr(mod, name, value.detach())
+
+
 def build(gm: fx.GraphModule, graph: fx.Graph, inputs: Sequence[Any]) -> State:
     """A new state whose module shares ``gm``'s submodules and attributes."""
     graph.lint()
