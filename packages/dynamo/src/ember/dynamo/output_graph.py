@@ -27,7 +27,7 @@ from .source_tracking import Source
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable, is_constant_value
 from .variables.dicts import DictVariable
-from .variables.lists import BaseListVariable, ListVariable, TupleVariable
+from .variables.lists import BaseListVariable, ListVariable, NamedTupleVariable, TupleVariable
 from .variables.tensor import TensorVariable
 
 CompilerFn = Callable[[torch.fx.GraphModule, list[torch.Tensor]], Callable[..., Any]]
@@ -221,7 +221,9 @@ class OutputGraph:
             return TensorVariable(node, example)
         leaves = pytree.tree_leaves(example)
         if not any(isinstance(x, torch.Tensor) for x in leaves):
-            if not node.users and node.op != "call_module":
+            # A query (``x.is_contiguous()``) folds away; a call returning
+            # None is kept, it is there for its effect (``x[0] = 1``).
+            if example is not None and not node.users and node.op != "call_module":
                 self.graph.erase_node(node)
             if is_constant_value(example) or example is None:
                 return ConstantVariable(example)
@@ -236,6 +238,8 @@ class OutputGraph:
                 items.append(self.wrap_result(item, ex, args))
             if isinstance(example, list):
                 return ListVariable(items)
+            if type(example) is not tuple:
+                return NamedTupleVariable(items, type(example))
             return TupleVariable(items)
         raise Unsupported(f"op result of type `{type(example).__qualname__}` cannot be traced")
 

@@ -17,8 +17,6 @@ import traceback
 import types
 from typing import Any
 
-import torch
-
 from .config import DynamoOptions
 from .errors import InternalCaptureError, Unsupported, frame_summary
 from .output_graph import OutputGraph
@@ -246,15 +244,15 @@ class InstructionTranslatorBase(CommonInstructions, VersionMixin):
         if self.depth + 1 > self.options.max_inline_depth:
             raise Unsupported(f"inlining deeper than max_inline_depth={self.options.max_inline_depth}")
         code = fn.code
-        if code.co_flags & 0x20 or code.co_flags & 0x80 or code.co_flags & 0x200:
+        is_genexpr = code.co_name == "<genexpr>" and code.co_flags & 0x20
+        if not is_genexpr and code.co_flags & (0x20 | 0x80 | 0x100 | 0x200):
             raise Unsupported(f"calling generator or coroutine `{code.co_name}`")
         bound = fn.bind(self, args, kwargs)
         cells: dict[str, CellVariable] = {}
         for name, cell in zip(code.co_freevars, fn.closure_cells(self), strict=True):
             cells[name] = cell
-        child = InliningInstructionTranslator(
-            code, fn.get_globals(), bound, cells, self.output, self.options, self, fn
-        )
+        cls = InliningGeneratorTranslator if is_genexpr else InliningInstructionTranslator
+        child = cls(code, fn.get_globals(), bound, cells, self.output, self.options, self, fn)
         return child.run()
 
 
@@ -302,5 +300,27 @@ class InliningInstructionTranslator(InstructionTranslatorBase):
         raise ReturnSignal
 
 
-def restore_grad_mode(prior: bool) -> None:
-    torch._C._set_grad_enabled(prior)
+class InliningGeneratorTranslator(InliningInstructionTranslator):
+    """Runs a generator expression to completion; the call's result is an
+    iterator over everything it yielded (consumers such as ``sum``,
+    ``tuple``, ``torch.cat`` read it all)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.yielded: list[VariableTracker] = []
+
+    def RETURN_GENERATOR(self, inst: dis.Instruction) -> None:
+        self.push(ConstantVariable(None))
+
+    def YIELD_VALUE(self, inst: dis.Instruction) -> None:
+        self.yielded.append(self.pop())
+        self.push(ConstantVariable(None))
+
+    def RETURN_VALUE(self, inst: dis.Instruction) -> None:
+        self.pop()
+        self.return_value = ListIteratorVariable(self.yielded)
+        raise ReturnSignal
+
+    def RETURN_CONST(self, inst: dis.Instruction) -> None:
+        self.return_value = ListIteratorVariable(self.yielded)
+        raise ReturnSignal

@@ -83,8 +83,6 @@ class BaseFunctionVariable(VariableTracker):
     ) -> dict[str, VariableTracker]:
         """Map the call's arguments onto the code's parameters (defaults applied)."""
         code = self.code
-        if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
-            raise Unsupported(f"calling generator or coroutine function `{code.co_name}`")
         defaults, kwdefaults = self.defaults(tx)
         shell = types.FunctionType(
             code,
@@ -103,6 +101,8 @@ class BaseFunctionVariable(VariableTracker):
         params = inspect.signature(shell).parameters
         for name, value in bound.arguments.items():
             kind = params[name].kind
+            if name.startswith("implicit") and "." + name[8:] in code.co_varnames:
+                name = "." + name[8:]  # inspect renames comprehension args `.0`
             if kind is inspect.Parameter.VAR_POSITIONAL:
                 out[name] = TupleVariable(list(value))
             elif kind is inspect.Parameter.VAR_KEYWORD:

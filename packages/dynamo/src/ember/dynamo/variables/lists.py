@@ -112,6 +112,46 @@ class TupleVariable(BaseListVariable):
         return f"Tuple{self.items!r}"
 
 
+class NamedTupleVariable(TupleVariable):
+    """A named tuple or struct sequence (``torch.max(x, 0)`` returns one)."""
+
+    def __init__(
+        self, items: list[VariableTracker], tuple_type: type, source: Source | None = None
+    ) -> None:
+        super().__init__(items, source)
+        self.tuple_type = tuple_type
+
+    def python_type(self) -> type:
+        return self.tuple_type
+
+    def fields(self) -> tuple[str, ...]:
+        named = getattr(self.tuple_type, "_fields", None)
+        if named is not None:
+            return tuple(named)
+        n = getattr(self.tuple_type, "n_fields", len(self.items))
+        probe = self.tuple_type(tuple(range(n)))
+        names = [k for k in dir(self.tuple_type) if not k.startswith("_") and k not in ("count", "index", "n_fields", "n_sequence_fields", "n_unnamed_fields")]
+        return tuple(sorted(names, key=lambda k: getattr(probe, k)))
+
+    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        fields = self.fields()
+        if name in fields:
+            return self.items[fields.index(name)]
+        return super().var_getattr(tx, name)
+
+    def new(self, items: list[VariableTracker]) -> VariableTracker:
+        return TupleVariable(items)
+
+    def reconstruct_items(self, cg: PyCodegen) -> None:
+        cg.push_null()
+        cg.load_const(self.tuple_type)
+        super().reconstruct_items(cg)
+        if hasattr(self.tuple_type, "_fields"):
+            cg.emit("CALL_FUNCTION_EX", 0)
+        else:
+            cg.call(1)
+
+
 class ListVariable(BaseListVariable):
     kind = list
 
