@@ -69,12 +69,12 @@ def _names(text: str | None, known: dict[str, Any], what: str) -> list[str] | No
     return names
 
 
-def probe(device: str, plugins: list[str]) -> dict[str, Any]:
+def probe(device: str, compilers: list[str], plugins: list[str]) -> dict[str, Any]:
     """Availability of every compiler and workload, asked of a child process."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(TOOLS_DIR), *filter(None, [env.get("PYTHONPATH")])])
     out = subprocess.run(
-        [sys.executable, "-m", "bench.probe", device, *plugins],
+        [sys.executable, "-m", "bench.probe", device, ",".join(compilers), *plugins],
         env=env, capture_output=True, text=True, timeout=300,
     )
     if out.returncode != 0:
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine_info(args.device)
     print(f"[bench] {machine_line(info)}", file=sys.stderr)
 
-    avail = probe(args.device, args.plugin)
+    avail = probe(args.device, compilers, args.plugin)
     skipped: dict[tuple[str, str], str] = {}
     for wname in workloads:
         for cname in compilers:

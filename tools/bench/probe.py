@@ -3,24 +3,31 @@
 Importing an unfinished ember package may fail in any way, even crash; doing it
 in a child keeps the runner alive and lets it mark those columns
 ``unavailable`` without starting a worker per cell.
-Run as ``python -m bench.probe DEVICE [PLUGIN ...]``; prints JSON.
+Run as ``python -m bench.probe DEVICE COMPILER,... [PLUGIN ...]``; prints JSON.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from bench.registry import COMPILERS, WORKLOADS, load_builtins, load_plugins
 from bench.worker import first_line, unavailable_reason
 
 
-def probe(device: str) -> dict[str, Any]:
-    """{"compilers": {name: reason or None}, "workloads": {name: reason or None}}."""
+def probe(device: str, names: Sequence[str] | None = None) -> dict[str, Any]:
+    """{"compilers": {name: reason or None}, "workloads": {name: reason or None}}.
+
+    Only the compilers in ``names`` are checked (default: all); importing
+    a compiler stack is what takes the time.
+    """
     eager = COMPILERS["eager"]
     compilers = {}
     for name, c in COMPILERS.items():
+        if names is not None and name not in names:
+            continue
         try:
             compilers[name] = c.available()
         except Exception as exc:
@@ -31,8 +38,8 @@ def probe(device: str) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     load_builtins()
-    load_plugins(argv[1:])
-    print(json.dumps(probe(argv[0] if argv else "cpu")))
+    load_plugins(argv[2:])
+    print(json.dumps(probe(argv[0], argv[1].split(","))))
     return 0
 
 
