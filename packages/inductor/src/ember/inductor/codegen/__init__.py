@@ -1,0 +1,1 @@
+"""Code generators: C++/OpenMP kernels and the Python wrapper that calls them."""

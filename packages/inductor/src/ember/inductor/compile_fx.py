@@ -1,0 +1,206 @@
+"""``compile_graph``: the whole pipeline from an ATen graph to a callable.
+
+lower (graph.py) -> schedule + fuse (scheduler.py, fusion.py) -> C++ kernels
+(codegen/cpp.py) -> compile + cache (cpp_build.py) -> Python wrapper
+(codegen/wrapper.py). Anything that cannot be compiled runs eagerly, with the
+reason logged.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx
+from torch.utils._pytree import tree_unflatten
+
+from .codegen.cpp import generate_kernel
+from .codegen.wrapper import WrapperWriter, namespace
+from .cpp_build import BuildStats, build_kernels, full_source
+from .errors import InputMismatchError
+from .graph import GraphLowering, LoweredGraph
+from .logs import configure_from_env, log, output_code, perf_hints
+from .options import InductorOptions, options_from_env
+from .scheduler import KernelPlan, schedule
+
+
+@dataclass
+class CompileReport:
+    """What one compile produced (kernel counts for tests, timings for the CLI)."""
+
+    kernels: int = 0
+    extern_calls: int = 0
+    fallbacks: dict[str, int] = field(default_factory=dict)
+    compiled: int = 0
+    cached: int = 0
+    seconds: float = 0.0
+    kernel_sources: dict[str, str] = field(default_factory=dict)
+    wrapper_source: str = ""
+    eager_reason: str | None = None
+
+
+class CompiledGraph:
+    """Callable running the generated wrapper; checks inputs against what it was compiled for."""
+
+    def __init__(
+        self,
+        call: Callable[[list[Any]], list[Any]],
+        graph: LoweredGraph,
+        report: CompileReport,
+        eager: Callable[..., Any],
+    ) -> None:
+        self._call = call
+        self._expect = [(b.layout.size, b.layout.stride, b.layout.dtype) for b in graph.inputs]
+        self._out_spec = graph.out_spec
+        self._eager = eager
+        self.report = report
+
+    def __call__(self, *args: Any) -> Any:
+        if len(args) == 1 and isinstance(args[0], list) and len(self._expect) != 1:
+            args = tuple(args[0])
+        fixed: list[Any] | None = None
+        for i, (a, (size, stride, dtype)) in enumerate(zip(args, self._expect)):
+            if a.shape != size or a.dtype != dtype:
+                raise InputMismatchError(
+                    f"input {i} has size {tuple(a.shape)} and dtype {a.dtype}, the graph was compiled for "
+                    f"{size} and {dtype}. Recompile for the new shapes (ember.dynamo does this automatically)."
+                )
+            if a.stride() != stride and a.numel() > 1:
+                if fixed is None:
+                    fixed = list(args)
+                fixed[i] = torch.empty_strided(size, stride, dtype=dtype).copy_(a)
+        outs = self._call(list(args) if fixed is None else fixed)
+        return tree_unflatten(outs, self._out_spec)
+
+
+class EagerGraph:
+    """What ``compile_graph`` returns when a graph cannot be compiled: runs it with ATen."""
+
+    def __init__(self, gm: torch.fx.GraphModule, reason: str) -> None:
+        self.gm = gm
+        self.report = CompileReport(eager_reason=reason)
+
+    def __call__(self, *args: Any) -> Any:
+        if len(args) == 1 and isinstance(args[0], list):
+            args = tuple(args[0])
+        return self.gm(*args)
+
+
+def _as_graph_module(graph: Any) -> torch.fx.GraphModule:
+    if isinstance(graph, torch.fx.GraphModule):
+        return graph
+    import ember.ir as eir
+
+    to_fx = getattr(eir, "to_fx", None)
+    if to_fx is None:
+        raise TypeError(
+            "compile_graph needs a torch.fx.GraphModule or an ember.ir GraphIR (ember.ir.to_fx missing)"
+        )
+    gm: torch.fx.GraphModule = to_fx(graph)
+    return gm
+
+
+def _eager_reason(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> str | None:
+    for i, x in enumerate(example_inputs):
+        if not isinstance(x, torch.Tensor):
+            return f"input {i} is a {type(x).__name__}; only tensor inputs are compiled"
+        if x.device.type != "cpu":
+            return f"input {i} is on {x.device}; ember.inductor generates code for CPU only"
+        if x.is_sparse or x.requires_grad and torch.is_grad_enabled():
+            return f"input {i} requires grad (compile ATen graphs from aotgrad for training)"
+    if not any(n.op == "call_function" for n in gm.graph.nodes):
+        return "graph has no operations"
+    return None
+
+
+def compile_graph(
+    graph: Any, example_inputs: list[Any], options: InductorOptions | None = None
+) -> CompiledGraph | EagerGraph:
+    """Compile an ATen-level graph (``GraphModule`` or ember.ir ``GraphIR``) for these inputs.
+
+    Returns a callable taking the inputs (positionally or as one list) and
+    returning what the graph returns. ``.report`` says how many kernels and
+    extern calls were generated and how many kernels came from the cache.
+    """
+    configure_from_env()
+    opts = options_from_env(options)
+    gm = _as_graph_module(graph)
+    reason = _eager_reason(gm, example_inputs)
+    if reason is not None:
+        perf_hints.info("running graph eagerly: %s", reason)
+        return EagerGraph(gm, reason)
+    try:
+        return _compile(gm, example_inputs, opts)
+    except Exception as e:
+        if not opts.fallback_on_error:
+            raise
+        log.warning(
+            "ember.inductor could not compile a graph (%s: %s); running it eagerly",
+            type(e).__name__,
+            e,
+        )
+        return EagerGraph(gm, f"{type(e).__name__}: {e}")
+
+
+def _compile(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], opts: InductorOptions
+) -> CompiledGraph:
+    start = time.perf_counter()
+    lowered = GraphLowering(gm, example_inputs, opts).run()
+    steps = schedule(lowered, opts)
+    dtypes = {b.name: b.layout.dtype for b in lowered.buffers}
+    dtypes.update({b.name: b.layout.dtype for b in lowered.inputs})
+    sources: list[tuple[str, str]] = []
+    kernel_args: dict[str, list[str]] = {}
+    for step in steps:
+        if isinstance(step, KernelPlan):
+            src, args = generate_kernel(step, dtypes, opts)
+            sources.append((step.name, full_source(src)))
+            kernel_args[step.name] = args
+    wrapper = WrapperWriter(lowered, steps, kernel_args).write()
+    report = CompileReport(
+        kernels=len(sources),
+        extern_calls=sum(not isinstance(s, KernelPlan) for s in steps),
+        fallbacks=dict(lowered.fallbacks),
+        kernel_sources={
+            name: src.split("\n#pragma omp declare simd", 1)[0] and _kernel_body(src)
+            for name, src in sources
+        },
+        wrapper_source=wrapper.source,
+    )
+    _emit_debug(report, opts)
+    stats = BuildStats()
+    libs = build_kernels(sources, opts, stats)
+    kernels: dict[str, Any] = {}
+    for name, lib in libs.items():
+        fn = lib.ember_kernel
+        fn.argtypes = [ctypes.c_void_p] * len(kernel_args[name])
+        fn.restype = None
+        kernels[name] = fn
+    ns = namespace(kernels, lowered.constants, wrapper.constants)
+    exec(compile(wrapper.source, "<ember.inductor wrapper>", "exec"), ns)
+    report.compiled, report.cached = stats.compiled, stats.cached
+    report.seconds = time.perf_counter() - start
+    return CompiledGraph(ns["call"], lowered, report, gm)
+
+
+def _kernel_body(src: str) -> str:
+    marker = 'extern "C" void ember_kernel'
+    return src[src.index(marker) :] if marker in src else src
+
+
+def _emit_debug(report: CompileReport, opts: InductorOptions) -> None:
+    if opts.output_code or output_code.isEnabledFor(20):
+        text = "\n".join(f"// {name}\n{src}" for name, src in report.kernel_sources.items())
+        output_code.info("wrapper:\n%s\nkernels:\n%s", report.wrapper_source, text)
+    if opts.debug_dir:
+        d = Path(opts.debug_dir) / f"graph_{abs(hash(report.wrapper_source)) % 10**10}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "output_code.py").write_text(report.wrapper_source)
+        for name, src in report.kernel_sources.items():
+            (d / f"{name}.cpp").write_text(src)

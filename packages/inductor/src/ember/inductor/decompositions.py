@@ -1,0 +1,170 @@
+"""Decompositions inductor applies to ops it has no direct lowering for.
+
+The table comes from ``torch._decomp``. ``decompose_node`` runs one
+decomposition on fake tensors under a recording dispatch mode, producing a
+small fx graph of simpler ATen ops that the graph lowering then lowers.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+aten = torch.ops.aten
+
+# Ops whose ATen kernel we keep: random ops (ATen's generator is the reference)
+# and ops whose decomposition only moves the problem (matmul/conv).
+NEVER_DECOMPOSE = frozenset(
+    {
+        aten.native_dropout.default,
+        aten.bernoulli.default,
+        aten.bernoulli.p,
+        aten.rand_like.default,
+        aten.randn_like.default,
+        aten.addmm.default,
+        aten.mm.default,
+        aten.bmm.default,
+        aten.convolution.default,
+        aten.convolution_backward.default,
+        aten.linear.default,
+        aten.matmul.default,
+        aten.baddbmm.default,
+        aten.addmv.default,
+        aten.mv.default,
+    }
+)
+
+
+@functools.lru_cache(maxsize=1)
+def decomposition_table() -> dict[Any, Callable[..., Any]]:
+    """ATen overload -> decomposition; also what the ``inductor`` backend gives aotgrad."""
+    from torch._decomp import core_aten_decompositions, get_decompositions
+
+    table: dict[Any, Callable[..., Any]] = dict(core_aten_decompositions())
+    table.update(
+        get_decompositions(
+            [
+                aten._softmax,
+                aten._log_softmax,
+                aten.native_layer_norm,
+                aten.native_layer_norm_backward,
+                aten.native_batch_norm,
+                aten._native_batch_norm_legit,
+                aten._native_batch_norm_legit_functional,
+                aten._native_batch_norm_legit_no_training,
+                aten.native_batch_norm_backward,
+                aten.gelu_backward,
+                aten.silu_backward,
+                aten.sigmoid_backward,
+                aten.tanh_backward,
+                aten.threshold_backward,
+                aten._softmax_backward_data,
+                aten._log_softmax_backward_data,
+                aten.addcmul,
+                aten.addcdiv,
+                aten.lerp,
+                aten.hardtanh,
+                aten.leaky_relu,
+                aten.elu,
+                aten.hardswish,
+                aten.hardsigmoid,
+                aten.logsumexp,
+                aten.log_sigmoid_forward,
+                aten.softplus,
+                aten.mse_loss,
+                aten.std_mean,
+                aten.aminmax,
+                aten.linalg_vector_norm,
+                aten.nll_loss_forward,
+                aten.embedding_dense_backward,
+            ]
+        )
+    )
+    return {k: v for k, v in table.items() if k not in NEVER_DECOMPOSE}
+
+
+class _Recorder(TorchDispatchMode):
+    """Records every ATen call on fake tensors into ``graph``."""
+
+    def __init__(self, graph: torch.fx.Graph, env: dict[int, torch.fx.Node]) -> None:
+        super().__init__()
+        self.graph = graph
+        self.env = env
+        self.keep: list[Any] = []
+
+    def _arg(self, x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            if id(x) not in self.env:
+                raise _Unrecordable(f"decomposition created a constant tensor {tuple(x.shape)}")
+            return self.env[id(x)]
+        return x
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if not any(isinstance(t, torch.Tensor) for t in tree_flatten(out)[0]):
+            return out  # sizes, devices, scalars: plain values, not graph nodes
+        node = self.graph.call_function(
+            func, tree_map(self._arg, args), tree_map(self._arg, kwargs)
+        )
+        node.meta["val"] = out
+        self.keep.append(out)
+        if isinstance(out, torch.Tensor):
+            self.env[id(out)] = node
+        elif isinstance(out, (tuple, list)):
+            for i, o in enumerate(out):
+                if isinstance(o, torch.Tensor):
+                    item = self.graph.call_function(__import__("operator").getitem, (node, i))
+                    item.meta["val"] = o
+                    self.env[id(o)] = item
+        return out
+
+
+class _Unrecordable(Exception):
+    pass
+
+
+def decompose_node(fx_node: torch.fx.Node, fake_mode: FakeTensorMode) -> torch.fx.Graph | None:
+    """A graph whose placeholders are the node's tensor args (in tree order), or None."""
+    fn = decomposition_table().get(fx_node.target)
+    if fn is None:
+        return None
+    graph = torch.fx.Graph()
+    env: dict[int, torch.fx.Node] = {}
+    flat, _ = tree_flatten((fx_node.args, fx_node.kwargs))
+    fakes: dict[torch.fx.Node, Any] = {}
+    with fake_mode:
+        for a in flat:
+            if isinstance(a, torch.fx.Node) and a not in fakes:
+                val = a.meta["val"]
+                fake = torch.empty_strided(
+                    val.shape, val.stride(), dtype=val.dtype, device=val.device
+                )
+                fakes[a] = fake
+                ph = graph.placeholder(a.name)
+                ph.meta["val"] = fake
+                env[id(fake)] = ph
+    args, kwargs = tree_map(
+        lambda a: fakes.get(a, a) if isinstance(a, torch.fx.Node) else a,
+        (fx_node.args, fx_node.kwargs),
+    )
+    recorder = _Recorder(graph, env)
+    try:
+        with fake_mode, recorder:
+            out = fn(*args, **kwargs)
+    except _Unrecordable:
+        return None
+    except Exception:  # a decomposition may reject these arguments; ATen will run the op
+        return None
+    graph.output(tree_map(lambda t: env.get(id(t), t) if isinstance(t, torch.Tensor) else t, out))
+    for t in tree_flatten(out)[0]:
+        if isinstance(t, torch.Tensor) and id(t) not in env:
+            return None
+    return graph

@@ -1,0 +1,93 @@
+"""Fusion: greedily put each computed buffer into the best legal kernel.
+
+Legality is ``scheduler.plan_kernel`` plus a cycle check; preference is
+``score`` (memory traffic saved: vertical fusion first, then siblings that
+read the same inputs). Every rejection is logged under ``perf_hints``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .options import InductorOptions
+
+if TYPE_CHECKING:
+    from .scheduler import ExternCall, SchedNode
+
+
+def score(group: list[SchedNode], node: SchedNode) -> tuple[int, int, int]:
+    """(is vertical, shared reads, proximity): higher is better."""
+    names = {n.name for n in group}
+    vertical = len(node.reads & names)
+    shared = len(node.reads & frozenset().union(*(n.reads for n in group)))
+    return (1 if vertical else 0, vertical + shared, max(n.order for n in group))
+
+
+def fuse(
+    items: list[SchedNode | ExternCall], deps: list[set[int]], options: InductorOptions
+) -> list[list[int]]:
+    """Groups of item indices; an extern call is always alone."""
+    from .scheduler import SchedNode, log_rejection, plan_kernel
+
+    users: list[set[int]] = [set() for _ in items]
+    for i, ds in enumerate(deps):
+        for d in ds:
+            users[d].add(i)
+    group_of: dict[int, int] = {}
+    groups: list[list[int]] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, SchedNode):
+            group_of[i] = len(groups)
+            groups.append([i])
+            continue
+        candidates: set[int] = {group_of[d] for d in deps[i] if isinstance(items[d], SchedNode)}
+        for g, members in enumerate(groups):
+            first = items[members[0]]
+            if isinstance(first, SchedNode) and g not in candidates:
+                if item.reads & frozenset().union(*(items[m].reads for m in members)):  # type: ignore[union-attr]
+                    candidates.add(g)
+        ranked = sorted(
+            candidates,
+            key=lambda g: score([items[m] for m in groups[g]], item),  # type: ignore[misc]
+            reverse=True,
+        )
+        placed = False
+        for g in ranked:
+            members = groups[g]
+            nodes = [items[m] for m in members] + [item]
+            plan = plan_kernel(nodes, options.max_fusion_size)  # type: ignore[arg-type]
+            if isinstance(plan, str):
+                log_rejection(",".join(n.name for n in nodes[:-1]), item.name, plan)  # type: ignore[union-attr]
+                continue
+            if _creates_cycle(set(members), deps[i], users):
+                log_rejection(
+                    ",".join(n.name for n in nodes[:-1]), item.name, "would create a cycle"
+                )  # type: ignore[union-attr]
+                continue
+            members.append(i)
+            group_of[i] = g
+            placed = True
+            break
+        if not placed:
+            group_of[i] = len(groups)
+            groups.append([i])
+    return groups
+
+
+def _creates_cycle(members: set[int], node_deps: set[int], users: list[set[int]]) -> bool:
+    """True if one of the node's inputs outside the group is computed from the group."""
+    outside = node_deps - members
+    if not outside:
+        return False
+    seen: set[int] = set()
+    stack = [u for m in members for u in users[m] if u not in members]
+    limit = max(outside)
+    while stack:
+        x = stack.pop()
+        if x in seen or x > limit:
+            continue
+        if x in outside:
+            return True
+        seen.add(x)
+        stack.extend(users[x])
+    return False

@@ -1,0 +1,378 @@
+"""GraphLowering: walks an ATen fx graph and turns every node into loop IR.
+
+The result is the list of realized buffers in creation (= topological) order,
+the graph inputs and constants, and the output spec. Everything after this
+(scheduling, codegen) reads only these.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from .decompositions import decompose_node
+from .errors import LoweringError
+from .index import index_symbols
+from .ir import (
+    Buffer,
+    ComputedBuffer,
+    ExternKernel,
+    InputBuffer,
+    IRNode,
+    Layout,
+    MultiOutput,
+    Pointwise,
+    Reduction,
+    ReinterpretView,
+    View,
+    as_strided_of_buffer,
+)
+from .logs import perf_hints
+from .lowering import SUPPORTED_DTYPES, find_lowering
+from .ops_handler import DepsOps
+from .options import InductorOptions
+
+_MAX_DECOMPOSE_DEPTH = 8
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSpec:
+    """How the wrapper produces one flat output: a buffer, a view of one, or a constant."""
+
+    kind: str  # "buffer" | "view" | "const"
+    name: str = ""
+    layout: Layout | None = None
+    value: Any = None
+
+
+@dataclass
+class LoweredGraph:
+    inputs: list[InputBuffer]
+    constants: dict[str, torch.Tensor]
+    buffers: list[Buffer]
+    outputs: list[OutputSpec]
+    out_spec: Any
+    fallbacks: collections.Counter[str] = field(default_factory=collections.Counter)
+
+
+def _op_name(target: Any) -> str:
+    name = getattr(target, "name", None)
+    return name() if callable(name) else getattr(target, "__name__", str(target))
+
+
+def _body_stats(node: IRNode) -> tuple[int, int]:
+    deps = DepsOps()
+    node.make_loader()(index_symbols("t", len(node.get_size())), deps)
+    return len({n for n, _ in deps.loads}), deps.num_ops
+
+
+class GraphLowering:
+    """Lowers one fx graph (``run``) into a ``LoweredGraph``."""
+
+    def __init__(
+        self, gm: torch.fx.GraphModule, example_inputs: list[Any], options: InductorOptions
+    ) -> None:
+        self.gm = gm
+        self.example_inputs = example_inputs
+        self.options = options
+        self.buffers: list[Buffer] = []
+        self.inputs: list[InputBuffer] = []
+        self.constants: dict[str, torch.Tensor] = {}
+        self.fallbacks: collections.Counter[str] = collections.Counter()
+        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        self.env: dict[torch.fx.Node, Any] = {}
+        self._depth = 0
+
+    # -- naming and realization -------------------------------------------------
+    def _name(self) -> str:
+        return f"buf{len(self.buffers)}"
+
+    def register(self, buf: Buffer) -> Buffer:
+        self.buffers.append(buf)
+        return buf
+
+    def realize(
+        self, node: IRNode, stride: tuple[int, ...] | None = None
+    ) -> Buffer | ReinterpretView:
+        if isinstance(node, (Buffer, ReinterpretView)) and stride is None:
+            return node
+        if isinstance(node, View) and stride is None:
+            view = as_strided_of_buffer(node)
+            if view is not None:
+                return view
+        size, dtype = node.get_size(), node.get_dtype()
+        layout = (
+            Layout(size, stride, dtype) if stride is not None else Layout.contiguous(size, dtype)
+        )
+        data: Pointwise | Reduction
+        if isinstance(node, Reduction):
+            data = node
+        else:
+            data = Pointwise(size, dtype, node.make_loader())
+        return self.register(ComputedBuffer(self._name(), layout, data=data))
+
+    # -- extern fallback --------------------------------------------------------------
+    def fallback(self, fx_node: torch.fx.Node, reason: str) -> Any:
+        op = fx_node.target
+        self.fallbacks[_op_name(op)] += 1
+        perf_hints.debug("extern kernel for %s: %s", _op_name(op), reason)
+        schema = getattr(op, "_schema", None)
+        mutated_positions = []
+        if schema is not None:
+            for k, a in enumerate(schema.arguments):
+                if a.alias_info is not None and a.alias_info.is_write:
+                    mutated_positions.append(k)
+        if mutated_positions:
+            self._realize_pending()
+
+        def to_ir(a: Any) -> Any:
+            if isinstance(a, torch.fx.Node):
+                value = self.env[a]
+                return tree_map(lambda v: self.realize(v) if isinstance(v, IRNode) else v, value)
+            return a
+
+        args = tuple(to_ir(a) for a in fx_node.args)
+        kwargs = {k: to_ir(v) for k, v in fx_node.kwargs.items()}
+        mutated = tuple(
+            _buffer_name(args[k])
+            for k in mutated_positions
+            if k < len(args) and isinstance(args[k], IRNode)
+        )
+        val = fx_node.meta["val"]
+        if isinstance(val, torch.Tensor):
+            layout = Layout(tuple(val.shape), tuple(val.stride()), val.dtype)
+            return self.register(
+                ExternKernel(
+                    self._name(),
+                    layout,
+                    op=op,
+                    args=args,
+                    kwargs=kwargs,
+                    reason=reason,
+                    mutated=mutated,
+                )
+            )
+        flat, spec = tree_flatten(val)
+        dummy = Layout((), (), torch.float32)
+        kernel = self.register(
+            ExternKernel(
+                self._name(),
+                dummy,
+                op=op,
+                args=args,
+                kwargs=kwargs,
+                reason=reason,
+                mutated=mutated,
+                tuple_result=True,
+            )
+        )
+        assert isinstance(kernel, ExternKernel)
+        outs: list[Any] = []
+        for i, v in enumerate(flat):
+            if isinstance(v, torch.Tensor):
+                layout = Layout(tuple(v.shape), tuple(v.stride()), v.dtype)
+                outs.append(self.register(MultiOutput(self._name(), layout, source=kernel, path=i)))
+            else:
+                outs.append(v)
+        from torch.utils._pytree import tree_unflatten
+
+        return tree_unflatten(outs, spec)
+
+    def _realize_pending(self) -> None:
+        for n, v in list(self.env.items()):
+            if isinstance(v, IRNode) and not isinstance(v, (Buffer, ReinterpretView)):
+                self.env[n] = self.realize(v)
+
+    # -- the walk ---------------------------------------------------------------------
+    def run(self) -> LoweredGraph:
+        self._propagate_meta()
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        for i, node in enumerate(placeholders):
+            ex = self.example_inputs[i]
+            if not isinstance(ex, torch.Tensor):
+                raise LoweringError(
+                    f"input {i} ({node.name}) is a {type(ex).__name__}, not a tensor"
+                )
+            buf = InputBuffer(f"arg{i}", Layout(tuple(ex.shape), tuple(ex.stride()), ex.dtype))
+            self.inputs.append(buf)
+            self.env[node] = buf
+        outputs: list[OutputSpec] = []
+        out_spec = None
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                continue
+            if node.op == "get_attr":
+                self.env[node] = self._constant(node)
+            elif node.op == "call_function":
+                self.env[node] = self._lower_call(node)
+                self._maybe_realize(node)
+            elif node.op == "output":
+                flat, out_spec = tree_flatten(node.args[0])
+                outputs = [self._output(a) for a in flat]
+            else:
+                raise LoweringError(
+                    f"node {node.name!r}: {node.op} nodes are not ATen-level; run aotgrad first"
+                )
+        return LoweredGraph(
+            self.inputs, self.constants, self.buffers, outputs, out_spec, self.fallbacks
+        )
+
+    def _propagate_meta(self) -> None:
+        if all("val" in n.meta for n in self.gm.graph.nodes if n.op not in ("output",)):
+            return
+        with self.fake_mode:
+            fakes = [
+                self.fake_mode.from_tensor(x) if isinstance(x, torch.Tensor) else x
+                for x in self.example_inputs
+            ]
+        interp = torch.fx.Interpreter(self.gm)
+        env_iter = iter(fakes)
+
+        def run_node(n: torch.fx.Node) -> Any:
+            out = (
+                next(env_iter)
+                if n.op == "placeholder"
+                else torch.fx.Interpreter.run_node(interp, n)
+            )
+            n.meta["val"] = out
+            return out
+
+        interp.run_node = run_node  # type: ignore[method-assign]
+        with self.fake_mode:
+            interp.run(*fakes)
+
+    def _constant(self, node: torch.fx.Node) -> InputBuffer:
+        value = self.gm
+        for part in str(node.target).split("."):
+            value = getattr(value, part)
+        if not isinstance(value, torch.Tensor):
+            raise LoweringError(f"get_attr {node.target!r} is not a tensor")
+        name = f"const{len(self.constants)}"
+        self.constants[name] = value
+        return InputBuffer(name, Layout(tuple(value.shape), tuple(value.stride()), value.dtype))
+
+    def _unsupported(self, node: torch.fx.Node) -> str | None:
+        vals = tree_flatten((node.meta.get("val"),))[0]
+        for a in tree_flatten((node.args, node.kwargs))[0]:
+            if isinstance(a, torch.fx.Node):
+                vals.extend(tree_flatten(a.meta.get("val"))[0])
+        for v in vals:
+            if isinstance(v, torch.Tensor):
+                if v.dtype not in SUPPORTED_DTYPES:
+                    return f"dtype {v.dtype} has no C++ lowering"
+                if v.device.type != "cpu":
+                    return f"device {v.device} has no code generator"
+        return None
+
+    def _lower_call(self, node: torch.fx.Node) -> Any:
+        target = node.target
+        name = _op_name(target)
+        reason = self._unsupported(node)
+        if name in self.options.force_fallback or _qualified(target) in self.options.force_fallback:
+            reason = "listed in options.force_fallback"
+        lowering = find_lowering(target) if reason is None else None
+        if lowering is not None:
+            args, kwargs = tree_map(self._ir_arg, (node.args, node.kwargs))
+            return lowering(self, node, *args, **kwargs)
+        if reason is None and self._depth < _MAX_DECOMPOSE_DEPTH:
+            sub = decompose_node(node, self.fake_mode)
+            if sub is not None:
+                return self._lower_subgraph(node, sub)
+            reason = "no lowering or decomposition"
+        return self.fallback(node, reason or "unsupported")
+
+    def _ir_arg(self, a: Any) -> Any:
+        return self.env[a] if isinstance(a, torch.fx.Node) else a
+
+    def _lower_subgraph(self, node: torch.fx.Node, sub: torch.fx.Graph) -> Any:
+        args = [
+            a for a in tree_flatten((node.args, node.kwargs))[0] if isinstance(a, torch.fx.Node)
+        ]
+        seen: dict[str, torch.fx.Node] = {}
+        for a in args:
+            seen.setdefault(a.name, a)
+        saved = self.env
+        self.env = dict(saved)
+        self._depth += 1
+        try:
+            result: Any = None
+            for sn in sub.nodes:
+                if sn.op == "placeholder":
+                    self.env[sn] = saved[seen[sn.target]]  # type: ignore[index]
+                elif sn.op == "call_function":
+                    self.env[sn] = self._lower_call(sn)
+                elif sn.op == "output":
+                    result = tree_map(self._ir_arg, sn.args[0])
+            return result
+        finally:
+            self._depth -= 1
+            self.env = saved
+
+    def _maybe_realize(self, node: torch.fx.Node) -> None:
+        value = self.env[node]
+        if not isinstance(value, (Pointwise, View)):
+            return
+        if isinstance(value, View) and as_strided_of_buffer(value) is not None:
+            return
+        reads, ops = _body_stats(value)
+        users = len(node.users)
+        opts = self.options
+        if ops > opts.max_inline_ops or (
+            users > 1 and (reads > opts.realize_reads_threshold or ops > opts.realize_ops_threshold)
+        ):
+            self.env[node] = self.realize(value)
+
+    def _output(self, arg: Any) -> OutputSpec:
+        if not isinstance(arg, torch.fx.Node):
+            return OutputSpec("const", value=arg)
+        value = self.env[arg]
+        if not isinstance(value, IRNode):
+            return OutputSpec("const", value=value)
+        val = arg.meta["val"]
+        stride = tuple(int(s) for s in val.stride())
+        if isinstance(value, InputBuffer):
+            return OutputSpec("buffer", name=value.name, layout=value.layout)
+        view = as_strided_of_buffer(value) if isinstance(value, (View, ReinterpretView)) else None
+        if view is not None:
+            if view.layout == view.base.layout:
+                return OutputSpec("buffer", name=view.base.name, layout=view.base.layout)
+            return OutputSpec("view", name=view.base.name, layout=view.layout)
+        if isinstance(value, Buffer):
+            return OutputSpec("buffer", name=value.name, layout=value.layout)
+        dense = _is_dense(tuple(val.shape), stride)
+        buf = self.realize(value, stride if dense else None)
+        assert isinstance(buf, Buffer)
+        return OutputSpec("buffer", name=buf.name, layout=buf.layout)
+
+
+def _qualified(target: Any) -> str:
+    name = getattr(target, "_schema", None)
+    if name is None:
+        return str(target)
+    overload = getattr(target, "_overloadname", "default")
+    return f"{target._schema.name}.{overload}"
+
+
+def _buffer_name(node: IRNode) -> str:
+    if isinstance(node, ReinterpretView):
+        return node.base.name
+    if isinstance(node, Buffer):
+        return node.name
+    raise LoweringError("a mutated argument is not a realized buffer")
+
+
+def _is_dense(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """Non-overlapping and without holes: a permutation of contiguous strides."""
+    dims = sorted((st, sz) for sz, st in zip(size, stride) if sz != 1)
+    expected = 1
+    for st, sz in dims:
+        if st != expected:
+            return False
+        expected *= sz
+    return True

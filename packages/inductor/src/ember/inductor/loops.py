@@ -1,0 +1,89 @@
+"""Loop simplification shared by all backends: merge adjacent dims that address memory linearly.
+
+Two adjacent loops ``(v_k, v_k1)`` of sizes ``(s_k, s_k1)`` merge into one loop
+``w`` of size ``s_k * s_k1`` when every memory access uses them as
+``c * s_k1 * v_k + c * v_k1`` (same ``c`` per access). Such accesses become
+``c * w``; any other use of the old symbols (values computed from the index)
+becomes ``w // s_k1`` and ``w % s_k1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import sympy
+
+from .index import FloorDiv, ModIndex, affine_coefficients
+
+
+@dataclass(frozen=True)
+class MergedLoops:
+    sizes: tuple[int, ...]
+    symbols: tuple[sympy.Symbol, ...]
+    rewrite: Callable[[sympy.Expr], sympy.Expr]
+
+
+def merge_loops(
+    sizes: Sequence[int], symbols: Sequence[sympy.Symbol], accesses: Sequence[sympy.Expr]
+) -> MergedLoops:
+    sizes = list(sizes)
+    syms = list(symbols)
+    fits = [affine_coefficients(e, syms) if e.free_symbols & set(syms) else None for e in accesses]
+    relevant = [(e, f) for e, f in zip(accesses, fits) if e.free_symbols & set(syms)]
+    # groups[k] = original dim indices merged into new dim k
+    groups: list[list[int]] = [[0]] if sizes else []
+    for k in range(1, len(sizes)):
+        last = groups[-1][-1]
+        ok = all(
+            f is not None and f[0][syms[last]] == f[0][syms[k]] * sizes[k] for _, f in relevant
+        )
+        if ok:
+            groups[-1].append(k)
+        else:
+            groups.append([k])
+    if all(len(g) == 1 for g in groups):
+        return MergedLoops(tuple(sizes), tuple(syms), lambda e: e)
+    new_syms = [syms[g[-1]] for g in groups]
+    new_sizes = [_group_size(sizes, g) for g in groups]
+    generic: dict[sympy.Symbol, sympy.Expr] = {}
+    affine_map: dict[sympy.Symbol, sympy.Expr] = {}
+    for g, w in zip(groups, new_syms):
+        inner = 1
+        for k in reversed(g):
+            generic[syms[k]] = (
+                ModIndex(FloorDiv(w, inner), sizes[k]) if k != g[0] else FloorDiv(w, inner)
+            )
+            affine_map[syms[k]] = w if k == g[-1] else sympy.Integer(0)
+            inner *= sizes[k]
+    sym_set = set(syms)
+
+    def rewrite(expr: sympy.Expr) -> sympy.Expr:
+        if not expr.free_symbols & sym_set:
+            return expr
+        fit = affine_coefficients(expr, syms)
+        if fit is not None and _mergeable(fit[0], groups, syms, sizes):
+            return sympy.expand(expr.xreplace(affine_map))
+        return expr.xreplace(generic)
+
+    return MergedLoops(tuple(new_sizes), tuple(new_syms), rewrite)
+
+
+def _group_size(sizes: Sequence[int], group: Sequence[int]) -> int:
+    n = 1
+    for k in group:
+        n *= sizes[k]
+    return n
+
+
+def _mergeable(
+    coeffs: dict[sympy.Symbol, int],
+    groups: list[list[int]],
+    syms: list[sympy.Symbol],
+    sizes: list[int],
+) -> bool:
+    for g in groups:
+        for a, b in zip(g, g[1:]):
+            if coeffs[syms[a]] != coeffs[syms[b]] * sizes[b]:
+                return False
+    return True

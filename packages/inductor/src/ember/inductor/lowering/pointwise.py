@@ -1,0 +1,312 @@
+"""Elementwise ATen ops: one table row per op, type promotion as torch does it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
+
+from ..ir import IRNode, Pointwise
+from ..ops_handler import OpsHandler
+from . import LoweringContext, make_pointwise, meta_of, out_dtype, promote, register_lowering
+
+aten = torch.ops.aten
+
+
+def _register(
+    op: Any, fn: Callable[..., Any], kind: Kind = Kind.DEFAULT, *, bool_out: bool = False
+) -> None:
+    def lower(ctx: LoweringContext, node: torch.fx.Node, *args: Any, **kwargs: Any) -> Pointwise:
+        inputs = list(args)
+        compute = promote(inputs, Kind.DEFAULT if bool_out else kind)
+        return make_pointwise(node, inputs, fn, compute_dtype=compute)
+
+    register_lowering(op)(lower)
+
+
+def _unary(name: str) -> Callable[..., Any]:
+    return lambda ops, x: getattr(ops, name)(x)
+
+
+def _binary(name: str) -> Callable[..., Any]:
+    return lambda ops, a, b: getattr(ops, name)(a, b)
+
+
+_FLOAT_UNARY = {
+    aten.exp: "exp",
+    aten.exp2: "exp2",
+    aten.expm1: "expm1",
+    aten.log: "log",
+    aten.log2: "log2",
+    aten.log10: "log10",
+    aten.log1p: "log1p",
+    aten.sqrt: "sqrt",
+    aten.rsqrt: "rsqrt",
+    aten.sin: "sin",
+    aten.cos: "cos",
+    aten.tan: "tan",
+    aten.asin: "asin",
+    aten.acos: "acos",
+    aten.atan: "atan",
+    aten.sinh: "sinh",
+    aten.cosh: "cosh",
+    aten.tanh: "tanh",
+    aten.asinh: "asinh",
+    aten.acosh: "acosh",
+    aten.atanh: "atanh",
+    aten.erf: "erf",
+    aten.erfc: "erfc",
+    aten.sigmoid: "sigmoid",
+    aten.reciprocal: "reciprocal",
+}
+for _op, _name in _FLOAT_UNARY.items():
+    _register(_op.default, _unary(_name), Kind.INT_TO_FLOAT)
+
+for _op, _name in {
+    aten.neg: "neg",
+    aten.sign: "sign",
+    aten.relu: "relu",
+    aten.bitwise_not: "bitwise_not",
+}.items():
+    _register(_op.default, _unary(_name))
+_register(aten.abs.default, _unary("abs"), Kind.COMPLEX_TO_FLOAT)
+_register(aten.logical_not.default, _unary("logical_not"), bool_out=True)
+_register(aten.isnan.default, _unary("isnan"), bool_out=True)
+_register(aten.isinf.default, _unary("isinf"), bool_out=True)
+
+
+def _lower_rounding(ctx: LoweringContext, node: torch.fx.Node, x: IRNode, name: str) -> Pointwise:
+    if not x.get_dtype().is_floating_point:
+        return make_pointwise(node, [x], lambda ops, v: v, compute_dtype=x.get_dtype())
+    return make_pointwise(node, [x], _unary(name), compute_dtype=x.get_dtype())
+
+
+for _op, _name in {
+    aten.floor: "floor",
+    aten.ceil: "ceil",
+    aten.trunc: "trunc",
+    aten.round: "round",
+}.items():
+    register_lowering(_op.default)(lambda ctx, node, x, _n=_name: _lower_rounding(ctx, node, x, _n))
+
+_BINARY = {
+    aten.mul: "mul",
+    aten.maximum: "maximum",
+    aten.minimum: "minimum",
+    aten.bitwise_and: "bitwise_and",
+    aten.bitwise_or: "bitwise_or",
+    aten.bitwise_xor: "bitwise_xor",
+}
+for _op, _name in _BINARY.items():
+    for _ov in ("Tensor", "Scalar"):
+        if hasattr(_op, _ov):
+            _register(getattr(_op, _ov), _binary(_name))
+    if hasattr(_op, "default"):
+        _register(_op.default, _binary(_name))
+
+for _op, _name in {aten.atan2: "atan2", aten.hypot: "hypot"}.items():
+    _register(_op.default, _binary(_name), Kind.INT_TO_FLOAT)
+
+for _op, _name in {
+    aten.eq: "eq",
+    aten.ne: "ne",
+    aten.lt: "lt",
+    aten.le: "le",
+    aten.gt: "gt",
+    aten.ge: "ge",
+}.items():
+    _register(_op.Tensor, _binary(_name), bool_out=True)
+    _register(_op.Scalar, _binary(_name), bool_out=True)
+for _op, _name in {
+    aten.logical_and: "logical_and",
+    aten.logical_or: "logical_or",
+    aten.logical_xor: "logical_xor",
+}.items():
+    _register(_op.default, _binary(_name), bool_out=True)
+
+
+def _with_alpha(name: str) -> Callable[..., Any]:
+    def lower(
+        ctx: LoweringContext, node: torch.fx.Node, a: Any, b: Any, *, alpha: Any = 1
+    ) -> Pointwise:
+        compute = promote([a, b])
+        if alpha == 1:
+            return make_pointwise(node, [a, b], _binary(name), compute_dtype=compute)
+
+        def fn(ops: OpsHandler, x: Any, y: Any) -> Any:
+            return getattr(ops, name)(x, ops.mul(y, ops.constant(alpha, compute)))
+
+        return make_pointwise(node, [a, b], fn, compute_dtype=compute)
+
+    return lower
+
+
+for _op, _name in {aten.add: "add", aten.sub: "sub"}.items():
+    register_lowering(_op.Tensor, _op.Scalar)(_with_alpha(_name))
+register_lowering(aten.rsub.Tensor, aten.rsub.Scalar)(
+    lambda ctx, node, a, b, *, alpha=1: _with_alpha("sub")(ctx, node, b, a, alpha=alpha)
+)
+
+
+@register_lowering(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div(
+    ctx: LoweringContext, node: torch.fx.Node, a: Any, b: Any, *, rounding_mode: str | None = None
+) -> Pointwise:
+    if rounding_mode is None:
+        return make_pointwise(
+            node, [a, b], _binary("truediv"), compute_dtype=promote([a, b], Kind.INT_TO_FLOAT)
+        )
+    compute = promote([a, b])
+    if rounding_mode == "floor":
+        return make_pointwise(node, [a, b], _binary("floordiv"), compute_dtype=compute)
+    if compute.is_floating_point:
+        return make_pointwise(
+            node, [a, b], lambda ops, x, y: ops.trunc(ops.truediv(x, y)), compute_dtype=compute
+        )
+    # Integer truncation division: C++ '/' truncates toward zero already.
+    return make_pointwise(node, [a, b], lambda ops, x, y: ops.truediv(x, y), compute_dtype=compute)
+
+
+register_lowering(aten.floor_divide.default, aten.floor_divide.Scalar)(
+    lambda ctx, node, a, b: make_pointwise(
+        node, [a, b], _binary("floordiv"), compute_dtype=promote([a, b])
+    )
+)
+register_lowering(aten.remainder.Tensor, aten.remainder.Scalar)(
+    lambda ctx, node, a, b: make_pointwise(
+        node, [a, b], _binary("mod"), compute_dtype=promote([a, b])
+    )
+)
+register_lowering(aten.fmod.Tensor, aten.fmod.Scalar)(
+    lambda ctx, node, a, b: make_pointwise(
+        node, [a, b], _binary("fmod"), compute_dtype=promote([a, b])
+    )
+)
+
+
+@register_lowering(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
+def _pow(ctx: LoweringContext, node: torch.fx.Node, a: Any, b: Any) -> Pointwise:
+    compute = out_dtype(node)
+    if not isinstance(b, IRNode) and compute.is_floating_point:
+        if b == 2:
+            return make_pointwise(node, [a], lambda ops, x: ops.mul(x, x), compute_dtype=compute)
+        if b == 0.5:
+            return make_pointwise(node, [a], lambda ops, x: ops.sqrt(x), compute_dtype=compute)
+        if b == 1:
+            return make_pointwise(node, [a], lambda ops, x: x, compute_dtype=compute)
+    if not compute.is_floating_point and not compute == torch.bool:
+        # Integer powers: exact repeated multiplication is what torch does; leave it to ATen.
+        return ctx.fallback(node, "integer pow")  # type: ignore[no-any-return]
+    return make_pointwise(node, [a, b], _binary("pow"), compute_dtype=compute)
+
+
+@register_lowering(
+    aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar
+)
+def _where(ctx: LoweringContext, node: torch.fx.Node, cond: Any, a: Any, b: Any) -> Pointwise:
+    compute = out_dtype(node)
+    return make_pointwise(
+        node,
+        [cond, a, b],
+        lambda ops, c, x, y: ops.where(ops.to_dtype(c, torch.bool), x, y),
+        compute_dtype=compute,
+    )
+
+
+@register_lowering(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def _masked_fill(
+    ctx: LoweringContext, node: torch.fx.Node, x: Any, mask: Any, value: Any
+) -> Pointwise:
+    compute = out_dtype(node)
+    return make_pointwise(
+        node,
+        [mask, value, x],
+        lambda ops, m, v, y: ops.where(ops.to_dtype(m, torch.bool), v, y),
+        compute_dtype=compute,
+    )
+
+
+@register_lowering(aten.clamp.default, aten.clamp.Tensor)
+def _clamp(
+    ctx: LoweringContext, node: torch.fx.Node, x: Any, lo: Any = None, hi: Any = None
+) -> Pointwise:
+    compute = out_dtype(node)
+    inputs = [x] + [v for v in (lo, hi) if v is not None]
+
+    def fn(ops: OpsHandler, v: Any, *bounds: Any) -> Any:
+        k = 0
+        if lo is not None:
+            v = ops.maximum(v, bounds[k])
+            k += 1
+        if hi is not None:
+            v = ops.minimum(v, bounds[k])
+        return v
+
+    return make_pointwise(node, inputs, fn, compute_dtype=compute)
+
+
+register_lowering(aten.clamp_min.default, aten.clamp_min.Tensor)(
+    lambda ctx, node, x, lo: _clamp(ctx, node, x, lo, None)
+)
+register_lowering(aten.clamp_max.default, aten.clamp_max.Tensor)(
+    lambda ctx, node, x, hi: _clamp(ctx, node, x, None, hi)
+)
+
+
+@register_lowering(aten.gelu.default)
+def _gelu(
+    ctx: LoweringContext, node: torch.fx.Node, x: Any, *, approximate: str = "none"
+) -> Pointwise:
+    compute = out_dtype(node)
+
+    def exact(ops: OpsHandler, v: Any) -> Any:
+        c = ops.constant(math.sqrt(0.5), compute)
+        half = ops.constant(0.5, compute)
+        one = ops.constant(1.0, compute)
+        return ops.mul(ops.mul(v, half), ops.add(one, ops.erf(ops.mul(v, c))))
+
+    def tanh(ops: OpsHandler, v: Any) -> Any:
+        k = ops.constant(math.sqrt(2.0 / math.pi), compute)
+        cub = ops.mul(ops.mul(ops.mul(v, v), v), ops.constant(0.044715, compute))
+        inner = ops.mul(k, ops.add(v, cub))
+        one = ops.constant(1.0, compute)
+        return ops.mul(ops.mul(v, ops.constant(0.5, compute)), ops.add(one, ops.tanh(inner)))
+
+    return make_pointwise(
+        node, [x], tanh if approximate == "tanh" else exact, compute_dtype=compute
+    )
+
+
+@register_lowering(aten.silu.default)
+def _silu(ctx: LoweringContext, node: torch.fx.Node, x: Any) -> Pointwise:
+    return make_pointwise(
+        node, [x], lambda ops, v: ops.mul(v, ops.sigmoid(v)), compute_dtype=out_dtype(node)
+    )
+
+
+@register_lowering(aten._to_copy.default)
+def _to_copy(ctx: LoweringContext, node: torch.fx.Node, x: Any, **kwargs: Any) -> Any:
+    val = meta_of(node)
+    if (
+        not isinstance(x, IRNode)
+        or val.device.type != "cpu"
+        or kwargs.get("memory_format") not in (None, torch.preserve_format, torch.contiguous_format)
+    ):
+        return ctx.fallback(node, "_to_copy changing device or memory format")
+    return make_pointwise(node, [x], lambda ops, v: v, compute_dtype=val.dtype)
+
+
+@register_lowering(aten.clone.default, aten.copy.default, aten.lift_fresh_copy.default)
+def _clone(ctx: LoweringContext, node: torch.fx.Node, x: Any, *rest: Any, **kwargs: Any) -> Any:
+    src = rest[0] if node.target is aten.copy.default else x
+    if kwargs.get("memory_format") not in (None, torch.preserve_format, torch.contiguous_format):
+        return ctx.fallback(node, "clone to a non-contiguous memory format")
+    return make_pointwise(node, [src], lambda ops, v: v, compute_dtype=out_dtype(node))
+
+
+@register_lowering(aten.alias.default, aten.detach.default)
+def _alias(ctx: LoweringContext, node: torch.fx.Node, x: Any) -> Any:
+    return x

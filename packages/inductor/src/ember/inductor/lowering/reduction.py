@@ -1,0 +1,264 @@
+"""Reductions: sum, prod, mean, amax/amin, max/min with indices, argmax/argmin, any/all, var/std.
+
+Each becomes a ``Reduction`` over (kept dims) x (reduced dims) and is realized
+at once. var/std are two passes (mean, then squared deviations), which the
+scheduler fuses into one kernel with two inner loops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sympy
+import torch
+
+from ..ir import Index, IRNode, Pointwise, Reduction
+from ..ops_handler import OpsHandler
+from . import LoweringContext, as_int_list, normalize_dim, out_dtype, register_lowering
+from .views import reshape
+
+aten = torch.ops.aten
+
+
+def _dims(x: IRNode, dims: Any) -> list[int]:
+    ndim = len(x.get_size())
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(ndim))
+    return sorted({normalize_dim(d, ndim) for d in as_int_list(dims)})
+
+
+def reduce(
+    ctx: LoweringContext,
+    x: IRNode,
+    dims: Sequence[int],
+    keepdim: bool,
+    reduction_type: str,
+    dtype: torch.dtype,
+    src_dtype: torch.dtype | None = None,
+) -> IRNode:
+    """Realized reduction of ``x`` over ``dims``; values are cast to ``src_dtype`` first."""
+    size = x.get_size()
+    src = src_dtype or dtype
+    red = set(dims)
+    outer = tuple(1 if d in red else s for d, s in enumerate(size) if keepdim or d not in red)
+    ranges = tuple(size[d] for d in dims)
+    loader = x.make_loader()
+    kept_pos = [d for d in range(len(size)) if keepdim or d not in red]
+
+    def inner(oidx: Index, ridx: Index, ops: OpsHandler) -> Any:
+        full: list[sympy.Expr] = [sympy.Integer(0)] * len(size)
+        for pos, d in enumerate(kept_pos):
+            if d not in red:
+                full[d] = oidx[pos]
+        for k, d in enumerate(dims):
+            full[d] = ridx[k]
+        value = loader(full, ops)
+        return value if x.get_dtype() == src else ops.to_dtype(value, src)
+
+    return ctx.realize(Reduction(outer, dtype, src, ranges, reduction_type, inner))
+
+
+def _sum_dtype(x: IRNode, node: torch.fx.Node) -> torch.dtype:
+    return out_dtype(node)
+
+
+@register_lowering(aten.sum.dim_IntList, aten.sum.default)
+def _sum(
+    ctx: LoweringContext,
+    node: torch.fx.Node,
+    x: IRNode,
+    dims: Any = None,
+    keepdim: bool = False,
+    *,
+    dtype: Any = None,
+) -> IRNode:
+    out = out_dtype(node)
+    return reduce(ctx, x, _dims(x, dims), keepdim, "sum", out, out)
+
+
+@register_lowering(aten.prod.dim_int, aten.prod.default)
+def _prod(
+    ctx: LoweringContext,
+    node: torch.fx.Node,
+    x: IRNode,
+    dim: Any = None,
+    keepdim: bool = False,
+    *,
+    dtype: Any = None,
+) -> IRNode:
+    out = out_dtype(node)
+    return reduce(ctx, x, _dims(x, dim), keepdim, "prod", out, out)
+
+
+def divide_by(ctx: LoweringContext, total: IRNode, count: int, dtype: torch.dtype) -> Pointwise:
+    load = total.make_loader()
+
+    def inner(idx: Index, ops: OpsHandler) -> Any:
+        return ops.truediv(ops.to_dtype(load(idx, ops), dtype), ops.constant(float(count), dtype))
+
+    return Pointwise(total.get_size(), dtype, inner)
+
+
+@register_lowering(aten.mean.dim, aten.mean.default)
+def _mean(
+    ctx: LoweringContext,
+    node: torch.fx.Node,
+    x: IRNode,
+    dims: Any = None,
+    keepdim: bool = False,
+    *,
+    dtype: Any = None,
+) -> IRNode:
+    out = out_dtype(node)
+    d = _dims(x, dims)
+    count = 1
+    for k in d:
+        count *= x.get_size()[k]
+    total = reduce(ctx, x, d, keepdim, "sum", out, out)
+    return divide_by(ctx, total, count, out)
+
+
+@register_lowering(aten.amax.default, aten.amin.default)
+def _amax(
+    ctx: LoweringContext, node: torch.fx.Node, x: IRNode, dims: Any = (), keepdim: bool = False
+) -> IRNode:
+    kind = "max" if node.target is aten.amax.default else "min"
+    return reduce(ctx, x, _dims(x, dims), keepdim, kind, out_dtype(node))
+
+
+@register_lowering(aten.max.default, aten.min.default)
+def _max_all(ctx: LoweringContext, node: torch.fx.Node, x: IRNode) -> IRNode:
+    kind = "max" if node.target is aten.max.default else "min"
+    return reduce(ctx, x, _dims(x, None), False, kind, out_dtype(node))
+
+
+@register_lowering(aten.argmax.default, aten.argmin.default)
+def _argmax(
+    ctx: LoweringContext, node: torch.fx.Node, x: IRNode, dim: Any = None, keepdim: bool = False
+) -> IRNode:
+    kind = "argmax" if node.target is aten.argmax.default else "argmin"
+    if dim is None:
+        flat = reshape(x, (x.numel(),))
+        result = reduce(ctx, flat, [0], False, kind, torch.int64, x.get_dtype())
+        return reshape(result, [1] * len(x.get_size())) if keepdim else result
+    return reduce(ctx, x, _dims(x, dim), keepdim, kind, torch.int64, x.get_dtype())
+
+
+@register_lowering(aten.max.dim, aten.min.dim)
+def _max_dim(
+    ctx: LoweringContext, node: torch.fx.Node, x: IRNode, dim: int, keepdim: bool = False
+) -> tuple[IRNode, IRNode]:
+    is_max = node.target is aten.max.dim
+    d = _dims(x, dim)
+    values = reduce(ctx, x, d, keepdim, "max" if is_max else "min", x.get_dtype())
+    indices = reduce(
+        ctx, x, d, keepdim, "argmax" if is_max else "argmin", torch.int64, x.get_dtype()
+    )
+    return values, indices
+
+
+@register_lowering(
+    aten.any.default, aten.any.dim, aten.any.dims, aten.all.default, aten.all.dim, aten.all.dims
+)
+def _any(
+    ctx: LoweringContext, node: torch.fx.Node, x: IRNode, dims: Any = None, keepdim: bool = False
+) -> IRNode:
+    kind = "any" if node.target.overloadpacket is aten.any else "all"  # type: ignore[union-attr]
+    return reduce(ctx, x, _dims(x, dims), keepdim, kind, torch.bool, torch.bool)
+
+
+def _var(
+    ctx: LoweringContext, x: IRNode, dims: Any, correction: Any, keepdim: bool, dtype: torch.dtype
+) -> tuple[IRNode, IRNode]:
+    d = _dims(x, dims)
+    count = 1
+    for k in d:
+        count *= x.get_size()[k]
+    mean = divide_by(ctx, reduce(ctx, x, d, True, "sum", dtype, dtype), count, dtype)
+    mean_load = mean.make_loader()
+    x_load = x.make_loader()
+    size = x.get_size()
+    red = set(d)
+
+    def sq_dev(idx: Index, ops: OpsHandler) -> Any:
+        v = ops.to_dtype(x_load(idx, ops), dtype)
+        m = mean_load([sympy.Integer(0) if k in red else i for k, i in enumerate(idx)], ops)
+        diff = ops.sub(v, m)
+        return ops.mul(diff, diff)
+
+    total = reduce(ctx, Pointwise(size, dtype, sq_dev), d, keepdim, "sum", dtype, dtype)
+    corr = 1.0 if correction is None else float(correction)
+    denom = max(count - corr, 0.0)
+    var = divide_by(ctx, total, denom, dtype) if denom > 0 else _nan_like(total, dtype)
+    if not keepdim:
+        mean = reshape(ctx.realize(mean), var.get_size())
+    return var, mean
+
+
+def _nan_like(total: IRNode, dtype: torch.dtype) -> Pointwise:
+    load = total.make_loader()
+    # n - correction <= 0: torch divides by zero (inf for 0/0 gives nan, x/0 gives inf).
+    return Pointwise(
+        total.get_size(),
+        dtype,
+        lambda idx, ops: ops.truediv(load(idx, ops), ops.constant(0.0, dtype)),
+    )
+
+
+@register_lowering(aten.var.correction, aten.var.dim, aten.var.default)
+def _var_lower(
+    ctx: LoweringContext,
+    node: torch.fx.Node,
+    x: IRNode,
+    dims: Any = None,
+    unbiased: Any = None,
+    keepdim: bool = False,
+    *,
+    correction: Any = None,
+) -> IRNode:
+    corr = _correction(node, unbiased, correction)
+    return _var(ctx, x, dims, corr, keepdim, out_dtype(node))[0]
+
+
+def _correction(node: torch.fx.Node, unbiased: Any, correction: Any) -> float:
+    if (
+        node.target is aten.var.correction
+        or node.target is aten.std.correction
+        or node.target is aten.var_mean.correction
+    ):
+        return 1.0 if correction is None else float(correction)
+    return 0.0 if unbiased is False else 1.0
+
+
+@register_lowering(aten.std.correction, aten.std.dim, aten.std.default)
+def _std(
+    ctx: LoweringContext,
+    node: torch.fx.Node,
+    x: IRNode,
+    dims: Any = None,
+    unbiased: Any = None,
+    keepdim: bool = False,
+    *,
+    correction: Any = None,
+) -> IRNode:
+    dtype = out_dtype(node)
+    var = _var(ctx, x, dims, _correction(node, unbiased, correction), keepdim, dtype)[0]
+    load = var.make_loader()
+    return Pointwise(var.get_size(), dtype, lambda idx, ops: ops.sqrt(load(idx, ops)))
+
+
+@register_lowering(aten.var_mean.correction)
+def _var_mean(
+    ctx: LoweringContext,
+    node: torch.fx.Node,
+    x: IRNode,
+    dims: Any = None,
+    *,
+    correction: Any = None,
+    keepdim: bool = False,
+) -> tuple[IRNode, IRNode]:
+    dtype = (
+        out_dtype(node) if not isinstance(node.meta["val"], tuple) else node.meta["val"][0].dtype
+    )
+    return _var(ctx, x, dims, _correction(node, None, correction), keepdim, dtype)

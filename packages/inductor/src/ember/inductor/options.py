@@ -1,0 +1,83 @@
+"""``InductorOptions``: every knob of a compile, passed in and hashed into cache keys."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+
+def default_cache_dir() -> str:
+    """``$EMBER_CACHE_DIR`` or ``$XDG_CACHE_HOME/ember`` (``~/.cache/ember``)."""
+    env = os.environ.get("EMBER_CACHE_DIR")
+    if env:
+        return env
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "ember")
+
+
+@dataclass(frozen=True, slots=True)
+class InductorOptions:
+    """Options of one compile. Fields that change generated code are part of cache keys."""
+
+    #: C++ compiler executable.
+    cxx: str = "g++"
+    #: Compiler flags. ``-fno-tree-sink`` keeps calls out of branches so gcc can vectorize
+    #: ``where`` over vector math; ``-fno-math-errno`` lets it call libmvec's vector variants.
+    cflags: tuple[str, ...] = (
+        "-O3",
+        "-march=native",
+        "-fopenmp",
+        "-fno-math-errno",
+        "-fno-tree-sink",
+        "-shared",
+        "-fPIC",
+    )
+    #: Directory for compiled kernels; None means ``default_cache_dir()`` at the entry point.
+    cache_dir: str | None = None
+    #: Kernels with fewer elements of work than this run single-threaded.
+    parallel_threshold: int = 32768
+    #: Threads running the compiler for the kernels of one graph.
+    compile_threads: int = 2
+    #: A pointwise value read by several consumers is stored once it loads more than this many inputs.
+    realize_reads_threshold: int = 4
+    #: ... or once its body has more than this many ops.
+    realize_ops_threshold: int = 40
+    #: Most ops inlined into one value before it is stored regardless of users.
+    max_inline_ops: int = 200
+    #: Most nodes in one fused kernel.
+    max_fusion_size: int = 64
+    #: ATen ops kept as extern calls even when they have a lowering ("aten::op.overload" names).
+    force_fallback: frozenset[str] = field(default_factory=frozenset)
+    #: Keep ATen's own kernels where they measured faster than ours on CPU (see README, "Do no harm").
+    prefer_aten: bool = True
+    #: Log the wrapper and kernels under the ``output_code`` logger.
+    output_code: bool = False
+    #: On an internal error, log it and run the graph eagerly (False: raise; tests use this).
+    fallback_on_error: bool = True
+    #: Write generated code and IR dumps here (None: off).
+    debug_dir: str | None = None
+
+    def cache_key_fields(self) -> str:
+        skip = {"cache_dir", "compile_threads", "output_code", "debug_dir", "fallback_on_error"}
+        return repr(
+            sorted(
+                (f.name, repr(getattr(self, f.name))) for f in fields(self) if f.name not in skip
+            )
+        )
+
+
+def options_from_env(base: InductorOptions | None = None) -> InductorOptions:
+    """Apply ``EMBER_CACHE_DIR``, ``EMBER_LOGS`` (output_code) and ``EMBER_COMPILE_DEBUG`` once."""
+    from dataclasses import replace
+
+    opts = base or InductorOptions()
+    logs = {s.strip() for s in os.environ.get("EMBER_LOGS", "").split(",")}
+    changes: dict[str, object] = {}
+    if opts.cache_dir is None:
+        changes["cache_dir"] = default_cache_dir()
+    if "output_code" in logs:
+        changes["output_code"] = True
+    if os.environ.get("EMBER_COMPILE_DEBUG") == "1" and opts.debug_dir is None:
+        changes["debug_dir"] = str(Path(changes.get("cache_dir", opts.cache_dir) or ".") / "debug")  # type: ignore[arg-type]
+    return replace(opts, **changes) if changes else opts

@@ -1,0 +1,142 @@
+"""Pointwise ops, type promotion and views, compiled vs eager."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from ember.inductor import CompiledGraph
+
+Check = Callable[..., CompiledGraph]
+
+
+def test_readme_chain_is_one_kernel(check: Check) -> None:
+    x, y = torch.randn(1000, 1000), torch.randn(1000, 1000)
+    c = check(lambda a, b: torch.relu(torch.cos(a) + torch.sin(b)) * 2, x, y)
+    assert c.report.kernels == 1
+    assert c.report.extern_calls == 0
+
+
+def test_math_and_promotion(check: Check) -> None:
+    x = torch.randn(64, 33)
+    i = torch.randint(-5, 5, (64, 33))
+    b = torch.rand(64, 33) > 0.5
+
+    def f(x, i, b):
+        return (
+            torch.exp(x) - torch.tanh(x) * torch.sigmoid(x),
+            x + i,
+            i * 3 + i // 2,
+            torch.where(b, x, -x),
+            (x > 0) & b,
+            torch.remainder(i, 3),
+            torch.clamp(x, -0.5, 0.5),
+            i.to(torch.float32) / 7,
+            torch.erf(x) + torch.log1p(x.abs()),
+            torch.maximum(x, torch.zeros_like(x)),
+            x.masked_fill(b, 0.0),
+            torch.rsqrt(x.abs() + 1),
+            torch.nn.functional.gelu(x) + torch.nn.functional.silu(x),
+        )
+
+    check(f, x, i, b, atol=1e-5, rtol=1e-4)
+
+
+def test_nan_propagation(check: Check) -> None:
+    x = torch.tensor([1.0, float("nan"), -2.0, float("inf")])
+    y = torch.tensor([0.0, 1.0, float("nan"), 2.0])
+    check(
+        lambda a, b: (
+            torch.maximum(a, b),
+            torch.minimum(a, b),
+            torch.relu(a),
+            a.amax(),
+            a.argmax(),
+        ),
+        x,
+        y,
+    )
+
+
+def test_float64_and_int_division(check: Check) -> None:
+    x = torch.randn(10, 10, dtype=torch.float64)
+    i = torch.randint(1, 9, (10, 10))
+    check(
+        lambda x, i: (
+            x.sin() * 2,
+            torch.div(i, 3, rounding_mode="floor"),
+            torch.div(-i, 4, rounding_mode="trunc"),
+        ),
+        x,
+        i,
+    )
+
+
+def test_views_are_index_math(check: Check) -> None:
+    x = torch.randn(8, 16, 4)
+
+    def f(x):
+        a = x.permute(2, 0, 1).reshape(4, 128) + 1
+        b = x.transpose(0, 1)[2:10:2].sum(-1)
+        c = x[:, 3].unsqueeze(1).expand(8, 5, 4).contiguous()
+        d = x.view(8, 64).t() * 2
+        return a, b, c, d, x.select(2, 1).squeeze()
+
+    check(f, x)
+
+
+def test_output_strides_match_eager(check: Check) -> None:
+    x = torch.randn(6, 7)
+    c = check(lambda x: (x.t().cos(), x.t()), x)
+    assert c.report.kernels == 1
+
+
+def test_cat_stack_pad(check: Check) -> None:
+    x, y = torch.randn(4, 3), torch.randn(4, 5)
+
+    def f(x, y):
+        return (
+            torch.cat([x, y], 1).exp(),
+            torch.stack([x, x + 1], 0),
+            torch.nn.functional.pad(x, (1, 2, 0, 1), value=3.0),
+        )
+
+    check(f, x, y)
+
+
+def test_gather_embedding_index(check: Check) -> None:
+    w = torch.randn(50, 8)
+    idx = torch.randint(0, 50, (4, 6))
+    g = torch.randint(0, 8, (50, 3))
+
+    def f(w, idx, g):
+        return (
+            torch.nn.functional.embedding(idx, w) * 2,
+            torch.gather(w, 1, g),
+            w[idx[0]],
+            torch.index_select(w, 0, idx[1]),
+            w[-idx[2]],
+        )
+
+    check(f, w, idx, g)
+
+
+def test_creation_ops(check: Check) -> None:
+    x = torch.randn(5, 4)
+    check(
+        lambda x: (
+            x + torch.arange(4),
+            torch.ones(5, 4) * x,
+            torch.full((3,), 2.5),
+            torch.arange(0, 1, 0.25),
+        ),
+        x,
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_dtypes_roundtrip(check: Check, dtype: torch.dtype) -> None:
+    x = torch.randint(0, 3, (7, 9)).to(dtype)
+    check(lambda x: (x.clone(), x.to(torch.float64), x == x), x)
