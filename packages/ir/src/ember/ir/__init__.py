@@ -1,5 +1,10 @@
 """ember.ir: the contracts between ember's stages.
 
+* The graph IR (:class:`GraphIR`, :class:`Node`, :class:`TensorMeta`, ...):
+  an FX graph as data, with :func:`from_fx` / :func:`to_fx`,
+  :func:`dumps` / :func:`loads` (JSON text) and :func:`save` / :func:`load`
+  (a directory with ``graph.json`` and ``weights.safetensors``).
+
 * The guard IR (:class:`GuardSet`, :class:`Guard`, :class:`GuardKind`,
   sources :class:`Local` / :class:`Global` / :class:`Attr` / :class:`Item` /
   :class:`Size` / :class:`Stride` with :func:`parse_source`): what a compiled
@@ -10,6 +15,21 @@
 """
 
 from ember.ir.errors import FormatError, UnsupportedGraphError
+from ember.ir.fx_convert import detect_dialect, from_fx, meta_of, to_fx
+from ember.ir.graph import (
+    DIALECTS,
+    OPS,
+    Dialect,
+    Dim,
+    GraphIR,
+    Meta,
+    ModuleSpec,
+    Node,
+    PyTreeCodegen,
+    ScalarMeta,
+    TensorMeta,
+    format_node,
+)
 from ember.ir.guards import (
     PAYLOAD_SCHEMA,
     SOURCELESS_KINDS,
@@ -21,8 +41,10 @@ from ember.ir.guards import (
     qualname,
     tensor_payload,
 )
+from ember.ir.serialize import dumps, loads
 from ember.ir.source import Attr, Global, Item, Local, Size, Source, Stride, parse_source, root_of
 from ember.ir.symbolic import is_relation, parse_sym_expr, size_symbol, sym_text
+from ember.ir.targets import resolve_method, resolve_target, target_name, tensor_method_allowed
 from ember.ir.values import (
     JSON,
     NodeRef,
@@ -33,8 +55,35 @@ from ember.ir.values import (
     parse_dtype,
 )
 from ember.ir.versioning import GRAPH_FORMAT, GRAPH_VERSION, GUARDS_FORMAT, GUARDS_VERSION
+from ember.ir.weights import GRAPH_FILE, WEIGHTS_FILE, load, save
 
 __all__ = [
+    "DIALECTS",
+    "GRAPH_FILE",
+    "OPS",
+    "WEIGHTS_FILE",
+    "Dialect",
+    "Dim",
+    "GraphIR",
+    "Meta",
+    "ModuleSpec",
+    "Node",
+    "PyTreeCodegen",
+    "ScalarMeta",
+    "TensorMeta",
+    "detect_dialect",
+    "dumps",
+    "format_node",
+    "from_fx",
+    "load",
+    "loads",
+    "meta_of",
+    "resolve_method",
+    "resolve_target",
+    "save",
+    "target_name",
+    "tensor_method_allowed",
+    "to_fx",
     "GRAPH_FORMAT",
     "GRAPH_VERSION",
     "GUARDS_FORMAT",

@@ -1,0 +1,158 @@
+"""torch.nn leaf modules as data, and rebuilt without calling user code.
+
+A ``call_module`` node runs a module such as ``Linear``, ``Conv2d``,
+``BatchNorm2d`` or ``MultiheadAttention``. :func:`module_spec` records the
+module's class (only classes defined in ``torch.nn.modules``), its plain
+attributes (anything :func:`~ember.ir.values.encode_value` can write), its
+parameter and buffer slots, and its child modules. :func:`build_module`
+rebuilds it as ``cls.__new__(cls)`` + ``nn.Module.__init__`` + attributes +
+registered tensors: the class's ``__init__`` never runs, and the class is
+looked up in modules torch has already imported, never imported by name.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+from ember.ir.errors import FormatError, UnsupportedGraphError
+from ember.ir.graph import ModuleSpec, TensorMeta
+from ember.ir.values import encode_value
+
+_MODULE_PREFIX = "torch.nn.modules."
+_BASE_KEYS = frozenset(nn.Module().__dict__) | {"_parameters", "_buffers", "_modules", "training"}
+
+
+def module_class_name(cls: type, *, node: str | None = None) -> str:
+    """``torch.nn.Linear`` for classes exported by ``torch.nn``, else the defining module path."""
+    module = getattr(cls, "__module__", "")
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module) and module.startswith(_MODULE_PREFIX)):
+        raise UnsupportedGraphError(
+            f"call_module on {getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', cls)}: only torch.nn "
+            "leaf module classes can be stored in the graph IR (trace through user modules instead)",
+            node=node,
+            field="target",
+        )
+    if getattr(nn, cls.__name__, None) is cls:
+        return f"torch.nn.{cls.__name__}"
+    return f"{module}.{cls.__qualname__}"
+
+
+def resolve_module_class(name: str, *, node: str | None = None) -> type[nn.Module]:
+    """The class for a stored module class name; only torch.nn classes, never an import."""
+    found: object = None
+    if isinstance(name, str) and name.startswith("torch.nn.") and not name.startswith(_MODULE_PREFIX):
+        found = getattr(nn, name.removeprefix("torch.nn."), None) if name.count(".") == 2 else None
+    elif isinstance(name, str) and name.startswith(_MODULE_PREFIX):
+        module_name, _, cls_name = name.rpartition(".")
+        found = getattr(sys.modules.get(module_name), cls_name, None)
+    if not (isinstance(found, type) and issubclass(found, nn.Module) and found.__module__.startswith(_MODULE_PREFIX)):
+        raise FormatError(f"unknown module class {name!r} (only torch.nn module classes are allowed)", node=node, field="class")
+    return found
+
+
+def module_spec(
+    module: nn.Module,
+    path: str,
+    params: dict[str, TensorMeta],
+    buffers: dict[str, TensorMeta],
+    tensors: dict[str, torch.Tensor],
+) -> ModuleSpec:
+    """Describe ``module`` (found at ``path``), adding its tensors to the tables."""
+    cls = module_class_name(type(module), node=path)
+    attrs: dict[str, object] = {}
+    for key, value in module.__dict__.items():
+        if key in _BASE_KEYS:
+            continue
+        try:
+            encode_value(value)
+        except FormatError as e:
+            raise UnsupportedGraphError(
+                f"module {path!r} ({cls}) has attribute {key!r} that cannot be stored: {e.problem}",
+                node=path,
+                field=f"attrs.{key}",
+            ) from None
+        attrs[key] = value
+    param_slots: dict[str, str | None] = {}
+    for name, p in module._parameters.items():
+        full = f"{path}.{name}"
+        param_slots[name] = None if p is None else full
+        if p is not None:
+            params[full] = TensorMeta.of(p)
+            tensors[full] = p
+    buffer_slots: dict[str, str | None] = {}
+    for name, b in module._buffers.items():
+        full = f"{path}.{name}"
+        buffer_slots[name] = None if b is None else full
+        if b is not None:
+            buffers[full] = TensorMeta.of(b)
+            tensors[full] = b
+    children = {
+        name: module_spec(child, f"{path}.{name}", params, buffers, tensors)
+        for name, child in module._modules.items()
+        if child is not None
+    }
+    return ModuleSpec(
+        cls=cls,
+        training=module.training,
+        attrs=attrs,
+        params=param_slots,
+        buffers=buffer_slots,
+        non_persistent_buffers=tuple(sorted(module._non_persistent_buffers_set)),
+        children=children,
+    )
+
+
+def build_module(
+    spec: ModuleSpec,
+    path: str,
+    tensors: Mapping[str, torch.Tensor],
+    metas: Mapping[str, TensorMeta],
+) -> nn.Module:
+    """Rebuild a module from its spec without running the class's ``__init__``."""
+    cls = resolve_module_class(spec.cls, node=path)
+    module = cls.__new__(cls)
+    nn.Module.__init__(module)
+    module.training = spec.training
+    for key, value in spec.attrs.items():
+        if key in _BASE_KEYS:
+            raise FormatError(f"attribute {key!r} is reserved by nn.Module", node=path, field=f"attrs.{key}")
+        module.__dict__[key] = _copy(value)
+    for name, full in spec.params.items():
+        if full is None:
+            module._parameters[name] = None
+            continue
+        t = _tensor(full, tensors, path)
+        if not isinstance(t, nn.Parameter):
+            t = nn.Parameter(t, requires_grad=metas[full].requires_grad if full in metas else t.requires_grad)
+        module._parameters[name] = t
+    for name, full in spec.buffers.items():
+        module._buffers[name] = None if full is None else _tensor(full, tensors, path)
+    module._non_persistent_buffers_set = set(spec.non_persistent_buffers)
+    for name, child in spec.children.items():
+        module._modules[name] = build_module(child, f"{path}.{name}", tensors, metas)
+    return module
+
+
+def _tensor(full: str, tensors: Mapping[str, torch.Tensor], path: str) -> torch.Tensor:
+    t = tensors.get(full)
+    if t is None:
+        raise FormatError(
+            f"weights missing for {full!r}: the graph IR holds no tensor data (load it with "
+            "ember.ir.load(path) or attach weights with GraphIR.with_tensors)",
+            node=path,
+            field="tensors",
+        )
+    return t
+
+
+def _copy(value: object) -> object:
+    """Fresh containers so rebuilt modules never share mutable attributes."""
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    return value
