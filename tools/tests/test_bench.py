@@ -15,12 +15,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import cli, report  # noqa: E402
-from bench.measure import TimingOptions, compare  # noqa: E402
-from bench.probe import probe  # noqa: E402
-from bench.registry import COMPILERS, WORKLOADS, load_builtins, load_plugins  # noqa: E402
-from bench.runner import run_worker  # noqa: E402
-from bench.worker import CellSpec, run_cell  # noqa: E402
+from bench import cli, report
+from bench.measure import TimingOptions, compare
+from bench.probe import probe
+from bench.registry import COMPILERS, WORKLOADS, load_builtins, load_plugins
+from bench.runner import run_worker
+from bench.worker import CellSpec, run_cell
 
 PLUGIN = '''
 import os, signal, time
