@@ -30,12 +30,16 @@ from .cache import RecompileError
 from .config import DynamoOptions, config
 from .errors import Unsupported
 from .eval_frame import CompiledFunction, FrameHooks
+from .explain import ExplainOutput, explain
 from .logs import LogSettingsError, get_logger, set_logs
+from .profiler import CompileProfiler
 
 __all__ = [
     "CompileOptionsError",
+    "CompileProfiler",
     "CompiledFunction",
     "DynamoOptions",
+    "ExplainOutput",
     "FrameHooks",
     "InvalidBackendError",
     "LogSettingsError",
@@ -50,6 +54,7 @@ __all__ = [
     "disable",
     "disallow_in_graph",
     "eager",
+    "explain",
     "get_logger",
     "graph_break",
     "is_compiling",

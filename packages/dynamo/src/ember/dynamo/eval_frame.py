@@ -89,21 +89,39 @@ STATE = RuntimeState()
 
 
 class CaptureEvent:
-    """What a listener hears: one compiled frame, or a recompile, or a skipped frame."""
+    """What a listener hears: one compiled frame, a recompile, a skipped frame, the cache limit."""
 
-    __slots__ = ("kind", "code", "guarded", "reason")
+    __slots__ = ("runtime", "kind", "code", "guarded", "reason", "user_stack")
 
-    def __init__(self, kind: str, code: types.CodeType, guarded: Any, reason: str | None) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        kind: str,
+        code: types.CodeType,
+        guarded: Any,
+        reason: str | None,
+        user_stack: list[Any] | None = None,
+    ) -> None:
+        self.runtime = runtime
         self.kind = kind  # "capture" | "recompile" | "skip" | "cache_limit"
         self.code = code
         self.guarded = guarded
         self.reason = reason
+        self.user_stack = user_stack or []
 
 
-def _emit(kind: str, code: types.CodeType, guarded: Any = None, reason: str | None = None) -> None:
-    if STATE.listeners:
-        event = CaptureEvent(kind, code, guarded, reason)
-        for listener in list(STATE.listeners):
+def _emit(
+    runtime: Runtime,
+    kind: str,
+    code: types.CodeType,
+    guarded: Any = None,
+    reason: str | None = None,
+    user_stack: list[Any] | None = None,
+) -> None:
+    listeners = STATE.listeners + runtime.listeners
+    if listeners:
+        event = CaptureEvent(runtime, kind, code, guarded, reason, user_stack)
+        for listener in listeners:
             listener(event)
 
 
@@ -138,6 +156,8 @@ class Runtime:
         self.options = options
         self.table = table if table is not None else CacheTable()
         self._convert = convert
+        #: Hear this runtime's captures (``explain``); global ones are in ``STATE``.
+        self.listeners: list[CaptureListener] = []
 
     def derive(self, **changes: Any) -> Runtime:
         """Same backend and cache table, other options (``run(fn)``)."""
@@ -187,7 +207,7 @@ class Runtime:
             reason = str(exc)
             log_breaks.info("skipping %s, running it eagerly: %s", cache.where(), reason)
             cache.mark_eager(reason)
-            _emit("skip", cache.code, None, reason)
+            _emit(self, "skip", cache.code, None, reason, getattr(exc, "user_stack", None))
             return None
         except RecompileError:
             raise
@@ -201,7 +221,7 @@ class Runtime:
                 reason,
             )
             cache.mark_eager(reason)
-            _emit("skip", cache.code, None, reason)
+            _emit(self, "skip", cache.code, None, reason)
             return None
         finally:
             STATE.compiling -= 1
@@ -210,7 +230,7 @@ class Runtime:
         if log_guards.isEnabledFor(logging.DEBUG):
             source = getattr(guarded.check_fn, "code", None)
             log_guards.debug("guards for %s:\n%s", cache.where(), source or guarded.guard_set)
-        _emit("capture", cache.code, guarded, None)
+        _emit(self, "capture", cache.code, guarded, None)
         return guarded
 
 
@@ -338,7 +358,7 @@ class CompiledFunction:
                 self._hit_limit(cache, reason, options.cache_size_limit)
                 return self._fn(*args, **kwargs)
             log_recompiles.info("recompiling %s because %s", cache.where(), reason)
-            _emit("recompile", cache.code, None, reason)
+            _emit(self._runtime, "recompile", cache.code, None, reason)
         guarded = self._runtime.convert(self._fn, cache, f_locals)
         if guarded is None:
             return self._fn(*args, **kwargs)
@@ -353,7 +373,7 @@ class CompiledFunction:
             "ember.dynamo.config.cache_size_limit, or make the changing value dynamic."
         )
         cache.mark_eager(reason)
-        _emit("cache_limit", cache.code, None, reason)
+        _emit(self._runtime, "cache_limit", cache.code, None, reason)
         if not cache.warned:
             cache.warned = True
             log_recompiles.warning("%s", message)

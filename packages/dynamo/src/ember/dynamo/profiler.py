@@ -1,0 +1,100 @@
+"""``CompileProfiler``: a backend that reports where compiles came from.
+
+    prof = CompileProfiler()
+    model = ember.dynamo.compile(model, backend=prof)
+    model(x); model(y)
+    print(prof.report())
+
+It runs every graph eagerly (or with ``backend`` when given), and while it
+exists it listens to the runtimes that use it: graphs and ops per captured
+frame, graph breaks with their reasons, frames capture gave up on, and every
+recompile with the guard that failed.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .backends import CompilerFn, lookup_backend
+from .eval_frame import STATE, CaptureEvent
+from .testing import count_ops
+
+
+@dataclass(frozen=True)
+class ProfileRecord:
+    kind: str  # "capture" | "recompile" | "skip" | "cache_limit" | "break"
+    where: str
+    detail: str
+
+
+class CompileProfiler:
+    """A counting backend plus a log of captures, breaks and recompiles (with reasons)."""
+
+    def __init__(self, backend: str | CompilerFn = "eager") -> None:
+        self.backend = lookup_backend(backend)
+        self.frame_count = 0
+        self.op_count = 0
+        self.records: list[ProfileRecord] = []
+        ref = weakref.ref(self)
+
+        def listen(event: CaptureEvent) -> None:
+            me = ref()
+            if me is not None and event.runtime.backend is me:
+                me._hear(event)
+
+        self._listener: Callable[[CaptureEvent], None] = listen
+        STATE.listeners.append(listen)
+        weakref.finalize(self, _unlisten, listen)
+
+    def __call__(
+        self, gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]
+    ) -> Callable[..., Any]:
+        self.frame_count += 1
+        self.op_count += count_ops(gm)
+        return self.backend(gm, example_inputs)
+
+    def _hear(self, event: CaptureEvent) -> None:
+        code = event.code
+        where = f"{code.co_name} ({code.co_filename}:{code.co_firstlineno})"
+        if event.kind == "capture":
+            graphs = event.guarded.graphs
+            ops = sum(count_ops(g.gm) for g in graphs)
+            self.records.append(ProfileRecord("capture", where, f"{len(graphs)} graph(s), {ops} op(s)"))
+            for brk in event.guarded.graph_breaks:
+                self.records.append(ProfileRecord("break", where, brk.reason))
+        else:
+            self.records.append(ProfileRecord(event.kind, where, event.reason or ""))
+
+    def report(self) -> str:
+        """A readable summary: counts, then each break and recompile reason."""
+        count = {k: sum(1 for r in self.records if r.kind == k) for k in ("capture", "recompile", "break", "skip", "cache_limit")}
+        lines = [
+            "ember.dynamo CompileProfiler report",
+            f"Graphs compiled: {self.frame_count} (ops: {self.op_count})",
+            f"Frames captured: {count['capture']}",
+            f"Graph breaks: {count['break']}",
+            f"Frames run eagerly (capture gave up): {count['skip']}",
+            f"Recompiles: {count['recompile']}",
+            f"Cache limit hits: {count['cache_limit']}",
+        ]
+        for title, kind in (
+            ("Graph break reasons", "break"),
+            ("Frames run eagerly", "skip"),
+            ("Recompile reasons", "recompile"),
+            ("Cache limit hits", "cache_limit"),
+        ):
+            items = [r for r in self.records if r.kind == kind]
+            if items:
+                lines.append(f"{title}:")
+                lines += [f"  {r.where}: {r.detail}" for r in items]
+        return "\n".join(lines)
+
+
+def _unlisten(listener: Callable[[CaptureEvent], None]) -> None:
+    if listener in STATE.listeners:
+        STATE.listeners.remove(listener)

@@ -1,0 +1,80 @@
+"""explain() reports and the CompileProfiler backend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import ember.dynamo
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> Any:
+    yield
+    ember.dynamo.reset()
+
+
+def two_ops(x: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x) * 2
+
+
+def with_print(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    a = torch.cos(x)
+    print("woo")
+    return a + torch.sin(y)
+
+
+def test_explain_single_graph() -> None:
+    x = torch.randn(3)
+    out = ember.dynamo.explain(two_ops)(x)
+    torch.testing.assert_close(out.result, two_ops(x))
+    assert (out.graph_count, out.graph_break_count, out.op_count) == (1, 0, 2)
+    assert out.ops_per_graph == [["<torch.relu>", "<_operator.mul>"]]
+    assert len(out.out_guards) == 1
+    text = str(out)
+    assert text.startswith("Graph Count: 1\nGraph Break Count: 0\nOp Count: 2\n")
+    assert "local 'x' TENSOR_MATCH" in text
+
+
+def test_explain_reports_break_reason_with_user_stack(capsys: pytest.CaptureFixture[str]) -> None:
+    x, y = torch.randn(3), torch.randn(3)
+    out = ember.dynamo.explain(with_print)(x, y)
+    assert "woo" in capsys.readouterr().out
+    torch.testing.assert_close(out.result, with_print(x, y))
+    assert out.graph_break_count == 1
+    reason = out.break_reasons[0]
+    assert "builtin `print` cannot be traced" in reason.reason
+    assert reason.user_stack[-1].name == "with_print"
+    assert reason.user_stack[-1].line.strip() == 'print("woo")'
+    assert 'print("woo")' in str(out)
+
+
+def test_explain_accepts_compiled_function() -> None:
+    compiled = ember.dynamo.compile(two_ops, backend="eager")
+    out = ember.dynamo.explain(compiled)(torch.randn(2))
+    assert out.graph_count == 1
+
+
+def test_compile_profiler_reports_recompile_reasons() -> None:
+    prof = ember.dynamo.CompileProfiler()
+    f = ember.dynamo.compile(two_ops, backend=prof)
+    f(torch.randn(3))
+    f(torch.randn(3))
+    f(torch.randn(4))
+    f(torch.randn(4, dtype=torch.float64))
+    assert (prof.frame_count, prof.op_count) == (3, 6)
+    report = prof.report()
+    assert "Graphs compiled: 3 (ops: 6)" in report
+    assert "Recompiles: 2" in report
+    assert "L['x'].size()[0] was 4, the graph assumed 3" in report
+    assert "L['x'].dtype was torch.float64, the graph assumed torch.float32" in report
+
+
+def test_compile_profiler_ignores_other_runtimes() -> None:
+    prof = ember.dynamo.CompileProfiler()
+    other = ember.dynamo.compile(two_ops, backend="eager")
+    other(torch.randn(3))
+    other(torch.randn(5))
+    assert prof.records == []
