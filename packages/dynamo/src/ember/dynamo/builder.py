@@ -25,6 +25,7 @@ from .variables.builtins import BuiltinVariable
 from .variables.constant import ConstantVariable, is_constant_value
 from .variables.dicts import DictVariable
 from .variables.functions import UserFunctionVariable, UserMethodVariable
+from .variables.lazy import LazyVariable
 from .variables.lists import ListVariable, TupleVariable
 from .variables.nn_module import NNModuleVariable
 from .variables.objects import (
@@ -50,7 +51,7 @@ TENSOR_BASES = (torch.Tensor, torch._C.TensorBase)
 
 
 def is_torch_callable(value: Any) -> bool:
-    if value in GRAD_MODE:
+    if any(value is g for g in GRAD_MODE):
         return True
     if isinstance(value, (types.MethodDescriptorType, types.WrapperDescriptorType)):
         return getattr(value, "__objclass__", None) in TENSOR_BASES
@@ -67,6 +68,13 @@ def is_torch_callable(value: Any) -> bool:
     if type(value).__name__ == "OpOverloadPacket" or isinstance(value, torch._ops.OpOverload):
         return True
     return False
+
+
+def is_member(value: Any, group: frozenset[Any]) -> bool:
+    try:
+        return value in group
+    except TypeError:  # unhashable
+        return False
 
 
 def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
@@ -116,7 +124,10 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
         return tx.output.side_effects.existing_dict(
             value,
             lambda: DictVariable(
-                {k: wrap(tx, v, ItemSource(source, k) if source else None) for k, v in value.items()},
+                {
+                    k: LazyVariable(v, ItemSource(source, k)) if source else wrap(tx, v, None)
+                    for k, v in value.items()
+                },
                 source,
             ),
         )
@@ -125,8 +136,8 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
             g.add_function(source, value)
         return TorchFunctionVariable(value, source)
     if (
-        value in BUILTIN_FUNCTIONS
-        or value in BUILTIN_TYPES
+        is_member(value, BUILTIN_FUNCTIONS)
+        or is_member(value, BUILTIN_TYPES)
         or (isinstance(value, types.BuiltinFunctionType) and getattr(value, "__module__", "") in ("math", "_operator", "operator"))
     ):
         if g is not None and source is not None:
@@ -176,7 +187,7 @@ def wrap_constant_result(value: Any) -> VariableTracker:
         return ListVariable([wrap_constant_result(v) for v in value])
     if type(value) is dict:
         return DictVariable({k: wrap_constant_result(v) for k, v in value.items()})
-    if value in BUILTIN_FUNCTIONS or value in BUILTIN_TYPES:
+    if is_member(value, BUILTIN_FUNCTIONS) or is_member(value, BUILTIN_TYPES):
         return BuiltinVariable(value)
     if isinstance(value, (torch.finfo, torch.iinfo, enum.Enum)):
         return OpaqueConstantVariable(value)

@@ -257,6 +257,7 @@ class CommonInstructions(Base):
         assert isinstance(target, DictVariable)
         if not isinstance(other, DictVariable):
             raise Unsupported(f"`**` unpacking of {other.describe()}")
+        other.realize_all(self)
         target.items.update(other.items)
 
     DICT_MERGE = DICT_UPDATE
@@ -401,6 +402,7 @@ class CommonInstructions(Base):
         if kwargs_var is not None:
             if not isinstance(kwargs_var, DictVariable):
                 raise Unsupported(f"`**` call argument {kwargs_var.describe()}")
+            kwargs_var.realize_all(self)
             kwargs = {str(k): v for k, v in kwargs_var.items.items()}
         self.push(self.call(fn, args, kwargs))
 

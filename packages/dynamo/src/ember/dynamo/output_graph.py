@@ -27,6 +27,7 @@ from .source_tracking import Source
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable, is_constant_value
 from .variables.dicts import DictVariable
+from .variables.lazy import LazyVariable
 from .variables.lists import BaseListVariable, ListVariable, NamedTupleVariable, TupleVariable
 from .variables.tensor import TensorVariable
 
@@ -148,6 +149,8 @@ class OutputGraph:
             kind = list if isinstance(v, ListVariable) else tuple
             return kind(p[0] for p in pairs), kind(p[1] for p in pairs)
         if isinstance(v, DictVariable):
+            if any(isinstance(i, LazyVariable) for i in v.items.values()):
+                raise Unsupported("a dict read from the frame passed whole to a graph op")
             pairs2 = {k: self.to_node_args(i) for k, i in v.items.items()}
             return {k: p[0] for k, p in pairs2.items()}, {k: p[1] for k, p in pairs2.items()}
         if v.is_python_constant():

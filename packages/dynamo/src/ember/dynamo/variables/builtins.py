@@ -207,12 +207,24 @@ def has_attr(tx: Tx, obj: VariableTracker, name: str) -> bool:
         pending = tx.output.side_effects.pending_attr(obj, name)
         if pending is not None:
             return True
-        tx.output.guards.add(obj.source, "TYPE_MATCH", type(real).__qualname__)
-        result = hasattr(real, name)
-        if isinstance(real, torch.nn.Module) or hasattr(real, "__dict__"):
-            tx.output.guard_hasattr(obj.source, name, result)
-        return result
+        guard_hasattr(tx, obj.source, real)
+        return hasattr(real, name)
     raise Unsupported(f"hasattr() on {obj.describe()}")
+
+
+def guard_hasattr(tx: Tx, source: Any, real: Any) -> None:
+    """``hasattr(obj, name)`` depends on the class and on which names the
+    instance holds: guard the type and the keys of the instance dicts."""
+    from ..source_tracking import AttrSource
+
+    g = tx.output.guards
+    g.add_type(source, real)
+    inst = getattr(real, "__dict__", None)
+    if isinstance(inst, dict) and all(isinstance(k, str) for k in inst):
+        g.add_dict_keys(AttrSource(source, "__dict__"), inst)
+    if isinstance(real, torch.nn.Module):
+        for sub in ("_parameters", "_buffers", "_modules"):
+            g.add_dict_keys(AttrSource(source, sub), getattr(real, sub))
 
 
 def construct_builtin_type(tx: Tx, cls: Any, args: Args, kwargs: Kwargs) -> VariableTracker:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import Unsupported
 from ..source_tracking import Source
-from .base import VariableTracker
+from .base import NotConstant, VariableTracker
 from .constant import ConstantVariable
 from .lists import ListVariable, TupleVariable
 
@@ -37,10 +37,29 @@ class DictVariable(VariableTracker):
     def python_type(self) -> type:
         return dict
 
+    def realize(self, tx: Tx, key: Any) -> VariableTracker:
+        """The item for ``key``; items read from the frame are wrapped (and
+        guarded) only when used."""
+        from .lazy import LazyVariable
+
+        v = self.items[key]
+        if isinstance(v, LazyVariable):
+            v = v.realize(tx)
+            self.items[key] = v
+        return v
+
+    def realize_all(self, tx: Tx) -> None:
+        for k in list(self.items):
+            self.realize(tx, k)
+
     def describe(self) -> str:
         return f"dict with keys {list(self.items)!r}"
 
     def as_python_constant(self) -> Any:
+        from .lazy import LazyVariable
+
+        if any(isinstance(v, LazyVariable) for v in self.items.values()):
+            raise NotConstant("dict with unread items")
         return {k: v.as_python_constant() for k, v in self.items.items()}
 
     def truth(self, tx: Tx) -> bool:
@@ -61,7 +80,7 @@ class DictVariable(VariableTracker):
         k = dict_key(key)
         if k not in self.items:
             raise Unsupported(f"dict lookup of missing key {k!r} (KeyError)")
-        return self.items[k]
+        return self.realize(tx, k)
 
     def reconstruct(self, cg: PyCodegen) -> None:
         if self.source is not None:
@@ -93,10 +112,12 @@ class DictVariable(VariableTracker):
         if name == "get" and 1 <= len(args) <= 2:
             k = dict_key(args[0])
             if k in self.items:
-                return self.items[k]
+                return self.realize(tx, k)
             return args[1] if len(args) == 2 else none
         if name == "keys" and not args:
             return TupleVariable([ConstantVariable(k) for k in self.items])
+        if name in ("values", "items", "copy", "pop", "setdefault", "update"):
+            self.realize_all(tx)
         if name == "values" and not args:
             return TupleVariable(list(self.items.values()))
         if name == "items" and not args:
