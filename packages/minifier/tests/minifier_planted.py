@@ -6,6 +6,7 @@ repro.py, a worker subprocess) can import them by ``module:qualname``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -92,18 +93,20 @@ class CNN(nn.Module):
 
 
 def traced(model: nn.Module, *inputs: torch.Tensor) -> fx.GraphModule:
-    """The model's ATen graph (eval mode), traced with make_fx."""
+    """The model's ATen graph (eval mode), traced with make_fx (cached: do not mutate)."""
     model.eval()
     with torch.no_grad():
         return make_fx(model)(*inputs)
 
 
+@functools.cache
 def transformer_graph() -> tuple[fx.GraphModule, list[torch.Tensor]]:
     torch.manual_seed(0)
     x = torch.randn(2, 8, 32)
     return traced(Transformer(), x), [x]
 
 
+@functools.cache
 def cnn_graph() -> tuple[fx.GraphModule, list[torch.Tensor]]:
     torch.manual_seed(0)
     model = CNN()
@@ -194,3 +197,46 @@ def accurate_float64(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[
         )
 
     return run
+
+
+def fails_on_gelu_mul(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """Planted bug: compiling a mul that reads a gelu directly fails."""
+    for n in gm.graph.nodes:
+        if n.target is aten.mul.Tensor and any(
+            isinstance(a, fx.Node) and a.target is aten.gelu.default for a in n.args
+        ):
+            raise RuntimeError("planted bug: gelu+mul epilogue fusion failed")
+    return gm.forward
+
+
+def two_bugs(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """Two different planted bugs: gelu raises ValueError, sigmoid raises NotImplementedError."""
+    targets = {n.target for n in gm.graph.nodes}
+    if aten.gelu.default in targets:
+        raise ValueError("planted bug A: gelu")
+    if aten.sigmoid.default in targets:
+        raise NotImplementedError("planted bug B: sigmoid")
+    return gm.forward
+
+
+def crashes_on_sigmoid(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """Planted bug: the process dies (SIGKILL) when compiling a graph with aten.sigmoid."""
+    import os
+    import signal
+
+    if any(n.target is aten.sigmoid.default for n in gm.graph.nodes):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return gm.forward
+
+
+def small_graph() -> tuple[fx.GraphModule, list[torch.Tensor]]:
+    """A dozen ATen ops with a sigmoid and a mul in the middle."""
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(x @ w + 1.0)
+        g = torch.sigmoid(h.sum(dim=-1, keepdim=True)) * h
+        return torch.tanh(g).mean(dim=0) + torch.cos(w).sum()
+
+    torch.manual_seed(0)
+    inputs = [torch.randn(4, 8), torch.randn(8, 8)]
+    return make_fx(f)(*inputs), inputs

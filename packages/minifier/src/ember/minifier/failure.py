@@ -33,7 +33,7 @@ _NUM = re.compile(r"\d+")
 def normalize_message(message: str) -> str:
     """First line of an error message with addresses and numbers masked."""
     first = message.strip().splitlines()[0] if message.strip() else ""
-    return _NUM.sub("#", _ADDR.sub("0x?", first))[:300]
+    return _NUM.sub("#", _ADDR.sub("<addr>", first))[:300]
 
 
 @dataclass(frozen=True, slots=True)

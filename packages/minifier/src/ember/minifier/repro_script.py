@@ -75,7 +75,7 @@ def call(compiled, inputs):
 
 def signature(phase, exc):
     first = (str(exc).strip().splitlines() or [""])[0]
-    msg = re.sub(r"\\d+", "#", re.sub(r"0x[0-9a-fA-F]+", "0x?", first))[:300]
+    msg = re.sub(r"\\d+", "#", re.sub(r"0x[0-9a-fA-F]+", "<addr>", first))[:300]
     t = type(exc)
     return {{"phase": phase, "exc_type": f"{{t.__module__}}.{{t.__qualname__}}", "message": msg}}
 
