@@ -27,6 +27,7 @@ import torch
 from . import cache as cache_mod
 from .backends import CompilerFn, backend_name, lookup_backend
 from .config import OPTION_NAMES, DynamoOptions, config
+from .debug_dir import debug_dir_from_env
 from .eval_frame import STATE, CompiledFunction, CompiledMethod, Runtime
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -99,8 +100,17 @@ def make_runtime(
     dynamo_opts = {k: opts.pop(k) for k in list(opts) if k in OPTION_NAMES}
     compiler = lookup_backend(backend)
     compiler = _backend_options(compiler, None if mode == "default" else mode, opts)
-    snapshot = config.to_options(fullgraph=fullgraph, dynamic=dynamic, **dynamo_opts)
-    return Runtime(compiler, snapshot)
+    return Runtime(compiler, snapshot_options(fullgraph=fullgraph, dynamic=dynamic, **dynamo_opts))
+
+
+def snapshot_options(**overrides: Any) -> DynamoOptions:
+    """``config`` now, with ``overrides``, and ``EMBER_COMPILE_DEBUG`` read (the public entry)."""
+    options = config.to_options(**overrides)
+    if options.debug_dir is None:
+        base = debug_dir_from_env()
+        if base is not None:
+            options = options.replace(debug_dir=base)
+    return options
 
 
 def _wrap(target: Any, runtime: Runtime) -> Any:
@@ -194,7 +204,7 @@ def optimize(
     compiler = lookup_backend(backend)  # unknown names fail here, not at first call
 
     def factory() -> Runtime:
-        return Runtime(compiler, config.to_options(fullgraph=nopython, dynamic=dynamic))
+        return Runtime(compiler, snapshot_options(fullgraph=nopython, dynamic=dynamic))
 
     if disable:
         return _PassThrough(factory)

@@ -227,6 +227,11 @@ class Runtime:
             STATE.compiling -= 1
             record_time("convert_frame", time.perf_counter() - start)
         cache.add(guarded)
+        if self.options.debug_dir is not None:
+            from .debug_dir import write_frame
+
+            folder = write_frame(self.options.debug_dir, cache.code, guarded)
+            log_dynamo.info("debug artifacts for %s in %s", cache.where(), folder)
         if log_guards.isEnabledFor(logging.DEBUG):
             source = getattr(guarded.check_fn, "code", None)
             log_guards.debug("guards for %s:\n%s", cache.where(), source or guarded.guard_set)

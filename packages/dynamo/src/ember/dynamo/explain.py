@@ -18,7 +18,6 @@ from typing import Any
 import torch
 
 from .backends import CompilerFn, lookup_backend
-from .config import config
 from .eval_frame import CaptureEvent, Runtime
 from .testing import count_ops
 
@@ -92,14 +91,14 @@ def _ops(gm: torch.fx.GraphModule) -> list[str]:
 
 def explain(fn: Any, *, backend: str | CompilerFn = "eager") -> Callable[..., ExplainOutput]:
     """``explain(fn)(*args, **kwargs)`` runs ``fn`` once and reports what capture did."""
-    from .api import _wrap
+    from .api import _wrap, snapshot_options
 
     target = getattr(fn, "__wrapped__", fn)
     compiler = lookup_backend(backend)
 
     def run(*args: Any, **kwargs: Any) -> ExplainOutput:
         out = ExplainOutput()
-        runtime = Runtime(compiler, config.to_options())
+        runtime = Runtime(compiler, snapshot_options())
 
         def listen(event: CaptureEvent) -> None:
             if event.kind == "capture":

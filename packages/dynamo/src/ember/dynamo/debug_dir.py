@@ -1,0 +1,97 @@
+"""``EMBER_COMPILE_DEBUG=1``: a debug directory per run, one folder per compiled frame.
+
+    ember_debug/run_<YYYYmmdd_HHMMSS>_<pid>/
+        frame_000_toy_example/
+            original_bytecode.txt     dis of the user's code
+            transformed_bytecode.txt  dis of the code ember runs instead
+            guards.json               the guard IR (ember.ir GuardSet JSON)
+            guards.txt                the guards in words and the generated check function
+            graph_0/                  the graph IR (ember.ir.save: graph.json + weights)
+            graph_0.txt               the FX graph's Python code
+
+The base directory is ``EMBER_COMPILE_DEBUG_DIR`` (default ``./ember_debug``).
+Both variables are read once, when a callable is compiled
+(:func:`debug_dir_from_env`); the path then travels in
+``DynamoOptions.debug_dir``. Writing never breaks a compile: a failure to
+write one file is noted in ``errors.txt`` in that frame's folder.
+"""
+
+from __future__ import annotations
+
+import dis
+import io
+import itertools
+import os
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+_RUN_DIRS: dict[str, Path] = {}
+_FRAME_COUNTER = itertools.count()
+
+
+def debug_dir_from_env(environ: dict[str, str] | None = None) -> str | None:
+    """The base debug directory when ``EMBER_COMPILE_DEBUG=1``, else ``None``."""
+    env = os.environ if environ is None else environ
+    if env.get("EMBER_COMPILE_DEBUG", "0") not in ("1", "true", "True"):
+        return None
+    return env.get("EMBER_COMPILE_DEBUG_DIR") or os.path.join(os.getcwd(), "ember_debug")
+
+
+def _run_dir(base: str) -> Path:
+    run = _RUN_DIRS.get(base)
+    if run is None:
+        stamp = time.strftime("%Y%m%d_%H%M%S")
+        run = Path(base) / f"run_{stamp}_{os.getpid()}"
+        run.mkdir(parents=True, exist_ok=True)
+        _RUN_DIRS[base] = run
+    return run
+
+
+def _dis_text(code: types.CodeType) -> str:
+    out = io.StringIO()
+    dis.dis(code, file=out, depth=0)
+    return out.getvalue()
+
+
+def write_frame(base: str, code: types.CodeType, guarded: Any) -> Path:
+    """Write one captured frame's artifacts; returns its folder."""
+    folder = _run_dir(base) / f"frame_{next(_FRAME_COUNTER):03d}_{code.co_name}"
+    folder.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+
+    def attempt(name: str, write: Any) -> None:
+        try:
+            write()
+        except Exception as exc:  # a debug aid must never break the compile
+            errors.append(f"{name}: {type(exc).__name__}: {exc}")
+
+    attempt("original_bytecode.txt", lambda: (folder / "original_bytecode.txt").write_text(_dis_text(code)))
+    attempt(
+        "transformed_bytecode.txt",
+        lambda: (folder / "transformed_bytecode.txt").write_text(_dis_text(guarded.code)),
+    )
+    attempt("guards.json", lambda: (folder / "guards.json").write_text(guarded.guard_set.dumps()))
+
+    def guards_text() -> None:
+        body = str(guarded.guard_set)
+        check_code = getattr(guarded.check_fn, "code", None)
+        if check_code:
+            body += "\n\n# generated check function\n" + check_code
+        (folder / "guards.txt").write_text(body + "\n")
+
+    attempt("guards.txt", guards_text)
+    for i, captured in enumerate(guarded.graphs):
+        attempt(f"graph_{i}.txt", lambda c=captured, i=i: (folder / f"graph_{i}.txt").write_text(c.gm.code))
+        attempt(f"graph_{i}/", lambda c=captured, i=i: _save_graph_ir(c, folder / f"graph_{i}"))
+    if errors:
+        (folder / "errors.txt").write_text("\n".join(errors) + "\n")
+    return folder
+
+
+def _save_graph_ir(captured: Any, path: Path) -> None:
+    from ember import ir
+
+    graph_ir = ir.from_fx(captured.gm, captured.example_inputs)
+    ir.save(graph_ir, path)
