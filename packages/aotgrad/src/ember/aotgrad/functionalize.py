@@ -404,7 +404,8 @@ class _Functionalizer:
         """Run a random op so it draws numbers in the target's memory order, as eager's
         in-place op does (the functional op would fill a contiguous result instead)."""
         ndim = target.dim()
-        perm = sorted(range(ndim), key=lambda d: (-target.stride(d), -d))
+        strides = [int(st) for st in target.stride()]
+        perm = sorted(range(ndim), key=lambda d: (-strides[d], -d))
         inv = [perm.index(d) for d in range(ndim)]
         shape = tuple(target.shape)
 

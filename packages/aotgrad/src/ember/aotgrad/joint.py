@@ -81,11 +81,17 @@ def trace_graph(
     tracer = GraphTracer(decompositions)
     fakes = _fake_inputs(fake_mode, inputs)
     args: list[torch.Tensor] = []
+    leaves: list[torch.Tensor | None] = []
     for real, fake in zip(inputs, fakes):
+        leaf = None
         if joint and real.requires_grad:
+            leaf = fake.requires_grad_(True)
             with fake_mode:
-                fake = fake.requires_grad_(True).clone()  # non-leaf: may be mutated
+                # a non-leaf may be mutated in place; gradients are taken w.r.t. the
+                # leaf, i.e. the input's value before any mutation
+                fake = leaf.clone()
         args.append(fake)
+        leaves.append(leaf)
     for i, a in enumerate(args):
         tracer.placeholder(f"primals_{i + 1}", a)
     input_storage = {storage_key(a): i for i, a in reversed(list(enumerate(args)))}
@@ -112,7 +118,8 @@ def trace_graph(
         grad_inputs: list[int] = []
         grads: list[torch.Tensor] = []
         if joint and any(tangent_mask):
-            grad_inputs, grads = _trace_backward(tracer, fake_mode, args, fw_values, tangent_mask)
+            grad_inputs, grads = _trace_backward(tracer, fake_mode, leaves, fw_values,
+                                                 tangent_mask)
         else:
             tangent_mask = [False] * len(fw_values)
         tracer.graph.output([tracer.node_of(v) for v in fw_values + grads])
@@ -138,7 +145,7 @@ def trace_graph(
 def _trace_backward(
     tracer: GraphTracer,
     fake_mode: FakeTensorMode,
-    args: list[torch.Tensor],
+    leaves: list[torch.Tensor | None],
     fw_values: list[torch.Tensor],
     tangent_mask: list[bool],
 ) -> tuple[list[int], list[torch.Tensor]]:
@@ -149,9 +156,9 @@ def _trace_backward(
             tangents.append(torch.empty(v.shape, dtype=v.dtype, device=v.device))
     for k, t in enumerate(tangents):
         tracer.placeholder(f"tangents_{k + 1}", t)
-    wrt = [i for i, a in enumerate(args) if a.requires_grad]
+    wrt = [(i, leaf) for i, leaf in enumerate(leaves) if leaf is not None]
     if not wrt:
         return [], []
-    grads = torch.autograd.grad(diff, [args[i] for i in wrt], tangents, allow_unused=True)
-    grad_inputs = [i for i, g in zip(wrt, grads) if g is not None]
+    grads = torch.autograd.grad(diff, [leaf for _, leaf in wrt], tangents, allow_unused=True)
+    grad_inputs = [i for (i, _), g in zip(wrt, grads) if g is not None]
     return grad_inputs, [g for g in grads if g is not None]

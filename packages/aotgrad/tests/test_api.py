@@ -1,0 +1,188 @@
+"""aot_function / aot_module / aot_autograd: calling conventions, caching, grad mode."""
+
+from __future__ import annotations
+
+import logging
+from importlib.metadata import entry_points
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ember.aotgrad import (
+    DoubleBackwardError,
+    aot_autograd,
+    aot_eager,
+    aot_function,
+    aot_module,
+    core_aten_decompositions,
+    default_partition,
+    nop_compiler,
+)
+from ember.aotgrad import logs as aot_logs
+
+
+class Recorder:
+    """A compiler that records the graphs it is given and runs them as is."""
+
+    def __init__(self) -> None:
+        self.graphs: list[torch.fx.GraphModule] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        self.graphs.append(gm)
+        return gm
+
+
+def small_fn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    h = F.layer_norm(x @ w + b, (w.shape[1],))
+    return torch.softmax(F.gelu(h), dim=-1) * h.tanh()
+
+
+@pytest.mark.parametrize("partition", [default_partition, None])
+def test_gradcheck_float64(partition: Any) -> None:
+    torch.manual_seed(0)
+    kwargs = {} if partition is None else {"partition_fn": partition}
+    compiled = aot_function(small_fn, nop_compiler, **kwargs)
+    args = (torch.randn(3, 4, dtype=torch.float64, requires_grad=True),
+            torch.randn(4, 5, dtype=torch.float64, requires_grad=True),
+            torch.randn(5, dtype=torch.float64, requires_grad=True))
+    assert torch.autograd.gradcheck(compiled, args)
+
+
+def test_gradcheck_float64_with_core_aten_decompositions() -> None:
+    torch.manual_seed(0)
+    compiled = aot_function(small_fn, nop_compiler, decompositions=core_aten_decompositions())
+    args = (torch.randn(2, 3, dtype=torch.float64, requires_grad=True),
+            torch.randn(3, 4, dtype=torch.float64, requires_grad=True),
+            torch.randn(4, dtype=torch.float64, requires_grad=True))
+    assert torch.autograd.gradcheck(compiled, args)
+    backward = compiled.last_partition.backward
+    names = {n.target.overloadpacket.__name__ for n in backward.graph.nodes
+             if n.op == "call_function" and hasattr(n.target, "overloadpacket")}
+    # decomposed to core ops
+    assert not names & {"native_layer_norm_backward", "gelu_backward", "tanh_backward"}
+    assert "erf" in names
+
+
+def test_mixed_requires_grad_inputs() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(3, 4)
+    w = torch.randn(4, 5, requires_grad=True)
+    b = torch.randn(5)
+    compiled = aot_function(small_fn, nop_compiler)
+    out = compiled(x, w, b)
+    out.sum().backward()
+    got = w.grad.clone()
+    w.grad = None
+    small_fn(x, w, b).sum().backward()
+    torch.testing.assert_close(got, w.grad)
+    assert compiled.last_traced.grad_inputs == (1,)
+
+
+def test_inference_graph_skips_joint_and_partition() -> None:
+    fw, bw = Recorder(), Recorder()
+    compiled = aot_function(small_fn, fw, bw)
+    args = (torch.randn(3, 4), torch.randn(4, 5, requires_grad=True), torch.randn(5))
+    with torch.no_grad():
+        out = compiled(*args)
+    assert not out.requires_grad
+    assert len(fw.graphs) == 1 and not bw.graphs
+    assert not any(n.name.startswith("tangents") for n in fw.graphs[0].graph.nodes)
+    torch.testing.assert_close(out, small_fn(*args).detach())
+    compiled(*args)  # grad mode on now: a second, joint compile
+    assert len(fw.graphs) == 2 and len(bw.graphs) == 1
+
+
+def test_cache_hits_for_same_signature_and_recompiles_on_new_shape() -> None:
+    fw, bw = Recorder(), Recorder()
+    compiled = aot_function(lambda x: x.sin() * 2, fw, bw)
+    compiled(torch.randn(3, requires_grad=True))
+    compiled(torch.randn(3, requires_grad=True))
+    assert len(fw.graphs) == 1 and len(bw.graphs) == 1
+    compiled(torch.randn(4, requires_grad=True))
+    assert len(fw.graphs) == 2 and len(bw.graphs) == 2
+
+
+def test_non_tensor_arguments_and_outputs() -> None:
+    def f(x: torch.Tensor, scale: float, opts: dict[str, Any]) -> tuple[Any, ...]:
+        y = x * scale if opts["mul"] else x + scale
+        return y, x.shape[0], None, {"z": y.cos()}
+
+    compiled = aot_function(f, nop_compiler)
+    x = torch.randn(3, requires_grad=True)
+    got = compiled(x, 2.0, {"mul": True})
+    want = f(x, 2.0, {"mul": True})
+    torch.testing.assert_close(got[0], want[0])
+    assert got[1:3] == (3, None)
+    torch.testing.assert_close(got[3]["z"], want[3]["z"])
+    torch.testing.assert_close(compiled(x, 2.0, {"mul": False})[0], x + 2.0)
+
+
+def test_double_backward_is_a_clear_error() -> None:
+    compiled = aot_function(lambda x: x.sin().sum(), nop_compiler)
+    x = torch.randn(3, requires_grad=True)
+    y = compiled(x)
+    with pytest.raises(DoubleBackwardError, match="double backward through a function "
+                       "compiled by ember.aotgrad is not supported"):
+        torch.autograd.grad(y, x, create_graph=True)
+
+
+def test_aot_graphs_log(caplog: pytest.LogCaptureFixture) -> None:
+    aot_logs.configure_from_env({"EMBER_LOGS": "graph_breaks,aot_graphs"})
+    try:
+        with caplog.at_level(logging.INFO, logger="ember.aot_graphs"):
+            aot_function(lambda x: x.cos(), nop_compiler)(torch.randn(2, requires_grad=True))
+        text = caplog.text
+        assert "joint graph" in text and "forward graph" in text and "backward graph" in text
+        assert "aten.cos.default" in text and "tangents_1" in text
+    finally:
+        aot_logs.configure_from_env({"EMBER_LOGS": "-aot_graphs"})
+
+
+def test_aot_module_sees_parameter_updates() -> None:
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4, 2)
+    compiled = aot_module(lin, nop_compiler)
+    x = torch.randn(3, 4)
+    before = compiled(x)
+    with torch.no_grad():
+        lin.weight.add_(1.0)
+    torch.testing.assert_close(compiled(x), lin(x))
+    assert not torch.allclose(before, compiled(x))
+
+
+def test_aot_autograd_backend_on_symbolic_traced_graph() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    gm = torch.fx.symbolic_trace(model)
+    fw, bw = Recorder(), Recorder()
+    run = aot_autograd(fw_compiler=fw, bw_compiler=bw)(gm, [torch.randn(5, 4)])
+    x = torch.randn(5, 4)
+    run(x).sum().backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).sum().backward()
+    for g, p in zip(got, model.parameters()):
+        torch.testing.assert_close(g, p.grad)
+    assert len(fw.graphs) == 1 and len(bw.graphs) == 1
+
+
+def test_backend_falls_back_to_eager_with_a_logged_reason(caplog: pytest.LogCaptureFixture) -> None:
+    class Meta(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = x * 1
+            y.t_()
+            return y
+
+    gm = torch.fx.symbolic_trace(Meta())
+    with caplog.at_level(logging.WARNING, logger="ember.aotgrad"):
+        run = aot_eager(gm, [torch.randn(2, 3)])
+        out = run(torch.ones(2, 3))
+    assert out.shape == (3, 2)
+    assert "running it eagerly" in caplog.text and "metadata mutations" in caplog.text
+
+
+def test_aot_eager_is_registered_as_an_entry_point() -> None:
+    eps = {ep.name: ep for ep in entry_points(group="ember.backends")}
+    assert eps["aot_eager"].load() is aot_eager

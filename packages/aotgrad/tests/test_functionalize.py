@@ -1,0 +1,178 @@
+"""Functionalization: mutations leave the graph, but their effects match eager."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from ember.aotgrad import FunctionalizationError, aot_function, nop_compiler, trace_graph
+
+aten = torch.ops.aten
+
+
+def _clone_all(args: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+
+
+def run_both(fn: Callable[..., Any], args: list[torch.Tensor]) -> tuple[Any, Any, list, list]:
+    eager_args = _clone_all(args)
+    comp_args = _clone_all(args)
+    compiled = aot_function(fn, nop_compiler)
+    return fn(*eager_args), compiled(*comp_args), eager_args, comp_args
+
+
+def _assert_no_mutation(fn: Callable[..., Any], args: list[torch.Tensor]) -> None:
+    traced = trace_graph(lambda *a: [fn(*a)], args, {}, joint=False)
+    for node in traced.gm.graph.nodes:
+        if node.op == "call_function" and hasattr(node.target, "_schema"):
+            schema = node.target._schema
+            assert not any(a.alias_info is not None and a.alias_info.is_write
+                           for a in schema.arguments), f"{node.format_node()} mutates"
+
+
+def add_to_input(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    x.add_(y)
+    return x * 2
+
+
+def mutate_through_view(x: torch.Tensor) -> torch.Tensor:
+    x[1].mul_(3)
+    x[:, 0].add_(1)
+    return x.sum(0)
+
+
+def mutate_intermediate_view(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    y.view(-1)[::2].zero_()
+    y.t()[0].fill_(7)
+    return y + 1
+
+
+def copy_into_buffer(x: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
+    buf.copy_(x.mean(0))
+    return x - buf
+
+
+def split_and_write(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.split(2, dim=0)
+    b.mul_(10)
+    return x.clone()
+
+
+def dtype_changing_inplace(x: torch.Tensor) -> torch.Tensor:
+    i = torch.zeros(x.shape)  # float32: add_ keeps it, add would give float64
+    i.add_(x.double() * 3)
+    assert i.dtype == torch.float32
+    return i
+
+
+@pytest.mark.parametrize("fn,shapes", [
+    (add_to_input, [(3, 4), (3, 4)]),
+    (mutate_through_view, [(3, 4)]),
+    (mutate_intermediate_view, [(4, 4)]),
+    (copy_into_buffer, [(5, 3), (3,)]),
+    (split_and_write, [(4, 3)]),
+    (dtype_changing_inplace, [(3, 3)]),
+])
+def test_mutations_match_eager_and_graph_is_functional(fn: Callable[..., Any], shapes: list) -> None:
+    torch.manual_seed(0)
+    args = [torch.randn(s) for s in shapes]
+    out_e, out_c, args_e, args_c = run_both(fn, args)
+    torch.testing.assert_close(out_c, out_e)
+    for a_c, a_e in zip(args_c, args_e):
+        torch.testing.assert_close(a_c, a_e)  # input mutations were applied back
+    _assert_no_mutation(fn, args)
+
+
+def test_mutated_inputs_are_reported_and_returned_first() -> None:
+    traced = trace_graph(lambda x, y: [add_to_input(x, y)], [torch.randn(2), torch.randn(2)], {},
+                         joint=False)
+    assert traced.mutated_inputs == (0,)
+    assert traced.num_fw_outputs == 2
+
+
+def test_mutating_a_non_leaf_input_that_requires_grad_backprops_like_eager() -> None:
+    torch.manual_seed(0)
+    w = torch.randn(3, 3, requires_grad=True)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        x.mul_(2)
+        return x.sin()
+
+    compiled = aot_function(f, nop_compiler)
+    results = []
+    for run in (f, compiled):
+        w.grad = None
+        x = w * 1.5  # non-leaf, requires grad
+        out = run(x)
+        (out.sum() + x.pow(2).sum()).backward()  # x has the mutated value and history
+        results.append((out.detach(), x.detach(), w.grad.clone()))
+    for got, want in zip(results[1], results[0]):
+        torch.testing.assert_close(got, want)
+
+
+def test_outputs_that_are_views_of_inputs_stay_views() -> None:
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return x.view(-1), x.t(), x
+
+    x = torch.randn(3, 4)
+    compiled = aot_function(f, nop_compiler)
+    flat, t, same = compiled(x)
+    assert flat._base is x and t._base is x and same is x
+    x.add_(1)  # writes through the input show up in the outputs, as in eager
+    torch.testing.assert_close(flat, x.view(-1))
+    torch.testing.assert_close(t, x.t())
+
+
+def test_view_output_of_mutated_input_sees_new_value_and_gradient() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        x.add_(1)
+        return x[0]
+
+    base = torch.randn(3, 2, requires_grad=True)
+    xs = [base * 1, base * 1]
+    out_e = f(xs[0])
+    compiled = aot_function(f, nop_compiler)
+    out_c = compiled(xs[1])
+    torch.testing.assert_close(out_c, out_e)
+    assert out_c._base is xs[1]
+    g_e, = torch.autograd.grad(out_e.sum() * 3, base)
+    g_c, = torch.autograd.grad(out_c.sum() * 3, base)
+    torch.testing.assert_close(g_c, g_e)
+
+
+def test_metadata_mutation_is_a_clear_error() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 1
+        y.t_()
+        return y
+
+    with pytest.raises(FunctionalizationError, match=r"changes the shape or strides .* in "
+                       r"place; metadata mutations are not supported"):
+        aot_function(f, nop_compiler)(torch.randn(2, 3))
+
+
+def test_out_variant_is_a_clear_error() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(3)
+        torch.sin(x, out=out)
+        return out
+
+    with pytest.raises(FunctionalizationError, match="without out="):
+        aot_function(f, nop_compiler)(torch.randn(3))
+
+
+def test_random_inplace_on_transposed_tensor_draws_like_eager() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(x.t()).bernoulli_(0.3) * x.t()
+
+    x = torch.randn(5, 7)
+    compiled = aot_function(f, nop_compiler)
+    torch.manual_seed(3)
+    want = f(x)
+    torch.manual_seed(3)
+    got = compiled(x)
+    torch.testing.assert_close(got, want)
