@@ -34,6 +34,7 @@ from ember.aotgrad.errors import (
     TraceError,
     VerifyError,
 )
+from ember.aotgrad.exchange import round_trip, to_graph_ir
 from ember.aotgrad.functionalize import functionalize
 from ember.aotgrad.joint import OutputSlot, TracedGraph, trace_graph
 from ember.aotgrad.partition import (
@@ -75,6 +76,8 @@ __all__ = [
     "mutation_decompositions",
     "nop_compiler",
     "op_category",
+    "round_trip",
     "split_joint",
+    "to_graph_ir",
     "trace_graph",
 ]

@@ -24,6 +24,7 @@ from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 from ember.aotgrad import logs
 from ember.aotgrad.decompositions import DecompTable, with_required
 from ember.aotgrad.errors import AotGradError
+from ember.aotgrad.exchange import example_inputs, round_trip
 from ember.aotgrad.joint import TracedGraph, trace_graph
 from ember.aotgrad.partition import Partition, min_cut_rematerialization_partition
 from ember.aotgrad.runtime import Compiled, CompiledPlan
@@ -49,8 +50,12 @@ class AotOptions:
         the reason (logger ``ember.aotgrad``, WARNING) and run the function
         eagerly for that signature instead of raising. On for backends, where
         a graph that cannot be compiled must still run.
+    exchange_dir: when set, every graph is saved there as an ember.ir
+        ATen-dialect GraphIR and loaded back before it reaches a compiler, so
+        the compilers see exactly what the file contract carries.
     """
 
+    exchange_dir: str | None = None
     fallback_to_eager: bool = False
 
 
@@ -59,8 +64,12 @@ def nop_compiler(gm: fx.GraphModule, example_inputs: list[torch.Tensor]) -> Comp
     return gm
 
 
-def _placeholder_values(gm: fx.GraphModule) -> list[torch.Tensor]:
-    return [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+def _compile_graph(compiler: GraphCompiler, gm: fx.GraphModule, name: str,
+                   options: AotOptions) -> Compiled:
+    inputs = example_inputs(gm)
+    if options.exchange_dir is not None:
+        gm = round_trip(gm, options.exchange_dir, name)
+    return compiler(gm, inputs)
 
 
 def _signature(t: torch.Tensor) -> Hashable:
@@ -156,12 +165,12 @@ class AotFunction:
             self.last_partition = part
             logs.log_graph("forward graph", part.forward)
             logs.log_graph("backward graph", part.backward)
-            fw = self.fw_compiler(part.forward, _placeholder_values(part.forward))
-            bw = self.bw_compiler(part.backward, _placeholder_values(part.backward))
+            fw = _compile_graph(self.fw_compiler, part.forward, "forward", self.options)
+            bw = _compile_graph(self.bw_compiler, part.backward, "backward", self.options)
             num_saved = len(part.saved)
         else:
             logs.log_graph("inference graph", traced.gm)
-            fw = self.fw_compiler(traced.gm, _placeholder_values(traced.gm))
+            fw = _compile_graph(self.fw_compiler, traced.gm, "inference", self.options)
             bw = None
             num_saved = 0
         plan = CompiledPlan(
