@@ -120,8 +120,8 @@ class NNModuleVariable(VariableTracker):
         if isinstance(m, (nn.ModuleList, nn.Sequential, nn.ParameterList)):
             return [(i, wrap(tx, m[i], self.child_source(i))) for i in range(len(m))]
         if isinstance(m, (nn.ModuleDict, nn.ParameterDict)):
-            return [(k, wrap(tx, m[k], self.child_source(k))) for k in m.keys()]
-        raise Unsupported(f"iterating over {self.describe()}")
+            return [(k, wrap(tx, m[k], self.child_source(k))) for k in m]
+        return [(k, wrap(tx, sub, self.child_source(k))) for k, sub in m.named_children()]
 
     def unpack(self, tx: Tx) -> list[VariableTracker]:
         if isinstance(self.value, (nn.ModuleDict, nn.ParameterDict)):
