@@ -92,12 +92,13 @@ def main(argv: list[str] | None = None) -> int:
     load_plugins(args.plugin)
     if args.list:
         for w in WORKLOADS.values():
-            print(f"workload  {w.name:<22} {'quick ' if w.quick else '      '}{w.description}")
+            tag = "quick " if w.quick and w.suite else "      " if w.suite else "extra "
+            print(f"workload  {w.name:<22} {tag}{w.description}")
         for c in COMPILERS.values():
             print(f"compiler  {c.name:<22} {c.description}")
         return 0
     workloads = _names(args.workloads, WORKLOADS, "workload") or [
-        w.name for w in WORKLOADS.values() if w.quick or not args.quick
+        w.name for w in WORKLOADS.values() if w.suite and (w.quick or not args.quick)
     ]
     compilers = _names(args.compilers, COMPILERS, "compiler") or list(DEFAULT_COMPILERS)
     if "eager" not in compilers:

@@ -88,7 +88,8 @@ class Workload:
     """One row of the table.
 
     ``build(device)`` makes a fresh :class:`Case` (seeded; two builds are equal).
-    ``quick``: part of ``--quick``. ``requires``: importable modules it needs
+    ``quick``: part of ``--quick``. ``suite``: part of the default run (else
+    only by name, e.g. the demo's model). ``requires``: importable modules it needs
     (missing: the row is shown as unavailable). ``random``: uses random ops
     (dropout). ``amortize_steps``: also report the mean step time over this
     many steps from cold (compile included), the user's real cost.
@@ -99,6 +100,7 @@ class Workload:
     build: Callable[[str], Case]
     training: bool = False
     quick: bool = True
+    suite: bool = True
     requires: tuple[str, ...] = ()
     random: bool = False
     rtol: float = 1e-3

@@ -210,6 +210,12 @@ class TwoBlocksWithPrint(nn.Module):
         return out
 
 
+def _gpt_block(device: str) -> Case:
+    torch.manual_seed(0)
+    model = GPTBlock(128, 4, 64, dropout=0.0)
+    return _module_case(model, [(torch.randn(8, 64, 128, device=device),)], False, device)
+
+
 def _graph_break(device: str) -> Case:
     torch.manual_seed(0)
     case = _module_case(TwoBlocksWithPrint(), [(torch.randn(8, 64, 128, device=device),)], False, device)
@@ -239,6 +245,13 @@ for _w in (
         random=True,
     ),
     Workload("graph_break", "two GPT blocks with a print() between them", _graph_break, quick=False),
+    Workload(
+        "gpt_block",
+        "GPT block d=128 h=4, batch 8, seq 64, inference (the demo's model)",
+        _gpt_block,
+        quick=False,
+        suite=False,
+    ),
     Workload("tiny_add", "x + y on 4-element tensors: per-call overhead", _tiny_add),
 ):
     register_workload(_w)
