@@ -279,6 +279,7 @@ class CompiledFunction:
             code.co_kwonlyargcount == 0
         )
         self._signature: inspect.Signature | None = None
+        self._bound_defaults: tuple[Any, ...] = ()
         # Free variables are guarded as L['name'] (their cell contents).
         self._cells = tuple(zip(code.co_freevars, fn.__closure__ or (), strict=True))
         self._pairs: tuple[tuple[Callable[..., bool], Callable[..., Any]], ...] = ()
@@ -321,9 +322,19 @@ class CompiledFunction:
                 return run(*args, **kwargs)
         return self._miss(args, kwargs, f_locals)
 
+    def _defaults_key(self) -> tuple[Any, ...]:
+        kw = self._fn.__kwdefaults__
+        return (self._fn.__defaults__, tuple((k, id(v)) for k, v in kw.items()) if kw else None)
+
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
-        if self._signature is None:
+        """Bind like Python does, defaults applied (only calls that may use defaults get here)."""
+        key = self._defaults_key()
+        if self._signature is None or key != self._bound_defaults:
+            # Defaults were replaced since we last looked: re-read them, rebuild the
+            # transformed functions (they carry the defaults too).
             self._signature = inspect.signature(self._fn, follow_wrapped=False)
+            self._bound_defaults = key
+            self._version = -1
         try:
             bound = self._signature.bind(*args, **kwargs)
         except TypeError:
