@@ -74,7 +74,8 @@ class GPTBlock(nn.Module):
         att = self.drop(att.masked_fill(~mask, float("-inf")).softmax(dim=-1))
         y = (att @ v).transpose(1, 2).reshape(b, t, d)
         x = x + self.drop(self.proj(y))
-        return x + self.drop(self.out(F.gelu(self.fc(self.ln2(x)))))
+        out: torch.Tensor = x + self.drop(self.out(F.gelu(self.fc(self.ln2(x)))))
+        return out
 
 
 class CNNBlock(nn.Module):
@@ -156,8 +157,8 @@ def measure_ember(w: Workload, partition: Any) -> Saved:
 
 def measure_torch(w: Workload) -> Saved:
     import torch._dynamo
-    from torch._dynamo.backends.common import aot_autograd
     from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_mc
 
     torch._dynamo.reset()
