@@ -25,7 +25,7 @@ from .errors import Unsupported
 from .eval_frame import FrameHooks
 from .output_graph import CapturedGraph, CompilerFn, OutputGraph
 from .source_tracking import LocalSource
-from .symbolic_convert import InstructionTranslator
+from .symbolic_convert import BreakSignal, InstructionTranslator
 from .variables.base import VariableTracker
 from .variables.functions import CellVariable
 from .variables.lazy import LazyVariable
@@ -116,12 +116,40 @@ def convert_frame(
         options,
         None,
     )
+    tx.may_break = not options.fullgraph and hooks is not None
     prior_grad = torch.is_grad_enabled()
     try:
-        result = tx.run()
+        try:
+            result = tx.run()
+        except BreakSignal as sig:
+            return split(state, tx, output, sig, compiler, hooks)
     finally:
         torch._C._set_grad_enabled(prior_grad)
     return finish(state, tx, output, result, compiler)
+
+
+def split(
+    state: FrameState,
+    tx: InstructionTranslator,
+    output: OutputGraph,
+    sig: BreakSignal,
+    compiler: CompilerFn,
+    hooks: FrameHooks,
+) -> GuardedCode:
+    """The frame's code split at a graph break (see ``graph_break``)."""
+    from .graph_break import compile_break
+
+    try:
+        result = compile_break(tx, sig.inst, sig.reason, compiler, hooks, state.fn_name)
+    except Unsupported as e:
+        e.reason = f"{sig.reason.reason}; and the frame cannot be split there: {e.reason}"
+        e.located = False
+        e.locate(sig.reason.user_stack)
+        raise e from sig.reason
+    guard_set = output.guards.to_guard_set()
+    check_fn = compile_guards(guard_set, guard_locals(state), state.f_globals)
+    brk = GraphBreak(sig.reason.reason, sig.reason.user_stack)
+    return GuardedCode(result.code, check_fn, guard_set, result.graphs, [brk])
 
 
 def finish(

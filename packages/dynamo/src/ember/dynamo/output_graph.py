@@ -66,6 +66,9 @@ class OutputGraph:
         self.attrs: dict[int, TensorVariable] = {}
         self.modules: dict[int, str] = {}
         self.fake_params: dict[int, torch.Tensor] = {}
+        #: bumped by every in-place change of a list/dict tracker (a graph
+        #: break cannot roll those back)
+        self.mutations = 0
         self.guards.add_global_state()
 
     # --- inputs and attributes ----------------------------------------------

@@ -84,10 +84,7 @@ class InstructionTranslatorBase(CommonInstructions, VersionMixin):
                 if inst.positions is not None and inst.positions.lineno is not None:
                     self.lineno = inst.positions.lineno
                 self.ip += 1
-                handler = getattr(self, inst.opname, None)
-                if handler is None:
-                    raise Unsupported(f"opcode {inst.opname} is not supported")
-                handler(inst)
+                self.dispatch(inst)
                 steps += 1
                 if steps > MAX_STEPS:
                     raise Unsupported(f"more than {MAX_STEPS} bytecodes traced (unbounded loop?)")
@@ -104,6 +101,12 @@ class InstructionTranslatorBase(CommonInstructions, VersionMixin):
                 f"{where.filename}:{where.lineno} ({self.current.opname if self.current else '?'}): "
                 f"{type(e).__name__}: {e}; please report this with the function's source"
             ) from e
+
+    def dispatch(self, inst: dis.Instruction) -> None:
+        handler = getattr(self, inst.opname, None)
+        if handler is None:
+            raise Unsupported(f"opcode {inst.opname} is not supported")
+        handler(inst)
 
     def user_stack(self) -> list[traceback.FrameSummary]:
         frames = []
@@ -263,8 +266,35 @@ def _fold_getitem(obj: VariableTracker, key: VariableTracker) -> VariableTracker
     return fold(operator.getitem, [obj, key])
 
 
+class BreakSignal(Exception):
+    """The frame must be split before ``inst`` (state already rolled back)."""
+
+    def __init__(self, inst: dis.Instruction, reason: Unsupported) -> None:
+        super().__init__(reason.message())
+        self.inst = inst
+        self.reason = reason
+
+
 class InstructionTranslator(InstructionTranslatorBase):
-    """The translator for the frame being compiled."""
+    """The translator for the frame being compiled. When ``may_break``, an
+    unsupported instruction rolls the state back to just before it and
+    raises ``BreakSignal`` so ``convert_frame`` can split the frame there."""
+
+    may_break = False
+
+    def dispatch(self, inst: dis.Instruction) -> None:
+        if not self.may_break:
+            super().dispatch(inst)
+            return
+        from .graph_break import restore, take_snapshot
+
+        snap = take_snapshot(self)
+        try:
+            super().dispatch(inst)
+        except Unsupported as e:
+            e.locate(self.user_stack())
+            restore(self, snap)
+            raise BreakSignal(inst, e) from e
 
     def RETURN_VALUE(self, inst: dis.Instruction) -> None:
         self.return_value = self.pop()

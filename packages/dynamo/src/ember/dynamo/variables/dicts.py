@@ -73,6 +73,7 @@ class DictVariable(VariableTracker):
 
     def mutate(self, tx: Tx) -> None:
         self.mutated = True
+        tx.output.mutations += 1
         if self.source is not None:
             tx.output.side_effects.track_dict(self)
 

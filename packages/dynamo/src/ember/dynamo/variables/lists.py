@@ -164,6 +164,7 @@ class ListVariable(BaseListVariable):
 
     def mutate(self, tx: Tx) -> None:
         self.mutated = True
+        tx.output.mutations += 1
         if self.source is not None:
             tx.output.side_effects.track_list(self)
 

@@ -1,0 +1,238 @@
+"""Splitting a frame at an instruction the interpreter cannot trace.
+
+The translator rolls back to the state before the failing instruction and
+calls :func:`compile_break`. The code it produces: call the graph captured
+so far, rebuild the value stack and the live locals from its outputs, replay
+side effects, run the failing instruction itself, and hand the resulting
+stack and locals to a resume function (``resume.py``) whose frame the
+runtime captures afresh. A data-dependent branch gets one resume function
+per side.
+"""
+
+from __future__ import annotations
+
+import dis
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from bytecode import Instr, Label
+
+from .codegen import OUT_LOCAL, PyCodegen
+from .errors import Unsupported
+from .output_graph import CapturedGraph, CompilerFn
+from .resume import live_locals, origin_of, resume_code
+from .variables.base import VariableTracker
+from .variables.misc import NullVariable
+
+if TYPE_CHECKING:
+    import torch.fx
+
+    from .symbolic_convert import InstructionTranslator
+
+PY312 = sys.version_info >= (3, 12)
+COND_JUMPS = {
+    "POP_JUMP_FORWARD_IF_FALSE": "POP_JUMP_FORWARD_IF_FALSE",
+    "POP_JUMP_BACKWARD_IF_FALSE": "POP_JUMP_FORWARD_IF_FALSE",
+    "POP_JUMP_FORWARD_IF_TRUE": "POP_JUMP_FORWARD_IF_TRUE",
+    "POP_JUMP_BACKWARD_IF_TRUE": "POP_JUMP_FORWARD_IF_TRUE",
+    "POP_JUMP_IF_FALSE": "POP_JUMP_IF_FALSE",
+    "POP_JUMP_IF_TRUE": "POP_JUMP_IF_TRUE",
+}
+# Instructions that may be replayed natively with the same argument.
+REPLAYABLE = {
+    "CALL", "CALL_FUNCTION_EX", "BINARY_SUBSCR", "STORE_SUBSCR", "DELETE_SUBSCR",
+    "STORE_ATTR", "LOAD_ATTR", "LOAD_METHOD", "BINARY_OP", "COMPARE_OP", "CONTAINS_OP",
+    "IS_OP", "UNARY_NOT", "UNARY_NEGATIVE", "UNARY_INVERT", "UNARY_POSITIVE",
+    "FORMAT_VALUE", "BUILD_STRING", "GET_ITER", "UNPACK_SEQUENCE", "UNPACK_EX",
+    "IMPORT_NAME", "IMPORT_FROM", "STORE_GLOBAL", "BINARY_SLICE", "STORE_SLICE",
+}
+
+
+@dataclass
+class Snapshot:
+    stack: list[VariableTracker]
+    locals: dict[str, VariableTracker]
+    kw_names: tuple[str, ...]
+    last_node: Any
+    attrs: dict[Any, Any]
+    globals: dict[str, Any]
+    mutations: int
+    grad_enabled: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class BreakResult:
+    code: Any
+    graphs: list[CapturedGraph]
+
+
+def take_snapshot(tx: InstructionTranslator) -> Snapshot:
+    import torch
+
+    nodes = tx.output.graph.nodes
+    last = next(iter(reversed(nodes)), None) if len(nodes) else None
+    return Snapshot(
+        list(tx.stack),
+        dict(tx.symbolic_locals),
+        tx.kw_names,
+        last,
+        dict(tx.output.side_effects.attrs),
+        dict(tx.output.side_effects.globals),
+        tx.output.mutations,
+        torch.is_grad_enabled(),
+    )
+
+
+def restore(tx: InstructionTranslator, snap: Snapshot) -> None:
+    """Undo a partly-executed instruction (graph nodes, stack, effects)."""
+    import torch
+
+    if tx.output.mutations != snap.mutations:
+        raise Unsupported("cannot split the graph here: a container was mutated by the failing call")
+    graph: torch.fx.Graph = tx.output.graph
+    for node in reversed(list(graph.nodes)):
+        if node is snap.last_node:
+            break
+        if node.op == "placeholder":
+            continue
+        graph.erase_node(node)
+    alive = set(graph.nodes)
+    tx.output.attrs = {k: v for k, v in tx.output.attrs.items() if v.node in alive}
+    tx.stack[:] = snap.stack
+    tx.symbolic_locals.clear()
+    tx.symbolic_locals.update(snap.locals)
+    tx.kw_names = snap.kw_names
+    tx.output.side_effects.attrs = dict(snap.attrs)
+    tx.output.side_effects.globals = dict(snap.globals)
+    torch._C._set_grad_enabled(snap.grad_enabled)
+
+
+def check_breakable(tx: InstructionTranslator, inst: dis.Instruction) -> None:
+    from .variables.torch import ContextMethodVariable, GradModeVariable
+
+    code = tx.code
+    if code.co_cellvars or code.co_freevars:
+        raise Unsupported("graph break in a function with closures/cells is not supported yet")
+    if inst.opname not in REPLAYABLE and inst.opname not in COND_JUMPS:
+        raise Unsupported(f"graph break at {inst.opname} is not supported")
+    for v in tx.stack:
+        if isinstance(v, (ContextMethodVariable, GradModeVariable)):
+            raise Unsupported("graph break inside a `with` block is not supported yet")
+
+
+def compile_break(
+    tx: InstructionTranslator,
+    inst: dis.Instruction,
+    reason: Unsupported,
+    compiler: CompilerFn,
+    hooks: Any,
+    fn_name: str,
+) -> BreakResult:
+    import types
+
+    from .bytecode_transform import assemble
+
+    check_breakable(tx, inst)
+    code = tx.code
+    lineno = tx.lineno
+    insts = tx.instructions
+    idx = insts.index(inst)
+    next_offset = insts[idx + 1].offset if idx + 1 < len(insts) else None
+
+    if inst.opname in COND_JUMPS:
+        targets = [o for o in (next_offset, inst.argval) if o is not None]
+        stack_after = len(tx.stack) - 1
+    else:
+        if next_offset is None:
+            raise Unsupported("graph break at the last instruction")
+        targets = [next_offset]
+        stack_after = len(tx.stack) + native_effect(inst)
+    live = sorted(live_locals(code, targets) & set(tx.symbolic_locals))
+
+    cg = PyCodegen(code.co_cellvars, code.co_freevars, lineno)
+    for v in tx.stack:
+        if isinstance(v, NullVariable):
+            cg.push_null()
+        else:
+            v.reconstruct(cg)
+    for name in live:
+        tx.symbolic_locals[name].reconstruct(cg)
+    tx.output.side_effects.codegen(cg)
+    for name in reversed(live):
+        cg.store_local(name)
+
+    def call_resume(offset: int) -> None:
+        orig, orig_offset = origin_of(code, offset)
+        rcode, rname = resume_code(orig, orig_offset, stack_after, tuple(live))
+        if rname not in tx.f_globals:
+            fn = types.FunctionType(rcode, tx.f_globals, rname)
+            tx.f_globals[rname] = hooks.wrap_function(fn)
+        cg.emit("BUILD_TUPLE", stack_after)
+        cg.load_global(rname, push_null=True)
+        cg.emit("SWAP", 2)
+        cg.emit("SWAP", 3)
+        for name in live:
+            cg.load_local(name)
+        cg.emit("BUILD_TUPLE", len(live))
+        cg.emit("BINARY_OP", 0)
+        cg.emit("CALL_FUNCTION_EX", 0)
+        cg.return_value()
+
+    cg.lineno = lineno
+    if inst.opname in COND_JUMPS:
+        taken = Label()
+        cg.instrs.append(Instr(COND_JUMPS[inst.opname], taken, lineno=lineno))
+        call_resume(targets[0])
+        cg.instrs.append(taken)  # type: ignore[arg-type]
+        call_resume(inst.argval)
+    else:
+        replay(cg, tx, inst)
+        call_resume(targets[0])
+
+    graphs: list[CapturedGraph] = []
+    head = PyCodegen(code.co_cellvars, code.co_freevars, code.co_firstlineno)
+    if cg.outputs or tx.output.has_ops():
+        name, captured, inputs = tx.output.compile(cg.outputs, compiler, fn_name)
+        graphs.append(captured)
+        head.load_global(name, push_null=True)
+        for inp in inputs:
+            head.load_source(inp.source)
+        head.call(len(inputs))
+        head.store_local(OUT_LOCAL)
+    return BreakResult(assemble(code, head.instrs + cg.instrs), graphs)
+
+
+def native_effect(inst: dis.Instruction) -> int:
+    if inst.opname == "CALL" and not PY312:
+        return -(inst.arg + 1)
+    if inst.opname == "LOAD_METHOD":
+        return 1
+    if inst.opname == "LOAD_ATTR" and PY312:
+        return 1 if inst.arg & 1 else 0
+    return dis.stack_effect(inst.opcode, inst.arg if inst.opcode >= dis.HAVE_ARGUMENT else None, jump=False)
+
+
+def replay(cg: PyCodegen, tx: InstructionTranslator, inst: dis.Instruction) -> None:
+    """Emit the failing instruction itself (3.11 calls need PRECALL/KW_NAMES)."""
+    if inst.opname == "CALL":
+        if tx.kw_names:
+            cg.emit("KW_NAMES", tuple(tx.kw_names))
+        if not PY312:
+            cg.emit("PRECALL", inst.arg)
+        cg.emit("CALL", inst.arg)
+        return
+    arg = inst.argval
+    if inst.opname in ("LOAD_ATTR",) and PY312:
+        arg = (bool(inst.arg & 1), inst.argval)
+    if inst.opname == "BINARY_OP" or inst.opname in ("UNPACK_SEQUENCE", "UNPACK_EX", "BUILD_STRING", "FORMAT_VALUE", "CALL_FUNCTION_EX", "IS_OP", "CONTAINS_OP"):
+        arg = inst.arg
+    if inst.opname == "COMPARE_OP":
+        from bytecode import Compare
+
+        arg = Compare(inst.arg) if not PY312 else Compare(inst.arg >> 4)
+    if inst.opcode < dis.HAVE_ARGUMENT:
+        cg.emit(inst.opname)
+    else:
+        cg.emit(inst.opname, arg)

@@ -1,0 +1,151 @@
+"""Resume functions: the rest of a frame after a graph break.
+
+``__resume_at_<offset>_<n>(___stack0, ..., live locals...)`` is a copy of
+the original code that pushes the saved stack values and jumps to
+``offset``. Its own frame is captured afresh by the runtime. Resume code is
+always made from the *original* code (a break inside a resume function maps
+back through :func:`origin_of`), and cached per (code, offset, stack depth,
+arguments), so a loop that breaks on every iteration reuses one resume
+function and one cache entry.
+"""
+
+from __future__ import annotations
+
+import dis
+import itertools
+import types
+from dataclasses import dataclass
+
+from bytecode import Bytecode, Instr, Label
+
+from .errors import Unsupported
+
+_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class ResumeInfo:
+    origin: types.CodeType
+    #: dis-instruction index in the resume code minus this = index in origin
+    shift: int
+    name: str
+
+
+_ORIGIN: dict[types.CodeType, ResumeInfo] = {}
+_CACHE: dict[tuple[types.CodeType, int, int, tuple[str, ...]], tuple[types.CodeType, str]] = {}
+
+
+def real_instructions(code: types.CodeType) -> list[dis.Instruction]:
+    return [i for i in dis.get_instructions(code) if i.opname not in ("EXTENDED_ARG", "CACHE")]
+
+
+def origin_of(code: types.CodeType, offset: int) -> tuple[types.CodeType, int]:
+    """The original code and offset behind ``offset`` in ``code``."""
+    info = _ORIGIN.get(code)
+    if info is None:
+        return code, offset
+    insts = real_instructions(code)
+    index = next(i for i, inst in enumerate(insts) if inst.offset == offset)
+    orig = real_instructions(info.origin)
+    return info.origin, orig[index - info.shift].offset
+
+
+def resume_code(
+    orig: types.CodeType, offset: int, nstack: int, argnames: tuple[str, ...]
+) -> tuple[types.CodeType, str]:
+    """Code (and its global name) resuming ``orig`` at ``offset`` with
+    ``nstack`` stack values followed by the locals ``argnames``."""
+    key = (orig, offset, nstack, argnames)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
+    if orig.co_cellvars or orig.co_freevars:
+        raise Unsupported("graph break in a function with closures/cells is not supported yet")
+    bc = Bytecode.from_code(orig)
+    dis_insts = real_instructions(orig)
+    target_index = next(i for i, inst in enumerate(dis_insts) if inst.offset == offset)
+    label = Label()
+    body: list[object] = []
+    seen = 0
+    for item in bc:
+        if isinstance(item, Instr):
+            if seen == target_index:
+                body.append(label)
+            if dis_insts[seen].opname != item.name:
+                raise Unsupported(f"cannot map bytecode of `{orig.co_name}` for a resume function")
+            seen += 1
+            if item.name == "RESUME" and seen == 1:
+                continue
+        body.append(item)
+    stack_names = tuple(f"___stack{i}" for i in range(nstack))
+    line = dis_insts[target_index].positions
+    lineno = line.lineno if line is not None and line.lineno is not None else orig.co_firstlineno
+    prefix: list[object] = [Instr("RESUME", 0, lineno=lineno)]
+    prefix += [Instr("LOAD_FAST", n, lineno=lineno) for n in stack_names]
+    prefix.append(Instr("JUMP_FORWARD", label, lineno=lineno))
+    name = f"__resume_at_{offset}_{next(_ids)}"
+    new = Bytecode(prefix + body)
+    new.argcount = len(stack_names) + len(argnames)
+    new.posonlyargcount = 0
+    new.kwonlyargcount = 0
+    new.flags = orig.co_flags & ~(0x04 | 0x08)
+    new.name = name
+    new.qualname = name
+    new.filename = orig.co_filename
+    new.first_lineno = orig.co_firstlineno
+    new.argnames = list(stack_names + argnames)
+    code = new.to_code()
+    _ORIGIN[code] = ResumeInfo(orig, len(prefix) - 1, name)
+    _CACHE[key] = (code, name)
+    return code, name
+
+
+def live_locals(code: types.CodeType, offsets: list[int]) -> set[str]:
+    """Locals that may be read, before being written, from any of ``offsets``."""
+    insts = real_instructions(code)
+    index = {inst.offset: i for i, inst in enumerate(insts)}
+    handlers: list[tuple[int, int, int]] = []
+    try:
+        for e in dis.Bytecode(code).exception_entries:  # type: ignore[attr-defined]
+            handlers.append((e.start, e.end, e.target))
+    except AttributeError:
+        pass
+    terminal = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE"}
+    jumps_uncond = {"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP"}
+
+    def successors(i: int) -> list[int]:
+        inst = insts[i]
+        out: list[int] = []
+        if inst.opname not in terminal and inst.opname not in jumps_uncond and i + 1 < len(insts):
+            out.append(i + 1)
+        if inst.opcode in dis.hasjrel or inst.opcode in dis.hasjabs:
+            if inst.argval in index:
+                out.append(index[inst.argval])
+        for start, end, target in handlers:
+            if start <= inst.offset < end and target in index:
+                out.append(index[target])
+        return out
+
+    uses: list[set[str]] = []
+    defs: list[set[str]] = []
+    for inst in insts:
+        reads = inst.opname in ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "DELETE_FAST")
+        uses.append({inst.argval} if reads else set())
+        defs.append({inst.argval} if inst.opname == "STORE_FAST" else set())
+    succ = [successors(i) for i in range(len(insts))]
+    live_in: list[set[str]] = [set() for _ in insts]
+    changed = True
+    while changed:
+        changed = False
+        for i in reversed(range(len(insts))):
+            out: set[str] = set()
+            for j in succ[i]:
+                out |= live_in[j]
+            new = uses[i] | (out - defs[i])
+            if new != live_in[i]:
+                live_in[i] = new
+                changed = True
+    result: set[str] = set()
+    for off in offsets:
+        result |= live_in[index[off]]
+    return result
