@@ -196,7 +196,7 @@ def from_fx(
     """
     nodes_fx = list(gm.graph.nodes)
     need_fake = example_inputs is not None and any(
-        "val" not in n.meta and "tensor_meta" not in n.meta for n in nodes_fx if n.op != "output"
+        not {"val", "tensor_meta", "ember_meta"} & n.meta.keys() for n in nodes_fx if n.op != "output"
     )
     fake = _fake_values(gm, example_inputs) if need_fake and example_inputs is not None else {}
     device = next((t.device for t in gm.parameters()), torch.device("cpu"))
@@ -217,7 +217,9 @@ def from_fx(
             modules[target] = module_spec(gm.get_submodule(target), target, params, buffers, tensors)
         if n.op == "get_attr":
             _record_attr(gm, target, n.name, params, buffers, constants, tensors)
-        if "val" in n.meta:
+        if "ember_meta" in n.meta:  # a graph built by to_fx: keep the IR's own metadata
+            meta = n.meta["ember_meta"]
+        elif "val" in n.meta:
             meta = meta_of(n.meta["val"])
         elif "tensor_meta" in n.meta:
             meta = _meta_from_tensor_meta(n.meta["tensor_meta"], device)

@@ -29,7 +29,8 @@ def parse_json(text: str | bytes, *, file: str | None, what: str) -> dict[str, J
     try:
         data: Any = json.loads(text)
     except json.JSONDecodeError as e:
-        hint = " (the file looks truncated)" if e.pos >= len(text.rstrip()) else ""
+        truncated = e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string")
+        hint = " (the file looks truncated)" if truncated and text.strip() else ""
         raise FormatError(f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}{hint}", file=file) from None
     except RecursionError:
         raise FormatError(f"{what} is nested too deeply", file=file) from None
