@@ -114,7 +114,7 @@ def _ember_reset() -> None:
 
 for _name, _desc, _rng in (
     ("eager", "ember.dynamo capture, graphs run by torch eager", True),
-    ("aot_eager", "ember.dynamo + ember.aotgrad fwd/bwd graphs, run eagerly", True),
+    ("aot_eager", "ember.dynamo + ember.aotgrad fwd/bwd graphs, run eagerly", False),
     ("inductor", "ember.dynamo + ember.aotgrad + ember.inductor kernels", False),
 ):
     register_compiler(
@@ -179,7 +179,7 @@ def torch_break_stats(stats: CompileStats) -> None:
 
 for _name, _desc, _rng in (
     ("eager", "torch.compile(backend='eager'): dynamo capture only", True),
-    ("aot_eager", "torch.compile(backend='aot_eager'): + AOTAutograd", True),
+    ("aot_eager", "torch.compile(backend='aot_eager'): + AOTAutograd", False),
     ("inductor", "torch.compile(backend='inductor'): the default", False),
 ):
     register_compiler(

@@ -87,7 +87,7 @@ def time_calls(
             per_call[name].append((time.perf_counter() - t0) / n)
     out = {}
     for name, samples in per_call.items():
-        q = statistics.quantiles(samples, n=4) if len(samples) >= 2 else [samples[0]] * 3
+        q = statistics.quantiles(samples, n=4, method="inclusive") if len(samples) >= 2 else [samples[0]] * 3
         out[name] = Timing(statistics.median(samples), q[0], q[2], min(samples), sizes[name], opts.repeats)
     return out
 

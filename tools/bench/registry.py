@@ -51,7 +51,10 @@ class Compiler:
     the table as ``unavailable``). ``prepare`` turns (model, options, stats) into
     the compiled callable; it must count graphs into ``stats`` when it can.
     ``reset`` clears the compiler's in-memory caches. ``rng_matches_eager``:
-    random ops (dropout) draw the same numbers as eager with the same seed.
+    random ops (dropout) surely draw the same numbers as eager with the same
+    seed (true for graphs of torch-level ops run eagerly; ATen-level tracing
+    may decompose dropout and draw differently, so those are checked with
+    randomness off).
     """
 
     name: str

@@ -163,7 +163,7 @@ def _measure(
         stage[0] = "accuracy check"
         if eval_check:
             before = stats.graphs
-            got = in_eval(fn)
+            got_train, got = got, in_eval(fn)
             check_graphs = stats.graphs - before
         else:
             check_graphs = 0
@@ -171,6 +171,10 @@ def _measure(
         result["max_abs_err"] = acc.max_abs_err
         if not acc.ok:
             result.update(status="wrong", error=f"WRONG: {acc.reason}")
+            return
+        if eval_check and compare(ref, got_train, workload.rtol, workload.atol).ok:
+            # Train mode gave the eval-mode (no dropout) result: randomness was dropped.
+            result.update(status="wrong", error="WRONG: dropout had no effect in train mode")
             return
         stage[0] = "later inputs"
         if workload.amortize_steps and spec.amortize:

@@ -35,6 +35,8 @@ def _gpt2_config(**extra: Any) -> Any:
         embd_pdrop=0.0,
         attn_pdrop=0.0,
         use_cache=False,
+        bos_token_id=START_ID,
+        eos_token_id=2,
         **extra,
     )
 

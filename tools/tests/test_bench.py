@@ -51,6 +51,12 @@ def _chatty(device):
 register_workload(Workload("fake_fast", "x * 2 + 1 on 8 floats", _fast))
 register_workload(Workload("fake_train", "tiny MLP training step", _fast_train, training=True))
 register_workload(Workload("fake_chatty", "prints every call", _chatty))
+def _dropout(device):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Dropout(0.5), torch.nn.Linear(16, 2))
+    return Case(model, [(torch.randn(5, 4),)], training_step(model), params=list(model.parameters()))
+
+register_workload(Workload("fake_dropout", "dropout training step", _dropout, training=True, random=True))
 register_workload(Workload("fake_needs", "needs a missing module", _fast, requires=("no_such_module_xyz",)))
 
 def _crash(model, options, stats):
@@ -92,6 +98,24 @@ def _segv(model, options, stats):
 def _hang(model, options, stats):
     time.sleep(600)
 
+def _other_rng(model, options, stats):
+    def run(*args):
+        torch.rand(3)  # its own random draws: dropout masks differ from eager's
+        return model(*args)
+    return run
+
+def _no_dropout(model, options, stats):
+    def run(*args):
+        model.eval()
+        try:
+            return model(*args)
+        finally:
+            model.train()
+    return run
+
+register_compiler(Compiler("other_rng", "own RNG", _other_rng, rng_matches_eager=False))
+register_compiler(Compiler("other_rng_strict", "own RNG, claims eager's", _other_rng))
+register_compiler(Compiler("no_dropout", "ignores dropout", _no_dropout, rng_matches_eager=False))
 register_compiler(Compiler("crashy", "raises", _crash))
 register_compiler(Compiler("wrong", "adds one", _wrong))
 register_compiler(Compiler("late_wrong", "wrong after warm-up", _late_wrong))
@@ -151,6 +175,21 @@ def test_output_that_goes_wrong_after_warm_up_is_caught(plugin: str) -> None:
 def test_wrong_gradients_are_caught_in_a_training_step(plugin: str) -> None:
     r = cell(plugin, "fake_train", "grad_wrong")
     assert r["status"] == "wrong", r
+
+
+def test_dropout_checked_in_eval_mode_when_the_compiler_has_its_own_rng(plugin: str) -> None:
+    r = cell(plugin, "fake_dropout", "other_rng")
+    assert r["status"] == "ok", r
+    assert r["check"].startswith("eval mode")
+    assert cell(plugin, "fake_dropout", "eager")["check"] == "as run"
+    # a compiler that claims eager's random numbers is held to them
+    assert cell(plugin, "fake_dropout", "other_rng_strict")["status"] == "wrong"
+
+
+def test_dropped_dropout_is_wrong(plugin: str) -> None:
+    r = cell(plugin, "fake_dropout", "no_dropout")
+    assert r["status"] == "wrong"
+    assert "dropout had no effect" in r["error"]
 
 
 def test_training_step_reports_saved_activation_bytes(plugin: str) -> None:
@@ -275,6 +314,25 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     out = tmp_path / "s.png"
     plot_speedups(rs, out, title="t")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_demo_picks_the_best_ember_backend_and_formats_its_table() -> None:
+    from bench.demo import choose, demo_table
+
+    avail = {
+        "compilers": {"ember-inductor": "not installed", "ember-aot_eager": None, "ember-eager": None},
+        "workloads": {"gpt2_2layer": "needs transformers"},
+    }
+    assert choose(avail) == ("gpt_block", "ember-aot_eager")
+    avail["workloads"]["gpt2_2layer"] = None
+    avail["compilers"] = {k: "missing" for k in avail["compilers"]}
+    assert choose(avail) == ("gpt2_2layer", None)
+    rs = _results()
+    report.add_speedups(rs)
+    lines = demo_table(rs).splitlines()
+    assert lines[0].split()[:3] == ["compiler", "graphs", "breaks"]
+    assert lines[3].split() == ["fast", "2", "1", "3.50", "s", "1.000", "4.00x"]
+    assert lines[4].split()[-1] == "WRONG"
 
 
 # --- processes ----------------------------------------------------------------------------
