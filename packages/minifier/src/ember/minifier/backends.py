@@ -66,7 +66,9 @@ def resolve(name: str, path: str | None = None) -> BackendFn:
 def ref_for(backend: str | BackendFn) -> BackendRef | None:
     """A `BackendRef` a fresh process can resolve, or ``None`` (e.g. a lambda or closure)."""
     if isinstance(backend, str):
-        return BackendRef(backend)
+        if backend in available_backends() or ":" not in backend:
+            return BackendRef(backend)
+        backend = resolve(backend)
     module = getattr(backend, "__module__", None)
     qual = getattr(backend, "__qualname__", None)
     if not module or not qual or "<" in qual:

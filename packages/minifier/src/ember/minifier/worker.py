@@ -21,9 +21,10 @@ import sys
 from typing import IO, Any
 
 import torch
+import torch.fx as fx
 
 from ember.minifier.failure import BackendError, Failure, Signature, Verdict
-from ember.minifier.state import State, detach_attributes
+from ember.minifier.state import State, detach_attributes, fresh_module
 
 _LEN = struct.Struct("<Q")
 
@@ -36,6 +37,16 @@ def _pack(obj: Any) -> bytes:
 
 def _unpack(data: bytes) -> Any:
     return torch.load(io.BytesIO(data), weights_only=False)
+
+
+def portable(gm: fx.GraphModule) -> fx.GraphModule:
+    """A copy of ``gm`` that pickles: node type annotations (which name arbitrary
+    user types) are dropped; the computation is unchanged."""
+    out = fresh_module(gm)
+    for node in out.graph.nodes:
+        node.type = None
+    out.recompile()
+    return out
 
 
 def _read_exact(stream: IO[bytes], n: int) -> bytes:
@@ -114,7 +125,7 @@ class Worker:
         proc = self._ensure()
         assert proc.stdin is not None and proc.stdout is not None
         try:
-            _send(proc.stdin, _pack((failure, state.gm, list(state.inputs))))
+            _send(proc.stdin, _pack((failure, portable(state.gm), list(state.inputs))))
             ready, _, _ = select.select([proc.stdout], [], [], self.timeout)
             if not ready:
                 self._stop()
