@@ -186,3 +186,33 @@ def test_backend_falls_back_to_eager_with_a_logged_reason(caplog: pytest.LogCapt
 def test_aot_eager_is_registered_as_an_entry_point() -> None:
     eps = {ep.name: ep for ep in entry_points(group="ember.backends")}
     assert eps["aot_eager"].load() is aot_eager
+
+
+def test_same_tensor_passed_twice_gets_its_gradient_once() -> None:
+    x = torch.randn(3, requires_grad=True)
+    y = aot_function(lambda a, b: a * b.sin(), nop_compiler)(x, x)
+    (g,) = torch.autograd.grad(y.sum(), x)
+    x2 = x.detach().clone().requires_grad_(True)
+    (want,) = torch.autograd.grad((x2 * x2.sin()).sum(), x2)
+    torch.testing.assert_close(g, want)
+
+
+def test_tied_weights() -> None:
+    class Tied(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = torch.nn.Embedding(10, 8)
+            self.head = torch.nn.Linear(8, 10, bias=False)
+            self.head.weight = self.emb.weight
+
+        def forward(self, i: torch.Tensor) -> torch.Tensor:
+            return self.head(self.emb(i).tanh())
+
+    torch.manual_seed(0)
+    model = Tied()
+    i = torch.randint(0, 10, (6,))
+    aot_module(model, nop_compiler)(i).square().sum().backward()
+    got = model.emb.weight.grad.clone()
+    model.zero_grad()
+    model(i).square().sum().backward()
+    torch.testing.assert_close(got, model.emb.weight.grad)

@@ -110,10 +110,19 @@ class AotFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         flat, in_spec = tree_flatten((args, kwargs))
-        positions = [i for i, a in enumerate(flat) if isinstance(a, torch.Tensor)]
-        tensors = [flat[i] for i in positions]
+        # each distinct tensor is one graph input, however often it is passed
+        index: dict[int, int] = {}
+        tensors: list[torch.Tensor] = []
+        positions: list[tuple[int, int]] = []
+        for i, a in enumerate(flat):
+            if isinstance(a, torch.Tensor):
+                if id(a) not in index:
+                    index[id(a)] = len(tensors)
+                    tensors.append(a)
+                positions.append((i, index[id(a)]))
         key = (
             in_spec,
+            tuple(positions),
             tuple(_signature(t) for t in tensors),
             tuple(_const_key(a) for a in flat if not isinstance(a, torch.Tensor)),
             torch.is_grad_enabled(),
@@ -129,7 +138,7 @@ class AotFunction:
         return tree_unflatten(plan(tensors), out_spec)
 
     def _compile_or_fallback(
-        self, flat: list[Any], positions: list[int], in_spec: TreeSpec,
+        self, flat: list[Any], positions: list[tuple[int, int]], in_spec: TreeSpec,
         tensors: list[torch.Tensor],
     ) -> tuple[CompiledPlan | None, TreeSpec | None]:
         try:
@@ -142,15 +151,15 @@ class AotFunction:
             return None, None
 
     def compile(
-        self, flat: list[Any], positions: list[int], in_spec: TreeSpec,
+        self, flat: list[Any], positions: list[tuple[int, int]], in_spec: TreeSpec,
         tensors: list[torch.Tensor],
     ) -> tuple[CompiledPlan, TreeSpec]:
         out_spec: list[TreeSpec] = []
 
         def flat_fn(*inputs: torch.Tensor) -> Sequence[Any]:
             values = list(flat)
-            for pos, t in zip(positions, inputs):
-                values[pos] = t
+            for pos, k in positions:
+                values[pos] = inputs[k]
             a, k = tree_unflatten(values, in_spec)
             outs, spec = tree_flatten(self.fn(*a, **k))
             out_spec.append(spec)
@@ -216,8 +225,8 @@ class AotModule(torch.nn.Module):
         self._compiled = compiled
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        params = dict(self.orig_module.named_parameters(remove_duplicate=False))
-        buffers = dict(self.orig_module.named_buffers(remove_duplicate=False))
+        params = dict(self.orig_module.named_parameters())
+        buffers = dict(self.orig_module.named_buffers())
         return self._compiled(params, buffers, *args, **kwargs)
 
 
