@@ -1,0 +1,93 @@
+"""Format 1.0 golden files: every later ember-ir must keep loading and running them.
+
+The files under integration_tests/contracts/ were written once by
+contracts/make_format_1_0.py. If this test fails, the reader broke the
+contract; fix the reader, never the files.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from ember.ir import (
+    GRAPH_VERSION,
+    GUARDS_VERSION,
+    GuardKind,
+    GuardSet,
+    Local,
+    Size,
+    Stride,
+    TensorMeta,
+    decode_value,
+    load,
+    loads,
+    parse_source,
+    to_fx,
+)
+
+CONTRACTS = Path(__file__).parent / "contracts"
+
+
+def test_readers_are_still_major_1() -> None:
+    # A new MAJOR means new golden files beside these, and a reader that still reads these.
+    assert GRAPH_VERSION[0] == 1 and GUARDS_VERSION[0] == 1
+
+
+def test_guards_1_0_golden() -> None:
+    text = (CONTRACTS / "guards_1.0.json").read_text()
+    assert json.loads(text)["version"] == [1, 0]
+    gs = GuardSet.loads(text, file="guards_1.0.json")
+    assert {g.kind for g in gs.guards} == set(GuardKind) | {GuardKind.CONSTANT_MATCH}
+    by_source = {g.source.expr(): g for g in gs.guards if g.source is not None}
+    x = by_source["L['x']"]
+    assert x.kind is GuardKind.TENSOR_MATCH
+    assert x.payload["sizes"] == [None, 8] and x.payload["strides"] == [8, 1] and x.payload["dtype"] == "float32"
+    assert decode_value(by_source["L['cfg']['mode']"].payload["value"]) == ("fast", 0.5, None)
+    assert by_source["L['x'].size()[0]"].source == Size(Local("x"), 0)
+    assert by_source["L['x'].stride()[1]"].source == Stride(Local("x"), 1)
+    assert parse_source("L['self'].layers[2].bias") in {g.source for g in gs.guards}
+    sourceless = {g.kind: g.payload for g in gs.guards if g.source is None}
+    assert sourceless[GuardKind.SHAPE_EXPR]["expr"] == "Eq(Mod(s0*s1, 8), 0)"
+    assert sourceless[GuardKind.GLOBAL_STATE]["grad_enabled"] is True
+    assert gs.shape_relations == ("s0 >= 2", "Ne(s1, 1)")
+    assert GuardSet.loads(gs.dumps()) == gs
+
+
+def test_torch_level_graph_1_0_golden_runs() -> None:
+    directory = CONTRACTS / "graph_torch_1.0"
+    ir = load(directory)
+    assert ir.version == (1, 0) and ir.dialect == "torch"
+    assert set(ir.modules) == {"conv", "bn", "fc"}
+    assert ir.modules["bn"].cls == "torch.nn.BatchNorm2d" and not ir.modules["bn"].training
+    io = load_file(str(directory / "io.safetensors"))
+    gm = to_fx(ir)
+    torch.testing.assert_close(gm(io["input"]), io["output"])
+
+
+def test_aten_level_graph_1_0_golden_runs_at_any_size() -> None:
+    directory = CONTRACTS / "graph_aten_1.0"
+    ir = load(directory)
+    assert ir.version == (1, 0) and ir.dialect == "aten"
+    x_meta = ir.placeholders[0].meta
+    assert isinstance(x_meta, TensorMeta) and all(isinstance(d, str) for d in x_meta.shape)
+    io = load_file(str(directory / "io.safetensors"))
+    gm = to_fx(ir)
+    out0, out1 = gm(io["x"], io["w"])
+    torch.testing.assert_close(out0, io["out0"])
+    torch.testing.assert_close(out1, io["out1"])
+    # Symbolic sizes: the same graph runs at another size and matches eager.
+    x, w = torch.randn(3, 5), torch.randn(5, 2)
+    h = torch.relu(x @ w) * 2.0
+    got0, got1 = gm(x, w)
+    torch.testing.assert_close(got0, h.sum(dim=0))
+    torch.testing.assert_close(got1, h.view(-1)[:3])
+
+
+def test_golden_text_reads_the_same_through_loads() -> None:
+    for name in ("graph_torch_1.0", "graph_aten_1.0"):
+        text = (CONTRACTS / name / "graph.json").read_text()
+        assert loads(text) == load(CONTRACTS / name)
