@@ -14,6 +14,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:  # rewritten after every cell: an interrupted run keeps what it measured
             args.json.write_text(to_json(assemble(), info, command))
 
+    started = time.perf_counter()
     run_grid(opts, on_result=save)
+    info["run_wall_s"] = round(time.perf_counter() - started, 1)
     results = assemble()
     info["loadavg_end"] = machine_info(args.device).get("loadavg_1_5_15")
     print()
@@ -162,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(speedup_matrix(results))
     print()
-    print(f"{machine_line(info)}\ncommand: {command}")
+    print(f"{machine_line(info)}\ncommand: {command}  ({info['run_wall_s']:.0f} s)")
     if args.json:
         args.json.write_text(to_json(results, info, command))
         print(f"[bench] wrote {args.json}", file=sys.stderr)

@@ -190,7 +190,14 @@ def speedup_matrix(results: list[dict[str, Any]]) -> str:
             r = by.get((w, c))
             row.append(_matrix_cell(r))
         rows.append(row)
-    return align(["speedup vs eager", *compilers], rows, ["<", *([">"] * len(compilers))])
+    text = align(["speedup vs eager", *compilers], rows, ["<", *([">"] * len(compilers))])
+    if any(_ran_eagerly(r) for r in results if r.get("status") == "ok"):
+        text += "\n* compiled no graph: the compiler ran the workload eagerly (see its log)"
+    return text
+
+
+def _ran_eagerly(r: dict[str, Any]) -> bool:
+    return r.get("compiler") != "eager" and r.get("graphs") == 0
 
 
 def _matrix_cell(r: dict[str, Any] | None) -> str:
@@ -198,7 +205,8 @@ def _matrix_cell(r: dict[str, Any] | None) -> str:
         return ""
     status = r.get("status")
     if status == "ok":
-        return "-" if r.get("speedup") is None else f"{r['speedup']:.2f}x"
+        mark = "*" if _ran_eagerly(r) else ""
+        return "-" if r.get("speedup") is None else f"{r['speedup']:.2f}x{mark}"
     return {"wrong": "WRONG", "unavailable": "n/a"}.get(str(status), str(status))
 
 

@@ -210,6 +210,12 @@ def _measure(
             if not acc.ok:
                 result.update(status="wrong", error=f"WRONG after warm-up: {acc.reason}")
                 return
+        if spec.device.startswith("cuda"):
+            stage[0] = "peak memory"
+            torch.cuda.reset_peak_memory_stats()
+            case.step(fn, inputs[0])
+            sync()
+            result["cuda_peak_bytes"] = torch.cuda.max_memory_allocated()
         if workload.training:
             stage[0] = "saved bytes"
             result["saved_bytes"] = saved_bytes(lambda: case.step(fn, inputs[0]), case.params)

@@ -293,6 +293,9 @@ def test_tables_are_aligned_and_mark_failures() -> None:
     matrix = report.speedup_matrix(rs).splitlines()
     assert matrix[0].split() == ["speedup", "vs", "eager", "eager", "fast", "bad", "gone"]
     assert matrix[2].split() == ["w", "1.00x", "4.00x", "WRONG", "n/a"]
+    rs[1]["graphs"] = 0  # the compiler fell back to eager: flagged, not passed off as compiled
+    matrix = report.speedup_matrix(rs).splitlines()
+    assert matrix[2].split()[2] == "4.00x*" and matrix[-1].startswith("* compiled no graph")
 
 
 def test_json_has_raw_figures_and_machine_info() -> None:
