@@ -334,3 +334,18 @@ def test_unencodable_argument_is_unsupported() -> None:
     g.output(g.call_function(torch.add, (x, {1, 2})))
     with pytest.raises(FormatError, match="node 'add', field 'args': cannot encode a value of type builtins.set"):
         dumps(from_fx(torch.fx.GraphModule(nn.Module(), g)))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d["buffers"].update({"a..b": d["buffers"]["offset"]}), "'a..b' is not a dotted attribute path"),
+        (lambda d: d["constants"].update({"__class__": d["buffers"]["offset"]}), "'__class__' is not a dotted attribute path"),
+        (lambda d: d["constants"].update({"offset": d["buffers"]["offset"]}), "'offset' is both a buffers and a constants entry"),
+        (lambda d: d["constants"].update({"offset.inner": d["buffers"]["offset"]}), "'offset.inner' is nested under tensor 'offset'"),
+    ],
+)
+def test_bad_tensor_paths(mutate: Callable[[dict[str, Any]], object], message: str) -> None:
+    data = small_json()
+    mutate(data)
+    _expect(data, message)

@@ -221,3 +221,16 @@ def test_printer_shows_program_text() -> None:
     assert "  return %fc2" in text
     assert "  fc1: torch.nn.Linear(in_features=8, out_features=32) [train]" in text
     assert "  fc1.weight: f32[32, 8] requires_grad" in text
+
+
+def test_fake_example_inputs_reuse_their_mode() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    model = CNN().eval()
+    x = torch.randn(2, 3, 8, 8)
+    gm = torch.fx.symbolic_trace(model)
+    fake_x = FakeTensorMode().from_tensor(x)
+    from_fake = from_fx(gm, [fake_x])
+    from_real = from_fx(gm, [x])
+    assert [n.meta for n in from_fake.nodes] == [n.meta for n in from_real.nodes]
+    _close(model(x), to_fx(from_fake)(x))

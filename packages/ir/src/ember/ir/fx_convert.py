@@ -18,7 +18,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from ember.ir.errors import FormatError, UnsupportedGraphError
 from ember.ir.graph import (
@@ -32,6 +32,7 @@ from ember.ir.graph import (
     TensorMeta,
 )
 from ember.ir.modules import build_module, module_spec
+from ember.ir.serialize import to_json
 from ember.ir.symbolic import sym_text
 from ember.ir.targets import method_name, resolve_method, resolve_target, target_name
 from ember.ir.values import NodeRef
@@ -122,12 +123,14 @@ def _fake_values(gm: torch.fx.GraphModule, example_inputs: Sequence[object]) -> 
     Weights are swapped for fakes too, so nothing real is computed or mutated
     (a BatchNorm in training mode would otherwise update its real running stats).
     """
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
     flat = list(example_inputs)
     n_placeholders = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
     if len(flat) != n_placeholders:
         flat = pytree.tree_leaves(list(example_inputs))
-    fakes = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in flat]
+    # Inputs that are already fake (a capturer's own fake mode) keep their mode and their symbols.
+    existing = next((x.fake_mode for x in flat if isinstance(x, FakeTensor)), None)
+    mode = existing if existing is not None else FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = [mode.from_tensor(x) if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor) else x for x in flat]
     state: dict[str, torch.Tensor] = {f"gm.{k}": mode.from_tensor(v) for k, v in [*gm.named_parameters(), *gm.named_buffers()]}
     recorder = _FakeRecorder(gm)
     try:
@@ -248,6 +251,10 @@ def from_fx(
         codegen=_codegen_of(gm),
     )
     ir.verify()
+    try:
+        to_json(ir)  # everything from_fx accepts must also be writable by dumps
+    except FormatError as e:
+        raise UnsupportedGraphError(e.problem, file=e.file, node=e.node, field=e.field) from None
     return ir
 
 

@@ -17,6 +17,7 @@ travel in a safetensors file when saved.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
@@ -231,6 +232,7 @@ class GraphIR:
             seen.add(node.name)
         for path, spec in self.modules.items():
             _verify_module(spec, path, self)
+        _verify_paths(self)
         for kind, table in (("params", self.params), ("buffers", self.buffers), ("constants", self.constants)):
             for name, meta in table.items():
                 _verify_meta(meta, f"{kind}.{name}")
@@ -363,6 +365,33 @@ def _verify_meta(meta: object, where: str) -> None:
             parse_sym_expr(d, field=where)
         elif not isinstance(d, int) or isinstance(d, bool):
             raise FormatError(f"a size must be an int or an expression string, got {d!r}", field=where)
+
+
+_PATH_PART = re.compile(r"[A-Za-z0-9_]+")
+
+
+def _verify_paths(ir: GraphIR) -> None:
+    """Module paths and tensor names are dotted attribute paths that do not collide."""
+    kinds: dict[str, str] = {}
+    for kind, names in (
+        ("module", list(ir.modules)),
+        ("params", list(ir.params)),
+        ("buffers", list(ir.buffers)),
+        ("constants", list(ir.constants)),
+    ):
+        for name in names:
+            parts = name.split(".")
+            if not all(_PATH_PART.fullmatch(p) and not p.startswith("__") for p in parts):
+                raise FormatError(f"{name!r} is not a dotted attribute path (parts of letters, digits and _)", field=kind)
+            owned_by_module = kind in ("params", "buffers") and any(name.startswith(m + ".") for m in ir.modules)
+            if name in kinds and not owned_by_module:
+                raise FormatError(f"{name!r} is both a {kinds[name]} and a {kind} entry", field=kind)
+            kinds.setdefault(name, kind)
+    for name in (*ir.params, *ir.buffers, *ir.constants):
+        for i in range(1, name.count(".") + 1):
+            prefix = name.rsplit(".", i)[0]
+            if prefix in kinds and kinds[prefix] != "module":
+                raise FormatError(f"{name!r} is nested under tensor {prefix!r}", field=kinds[name])
 
 
 def _verify_module(spec: ModuleSpec, path: str, ir: GraphIR) -> None:

@@ -30,7 +30,7 @@ from ember.ir.versioning import GUARDS_FORMAT, GUARDS_VERSION, check_header, par
 
 
 class GuardKind(enum.StrEnum):
-    """The closed set of guard kinds (adding one is a MINOR format change)."""
+    """The closed set of guard kinds. Adding one is a MAJOR format change: a reader must never skip a guard it cannot check."""
 
     TYPE_MATCH = "TYPE_MATCH"
     ID_MATCH = "ID_MATCH"

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from functools import cache
+from functools import cache, lru_cache
 
 import sympy
 
@@ -222,7 +222,16 @@ def parse_sym_expr(text: str, *, field: str | None = None) -> sympy.Basic:
     """
     if not isinstance(text, str) or not text.strip():
         raise FormatError(f"expected a non-empty size expression string, got {text!r}", field=field)
-    return _ExprParser(text, field).parse()
+    try:
+        return _parse_cached(text)
+    except FormatError as e:
+        raise e.with_context(field=field) from None
+
+
+@lru_cache(maxsize=8192)
+def _parse_cached(text: str) -> sympy.Basic:
+    # sympy expressions are immutable, so sharing parsed results is safe.
+    return _ExprParser(text, None).parse()
 
 
 def sym_text(expr: sympy.Basic) -> str:
