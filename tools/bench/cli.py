@@ -53,6 +53,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where to run (default cpu)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per cell (default 600; --quick 180)")
     p.add_argument("--no-warm", action="store_true", help="skip the warm-compile (second process) runs")
+    p.add_argument("--threads", type=int, help="OMP_NUM_THREADS for every cell (default: torch's default)")
     p.add_argument("--repeats", type=int, help="timed blocks per cell (default 11; --quick 5)")
     p.add_argument("--plugin", action="append", default=[], metavar="FILE",
                    help="Python file registering extra workloads/compilers (repeatable)")
@@ -109,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         timing = TimingOptions(timing.warmup, args.repeats, timing.min_block_s)
     command = "python tools/bench.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     info = machine_info(args.device)
+    if args.threads:
+        info["torch_threads"] = args.threads  # what the cells run with
     print(f"[bench] {machine_line(info)}", file=sys.stderr)
 
     avail = probe(args.device, compilers, args.plugin)
@@ -134,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout_s=args.timeout or (180.0 if args.quick else 600.0),
         warm_compile=not (args.quick or args.no_warm),
         plugins=tuple(args.plugin),
+        threads=args.threads,
         cell=CellSpec(workload="", compiler="", timing=timing),
     )
     done: list[dict[str, Any]] = []

@@ -40,6 +40,7 @@ class RunOptions:
     warm_compile: bool = True
     plugins: tuple[str, ...] = ()
     cell: CellSpec | None = None  # template for the timing options
+    threads: int | None = None  # OMP_NUM_THREADS for the workers (None: torch's default)
 
 
 def cache_env(cache_root: Path) -> dict[str, str]:
@@ -51,7 +52,9 @@ def cache_env(cache_root: Path) -> dict[str, str]:
     }
 
 
-def run_worker(spec: CellSpec, cache_root: Path, timeout_s: float) -> dict[str, Any]:
+def run_worker(
+    spec: CellSpec, cache_root: Path, timeout_s: float, threads: int | None = None
+) -> dict[str, Any]:
     """Run one cell in a fresh ``python -m bench.worker`` process; always returns a result."""
     base = {"workload": spec.workload, "compiler": spec.compiler, "phase": spec.phase}
     with tempfile.TemporaryDirectory(prefix="ember-bench-cell-") as tmp:
@@ -59,6 +62,8 @@ def run_worker(spec: CellSpec, cache_root: Path, timeout_s: float) -> dict[str, 
         spec_path.write_text(spec.to_json())
         env = dict(os.environ)
         env.update(cache_env(cache_root))
+        if threads is not None:  # torch's intra-op pool and generated OpenMP kernels alike
+            env["OMP_NUM_THREADS"] = str(threads)
         env["PYTHONPATH"] = os.pathsep.join(
             [str(TOOLS_DIR), *filter(None, [env.get("PYTHONPATH")])]
         )
@@ -170,9 +175,9 @@ def run_grid(
         cache_root = Path(tempfile.mkdtemp(prefix="ember-bench-cache-"))
         try:
             progress.start(f"{workload} x {compiler}")
-            result = run_worker(spec, cache_root, opts.timeout_s)
+            result = run_worker(spec, cache_root, opts.timeout_s, opts.threads)
             if opts.warm_compile and result.get("status") == "ok" and _has_disk_cache(compiler, opts.plugins):
-                warm = run_worker(replace(spec, phase="warm"), cache_root, opts.timeout_s)
+                warm = run_worker(replace(spec, phase="warm"), cache_root, opts.timeout_s, opts.threads)
                 if warm.get("status") == "ok":
                     result["warm_first_call_s"] = warm.get("first_call_s")
                 else:

@@ -73,6 +73,7 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
         "device": spec.device,
         "phase": spec.phase,
         "status": "ok",
+        "torch_threads": torch.get_num_threads(),
     }
     try:
         load_builtins()
