@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils._pytree import tree_flatten
 
 from ember.inductor import CompiledGraph, InductorOptions, compile_graph
 
@@ -40,8 +41,8 @@ def _check(
     compiled = _compile_fn(fn, *inputs, **kw)
     expected = fn(*inputs)
     got = compiled(*inputs)
-    exp_flat = expected if isinstance(expected, (tuple, list)) else [expected]
-    got_flat = got if isinstance(got, (tuple, list)) else [got]
+    exp_flat = tree_flatten(expected)[0]
+    got_flat = tree_flatten(got)[0]
     assert len(exp_flat) == len(got_flat)
     for e, g in zip(exp_flat, got_flat):
         assert g.dtype == e.dtype, (g.dtype, e.dtype)

@@ -111,8 +111,8 @@ def _eager_reason(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> str | 
             return f"input {i} is a {type(x).__name__}; only tensor inputs are compiled"
         if x.device.type != "cpu":
             return f"input {i} is on {x.device}; ember.inductor generates code for CPU only"
-        if x.is_sparse or x.requires_grad and torch.is_grad_enabled():
-            return f"input {i} requires grad (compile ATen graphs from aotgrad for training)"
+        if x.is_sparse:
+            return f"input {i} is sparse"
     if not any(n.op == "call_function" for n in gm.graph.nodes):
         return "graph has no operations"
     return None
