@@ -240,3 +240,10 @@ def small_graph() -> tuple[fx.GraphModule, list[torch.Tensor]]:
     torch.manual_seed(0)
     inputs = [torch.randn(4, 8), torch.randn(8, 8)]
     return make_fx(f)(*inputs), inputs
+
+
+def raises_on_torch_sigmoid(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """Planted bug for torch-level graphs (after dynamo): torch.sigmoid cannot be compiled."""
+    if any(n.target is torch.sigmoid for n in gm.graph.nodes):
+        raise NotImplementedError("planted bug: torch.sigmoid is not supported")
+    return gm.forward

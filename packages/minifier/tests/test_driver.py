@@ -145,3 +145,15 @@ def test_time_budget_returns_the_smallest_failing_graph_so_far() -> None:
     assert result.budget_exhausted
     assert any("time budget" in line for line in lines)
     assert result.failure.check(State(result.gm, result.inputs)).failed
+
+
+def test_graph_ir_in_graph_ir_out() -> None:
+    import ember.ir as ir
+
+    gm, inputs = planted.small_graph()
+    graph = ir.from_fx(gm, inputs)
+    result = minify(graph, inputs, BackendError(planted.raises_on_sigmoid), progress=False)
+    assert isinstance(result.graph, ir.GraphIR)
+    back = ir.to_fx(ir.loads(ir.dumps(result.graph)))
+    assert _targets(back) == [aten.sigmoid.default]
+    assert BackendError(planted.raises_on_sigmoid).check(State(back, result.inputs)).failed

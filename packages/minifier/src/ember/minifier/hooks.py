@@ -149,6 +149,9 @@ class _Reporter:
             return f"{said}; minifying it did not reproduce the failure ({exc})"
         except MinifierError as exc:
             return f"{said}; minifying it failed: {exc}"
+        except Exception as exc:
+            log.exception("ember.minifier failed while minifying %s", self.dir)
+            return f"{said}; the minifier itself failed ({type(exc).__name__}: {exc}), see the log"
         tail = "run it with `python repro.py`" if (path / "repro.py").exists() else (
             "no repro.py: the backend is not importable by name")
         return f"{said}; minified {result.start_nodes} -> {result.final_nodes} nodes into {path} ({tail})"

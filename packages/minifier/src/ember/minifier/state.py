@@ -97,7 +97,7 @@ def run_eager(gm: fx.GraphModule, inputs: Sequence[Any]) -> Any:
 
 def copy_graph(gm: fx.GraphModule) -> tuple[fx.Graph, dict[fx.Node, fx.Node]]:
     """A copy of ``gm.graph`` and the old-node -> new-node map."""
-    g = fx.Graph()
+    g = fx.Graph(owning_module=gm)  # DCE's purity check looks up call_module targets
     env: dict[fx.Node, fx.Node] = {}
     out = g.graph_copy(gm.graph, env)
     g.output(out)

@@ -1,0 +1,76 @@
+"""End to end: a model compiled by ember.dynamo (and through ember.aotgrad) with a
+planted backend bug writes a working repro directory.
+
+The backends are wrapped with ``ember.minifier.wrap_backend`` — the same hook
+``EMBER_REPRO_AFTER=dynamo|aot`` installs once the frontends call the
+``ember.repro`` entry point.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+import ember.dynamo
+from ember.aotgrad import aot_autograd
+from ember.minifier import read_dump, wrap_backend
+
+PLANTED = Path(__file__).resolve().parents[1] / "packages" / "minifier" / "tests"
+sys.path.insert(0, str(PLANTED))
+import minifier_planted as planted  # noqa: E402
+
+aten = torch.ops.aten
+
+
+class Gated(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+        self.b = nn.Linear(32, 16)
+        self.norm = nn.LayerNorm(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.a(self.norm(x)))
+        h = h * torch.sigmoid(h) + h.tanh()
+        return x + self.b(h)
+
+
+def _targets(directory: Path) -> list[object]:
+    gm = read_dump(directory).gm
+    return [n.target for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+
+
+def _repro_runs(directory: Path) -> str:
+    proc = subprocess.run([sys.executable, str(directory / "repro.py")], capture_output=True,
+                          text=True, cwd=directory, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_after_dynamo_writes_a_working_repro(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    backend = wrap_backend(planted.raises_on_torch_sigmoid, after="dynamo", level=2,
+                           repro_dir=tmp_path)
+    compiled = ember.dynamo.compile(Gated(), backend=backend)
+    with pytest.raises(NotImplementedError, match="planted bug") as info:
+        compiled(torch.randn(4, 16))
+    assert any("minified" in note for note in getattr(info.value, "__notes__", []))
+    repro = tmp_path / "dynamo_graph_0" / "minified"
+    assert _targets(repro) == [torch.sigmoid]
+    assert "REPRODUCED builtins.NotImplementedError at compile time" in _repro_runs(repro)
+
+
+def test_after_aot_writes_a_working_repro(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    inner = wrap_backend(planted.raises_on_sigmoid, after="aot", level=2, repro_dir=tmp_path)
+    compiled = ember.dynamo.compile(Gated(), backend=aot_autograd(inner))
+    with pytest.raises(NotImplementedError, match="planted bug"):
+        compiled(torch.randn(4, 16, requires_grad=True))
+    repro = tmp_path / "aot_graph_0" / "minified"
+    assert _targets(repro) == [aten.sigmoid.default]
+    assert "REPRODUCED builtins.NotImplementedError at compile time" in _repro_runs(repro)
