@@ -341,6 +341,14 @@ def test_demo_picks_the_best_ember_backend_and_formats_its_table() -> None:
 # --- processes ----------------------------------------------------------------------------
 
 
+def test_worker_process_returns_its_result_with_the_thread_count(plugin: str, tmp_path: Path) -> None:
+    spec = CellSpec("fake_fast", "eager", plugins=(plugin,), timing=FAST)
+    r = run_worker(spec, tmp_path, timeout_s=120, threads=1)
+    assert r["status"] == "ok", r
+    assert r["torch_threads"] == 1 and r["max_abs_err"] == 0.0
+    assert r["cell_wall_s"] > 0
+
+
 def test_segfaulting_worker_is_recorded_as_a_crash(plugin: str, tmp_path: Path) -> None:
     spec = CellSpec("fake_fast", "segv", plugins=(plugin,), timing=FAST)
     r = run_worker(spec, tmp_path, timeout_s=120)
