@@ -216,3 +216,18 @@ def test_tied_weights() -> None:
     model.zero_grad()
     model(i).square().sum().backward()
     torch.testing.assert_close(got, model.emb.weight.grad)
+
+
+def test_captured_tensor_requiring_grad_is_a_clear_error() -> None:
+    from ember.aotgrad import TraceError
+
+    w = torch.randn(3, requires_grad=True)
+    with pytest.raises(TraceError, match="captures a tensor of shape \\(3,\\) that requires grad"):
+        aot_function(lambda x: x * w, nop_compiler)(torch.randn(3, requires_grad=True))
+
+
+def test_captured_constant_tensor_is_baked_in() -> None:
+    c = torch.arange(3.0)
+    compiled = aot_function(lambda x: x * c + torch.tensor([1.0, 2.0, 3.0]), nop_compiler)
+    x = torch.randn(3, requires_grad=True)
+    torch.testing.assert_close(compiled(x), x * c + torch.tensor([1.0, 2.0, 3.0]))

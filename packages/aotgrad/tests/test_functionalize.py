@@ -155,13 +155,27 @@ def test_metadata_mutation_is_a_clear_error() -> None:
         aot_function(f, nop_compiler)(torch.randn(2, 3))
 
 
-def test_out_variant_is_a_clear_error() -> None:
-    def f(x: torch.Tensor) -> torch.Tensor:
+def test_out_variant_becomes_functional() -> None:
+    def f(x: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
         out = torch.empty(3)
+        torch.sin(x, out=out)
+        torch.mul(x, 2, out=buf)
+        return out + buf
+
+    x, buf = torch.randn(3), torch.zeros(3)
+    out = aot_function(f, nop_compiler)(x, buf)
+    torch.testing.assert_close(out, x.sin() + 2 * x)
+    torch.testing.assert_close(buf, 2 * x)
+
+
+def test_out_variant_that_resizes_is_a_clear_error() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(0)
         torch.sin(x, out=out)
         return out
 
-    with pytest.raises(FunctionalizationError, match="without out="):
+    with pytest.raises(FunctionalizationError, match=r"resizes its out= tensor from \(0,\) "
+                       r"to \(3,\)"):
         aot_function(f, nop_compiler)(torch.randn(3))
 
 

@@ -29,7 +29,7 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_map
 
-from ember.aotgrad.errors import FunctionalizationError
+from ember.aotgrad.errors import FunctionalizationError, VerifyError
 
 aten = torch.ops.aten
 
@@ -312,6 +312,7 @@ class _Functionalizer:
                 )
         eliminate_dead_code(self.graph)
         gm = fx.GraphModule(self.old, self.graph)
+        verify_functional(gm)
         return FunctionalGraph(gm, tuple(sorted(self.mutated)))
 
     def call(self, node: fx.Node) -> None:
@@ -362,6 +363,10 @@ class _Functionalizer:
                 "place; metadata mutations are not supported. Use the out-of-place op "
                 "(e.g. x = x.t() instead of x.t_())"
             )
+        out_args = [a.name for a in op._schema.arguments if a.is_out]
+        if len(out_args) == 1 and len(writes) == 1:
+            self.out_variant(node, out_args[0])
+            return
         target = node.args[0]
         if writes != [0] or not isinstance(target, fx.Node):
             raise FunctionalizationError(
@@ -399,6 +404,34 @@ class _Functionalizer:
         self.env[node] = value
         self.seen_version[node] = self.version[self.storage(target)]
 
+    def out_variant(self, node: fx.Node, out_name: str) -> None:
+        """``op(..., out=t)`` -> ``t`` gets the value of the functional ``op(...)``."""
+        op: Any = node.target
+        target = node.kwargs.get(out_name)
+        functional = _functional_of_out(op)
+        if functional is None or not isinstance(target, fx.Node):
+            raise FunctionalizationError(
+                f"node '{node.name}' ({op}) writes its result into out=, and ember.aotgrad "
+                "found no functional overload of it; call the op without out="
+            )
+        args, kwargs = self.args(node)
+        kwargs.pop(out_name)
+        value = self.emit(functional, args, kwargs)
+        want = target.meta["val"]
+        before = tuple(target.meta["layout"][0])  # the shape before the op ran
+        if tuple(value.meta["val"].shape) != before:
+            raise FunctionalizationError(
+                f"node '{node.name}' ({op}) resizes its out= tensor from "
+                f"{before} to {tuple(value.meta['val'].shape)}; resizing is a "
+                "metadata mutation, which is not supported. Call the op without out="
+            )
+        if value.meta["val"].dtype != want.dtype:
+            value = self.emit(aten._to_copy.default, (value,), {"dtype": want.dtype})
+        self.write(target, value, node)
+        self.chain[node] = self.chain[target]
+        self.env[node] = value
+        self.seen_version[node] = self.version[self.storage(target)]
+
     def random_in_memory_order(self, functional: Any, args: tuple[Any, ...],
                                kwargs: dict[str, Any], target: torch.Tensor) -> fx.Node:
         """Run a random op so it draws numbers in the target's memory order, as eager's
@@ -419,6 +452,18 @@ class _Functionalizer:
         return self.emit(aten.permute.default, (value, inv))
 
 
+def _functional_of_out(op: Any) -> Any:
+    """The overload of ``op``'s packet taking the same arguments minus ``out``."""
+    want = [a.name for a in op._schema.arguments if not a.is_out]
+    packet = op.overloadpacket
+    for name in packet.overloads():
+        cand = getattr(packet, name)
+        args = cand._schema.arguments
+        if not any(a.is_out for a in args) and [a.name for a in args] == want:
+            return cand
+    return None
+
+
 def _with_defaults(op: Any, functional: Any, args: tuple[Any, ...],
                    kwargs: dict[str, Any]) -> dict[str, Any]:
     """``kwargs`` plus the in-place op's defaults that the functional op lacks
@@ -431,6 +476,24 @@ def _with_defaults(op: Any, functional: Any, args: tuple[Any, ...],
         if a.has_default_value():
             out[a.name] = a.default_value
     return out
+
+
+def verify_functional(gm: fx.GraphModule) -> None:
+    """Check that no op in ``gm`` writes to a tensor and every value has fake metadata."""
+    for node in gm.graph.nodes:
+        if node.op == "output":
+            continue
+        problem = None
+        if node.op == "call_function" and written_args(node.target):
+            problem = "writes to its arguments after functionalization"
+        elif "val" not in node.meta:
+            problem = "has no meta['val']"
+        if problem is not None:
+            prev, nxt = node.prev, node.next
+            raise VerifyError(
+                f"node '{node.name}' {problem}:\n    {prev.format_node()}\n"
+                f"  > {node.format_node()}\n    {nxt.format_node()}"
+            )
 
 
 def eliminate_dead_code(graph: fx.Graph) -> None:

@@ -25,7 +25,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import _disable_current_modes
 
-from ember.aotgrad.errors import TraceError
+from ember.aotgrad.errors import TraceError, VerifyError
 from ember.aotgrad.functionalize import find_mutated_inputs, functionalize
 from ember.aotgrad.trace import DecompTable, GraphTracer, layout_of, storage_key
 
@@ -129,7 +129,7 @@ def trace_graph(
             f"functionalization found mutated inputs {list(func.mutated_inputs)} but the "
             f"trace wrote to {mutated}; inputs that share memory are not supported"
         )
-    return TracedGraph(
+    traced = TracedGraph(
         gm=func.gm,
         fake_mode=fake_mode,
         num_inputs=len(inputs),
@@ -140,6 +140,28 @@ def trace_graph(
         tangent_mask=tuple(tangent_mask),
         grad_inputs=tuple(grad_inputs),
     )
+    verify_traced(traced)
+    return traced
+
+
+def verify_traced(traced: TracedGraph) -> None:
+    """Check the graph's signature against the bookkeeping (see the module doc)."""
+    placeholders = [n.name for n in traced.gm.graph.nodes if n.op == "placeholder"]
+    want_in = [f"primals_{i + 1}" for i in range(traced.num_inputs)]
+    want_in += [f"tangents_{k + 1}" for k in range(sum(traced.tangent_mask))]
+    out = next(n for n in traced.gm.graph.nodes if n.op == "output").args[0]
+    want_out = traced.num_fw_outputs + len(traced.grad_inputs)
+    problems = []
+    if placeholders != want_in:
+        problems.append(f"graph takes {placeholders}, expected {want_in}")
+    if len(out) != want_out:
+        problems.append(f"graph returns {len(out)} values, expected {len(traced.mutated_inputs)} "
+                        f"mutated inputs + {traced.num_user_outputs} outputs + "
+                        f"{len(traced.grad_inputs)} gradients")
+    if len(traced.tangent_mask) != traced.num_fw_outputs:
+        problems.append("tangent mask does not cover the forward outputs")
+    if problems:
+        raise VerifyError("invalid traced graph:\n  " + "\n  ".join(problems))
 
 
 def _trace_backward(

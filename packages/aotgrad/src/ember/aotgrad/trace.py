@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_map
 
 from ember.aotgrad.errors import TraceError
@@ -100,9 +100,16 @@ class GraphTracer(TorchDispatchMode):  # type: ignore[no-untyped-call]
         return self._constant(value)
 
     def _constant(self, value: torch.Tensor) -> fx.Node:
+        if value.requires_grad and torch.is_grad_enabled():
+            raise TraceError(
+                f"the traced function captures a tensor of shape {tuple(value.shape)} that "
+                "requires grad; as a constant it would get no gradient. Pass it as an "
+                "input (aot_module passes a module's parameters for you)"
+            )
         name = f"_tensor_constant{self._n_consts}"
         self._n_consts += 1
-        self.root.register_buffer(name, value.detach())
+        with _disable_current_modes():  # detach the real tensor, not a fake copy of it
+            self.root.register_buffer(name, value.detach())
         node = self.graph.get_attr(name)
         self._bind(value, node)
         return node
