@@ -18,11 +18,11 @@ from torch.utils._pytree import tree_flatten, tree_map
 from .errors import LoweringError
 
 
-class _AtenRecorder(TorchDispatchMode):
+class _AtenRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def __init__(
         self, graph: torch.fx.Graph, env: dict[int, torch.fx.Node], owner: torch.nn.Module
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.graph = graph
         self.env = env
         self.owner = owner

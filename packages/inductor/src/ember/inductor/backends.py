@@ -37,13 +37,15 @@ def make_backend(
     try:
         import ember.aotgrad as aotgrad
     except ImportError:
-        aotgrad = None
+        aotgrad = None  # type: ignore[assignment]
     compile_fn = _graph_compiler(options)
     if aotgrad is not None:
         from .decompositions import decomposition_table
 
-        return aotgrad.aot_autograd(  # type: ignore[no-any-return]
-            fw_compiler=compile_fn, bw_compiler=compile_fn, decompositions=decomposition_table()
+        return aotgrad.aot_autograd(
+            fw_compiler=compile_fn,  # type: ignore[arg-type]
+            bw_compiler=compile_fn,  # type: ignore[arg-type]
+            decompositions=decomposition_table(),
         )
 
     def inference_only(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:

@@ -90,11 +90,11 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     return {k: v for k, v in table.items() if k not in NEVER_DECOMPOSE}
 
 
-class _Recorder(TorchDispatchMode):
+class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Records every ATen call on fake tensors into ``graph``."""
 
     def __init__(self, graph: torch.fx.Graph, env: dict[int, torch.fx.Node]) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.graph = graph
         self.env = env
         self.keep: list[Any] = []

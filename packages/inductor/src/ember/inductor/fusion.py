@@ -43,9 +43,12 @@ def fuse(
         candidates: set[int] = {group_of[d] for d in deps[i] if isinstance(items[d], SchedNode)}
         for g, members in enumerate(groups):
             first = items[members[0]]
-            if isinstance(first, SchedNode) and g not in candidates:
-                if item.reads & frozenset().union(*(items[m].reads for m in members)):  # type: ignore[union-attr]
-                    candidates.add(g)
+            if (
+                isinstance(first, SchedNode)
+                and g not in candidates
+                and item.reads & frozenset().union(*(items[m].reads for m in members))  # type: ignore[union-attr]
+            ):
+                candidates.add(g)
         ranked = sorted(
             candidates,
             key=lambda g: score([items[m] for m in groups[g]], item),  # type: ignore[misc]
@@ -54,15 +57,15 @@ def fuse(
         placed = False
         for g in ranked:
             members = groups[g]
-            nodes = [items[m] for m in members] + [item]
-            plan = plan_kernel(nodes, options.max_fusion_size)  # type: ignore[arg-type]
+            nodes: list[SchedNode] = [items[m] for m in members] + [item]  # type: ignore[assignment]
+            plan = plan_kernel(nodes, options.max_fusion_size)
             if isinstance(plan, str):
-                log_rejection(",".join(n.name for n in nodes[:-1]), item.name, plan)  # type: ignore[union-attr]
+                log_rejection(",".join(n.name for n in nodes[:-1]), item.name, plan)
                 continue
             if _creates_cycle(set(members), deps[i], users):
                 log_rejection(
                     ",".join(n.name for n in nodes[:-1]), item.name, "would create a cycle"
-                )  # type: ignore[union-attr]
+                )
                 continue
             members.append(i)
             group_of[i] = g

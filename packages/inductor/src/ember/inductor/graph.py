@@ -304,7 +304,7 @@ class GraphLowering:
             result: Any = None
             for sn in sub.nodes:
                 if sn.op == "placeholder":
-                    self.env[sn] = saved[seen[sn.target]]  # type: ignore[index]
+                    self.env[sn] = saved[seen[str(sn.target)]]
                 elif sn.op == "call_function":
                     self.env[sn] = self._lower_call(sn)
                 elif sn.op == "output":

@@ -14,14 +14,14 @@ from collections.abc import Sequence
 import sympy
 
 
-class FloorDiv(sympy.Function):
+class FloorDiv(sympy.Function):  # type: ignore[misc]
     """``a // b`` for non-negative integer ``a`` and positive integer ``b``."""
 
     is_integer = True
     nargs = (2,)
 
     @classmethod
-    def eval(cls, base: sympy.Expr, divisor: sympy.Expr) -> sympy.Expr | None:  # type: ignore[override]
+    def eval(cls, base: sympy.Expr, divisor: sympy.Expr) -> sympy.Expr | None:
         if divisor == 1:
             return base
         if base == 0:
@@ -49,14 +49,14 @@ class FloorDiv(sympy.Function):
         return None
 
 
-class ModIndex(sympy.Function):
+class ModIndex(sympy.Function):  # type: ignore[misc]
     """``a % b`` for non-negative integer ``a`` and positive integer ``b``."""
 
     is_integer = True
     nargs = (2,)
 
     @classmethod
-    def eval(cls, base: sympy.Expr, divisor: sympy.Expr) -> sympy.Expr | None:  # type: ignore[override]
+    def eval(cls, base: sympy.Expr, divisor: sympy.Expr) -> sympy.Expr | None:
         if divisor == 1 or base == 0:
             return sympy.Integer(0)
         if base.is_Integer and divisor.is_Integer:

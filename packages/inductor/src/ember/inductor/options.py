@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 
 def default_cache_dir() -> str:
@@ -73,11 +74,11 @@ def options_from_env(base: InductorOptions | None = None) -> InductorOptions:
 
     opts = base or InductorOptions()
     logs = {s.strip() for s in os.environ.get("EMBER_LOGS", "").split(",")}
-    changes: dict[str, object] = {}
+    changes: dict[str, Any] = {}
     if opts.cache_dir is None:
         changes["cache_dir"] = default_cache_dir()
     if "output_code" in logs:
         changes["output_code"] = True
     if os.environ.get("EMBER_COMPILE_DEBUG") == "1" and opts.debug_dir is None:
-        changes["debug_dir"] = str(Path(changes.get("cache_dir", opts.cache_dir) or ".") / "debug")  # type: ignore[arg-type]
+        changes["debug_dir"] = str(Path(changes.get("cache_dir", opts.cache_dir) or ".") / "debug")
     return replace(opts, **changes) if changes else opts

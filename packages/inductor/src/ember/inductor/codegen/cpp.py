@@ -43,7 +43,7 @@ def cexpr(expr: sympy.Expr) -> str:
         v = int(expr)
         return f"{v}LL" if abs(v) >= 2**31 else str(v)
     if isinstance(expr, sympy.Symbol):
-        return expr.name
+        return str(expr.name)
     if isinstance(expr, FloorDiv):
         return f"({cexpr(expr.args[0])} / {cexpr(expr.args[1])})"
     if isinstance(expr, ModIndex):
@@ -304,7 +304,7 @@ def generate_kernel(
             _loop_nest(outer, body, parallel=parallel_outer, simd_inner=True, reductions=[])
         )
     else:
-        body: list[str] = []
+        body = []
         for loop in plan.loops:
             body.extend(
                 _emit_inner_loop(
@@ -387,6 +387,7 @@ def _emit_loop_body(
             outer, _inner = n.symbols(n_outer)
             idx = n.full_index(outer)
             data = n.buffer.data
+            assert not isinstance(data, Reduction)
             value = data.inner_fn(idx, ops)
             value = ops.to_dtype(value, n.buffer.get_dtype())
             k.locals[n.name] = value

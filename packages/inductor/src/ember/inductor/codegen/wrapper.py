@@ -108,10 +108,10 @@ class WrapperWriter:
             else:
                 self._extern(step)
             for name in sorted(n for n, s in last_use.items() if s == i and n not in keep):
-                lay = self.layouts.get(name)
-                if lay is not None and name in allocated and name not in pinned:
+                dead = self.layouts.get(name)
+                if dead is not None and name in allocated and name not in pinned:
                     pool.setdefault(
-                        (lay.storage_numel() * _itemsize(lay.dtype), lay.dtype), []
+                        (dead.storage_numel() * _itemsize(dead.dtype), dead.dtype), []
                     ).append(name)
         ln.append(f"    return [{', '.join(self._output(o) for o in g.outputs)}]")
         return WrapperCode("\n".join(ln) + "\n", self.consts)

@@ -133,7 +133,8 @@ def _cat(ctx: LoweringContext, node: torch.fx.Node, xs: Any, dim: int = 0) -> IR
         and tensors[0].get_size() == size
         and tensors[0].get_dtype() == out_dtype(node)
     ):
-        return tensors[0]
+        result: IRNode = tensors[0]
+        return result
     return cat(tensors, dim, size, out_dtype(node))
 
 
@@ -179,7 +180,7 @@ def _pad(
 
 
 def _wrap_index(ops: OpsHandler, value: Any, size: int) -> sympy.Expr:
-    return ops.indirect_indexing(value, size)  # type: ignore[no-any-return]
+    return ops.indirect_indexing(value, size)
 
 
 @register_lowering(aten.gather.default)
@@ -248,7 +249,7 @@ def _index(ctx: LoweringContext, node: torch.fx.Node, x: IRNode, indices: Any) -
     xsize = x.get_size()
     size = out_size(node)
     tensors = [indices[k] for k in positions]
-    bshape = list(torch.broadcast_shapes(*[t.get_size() for t in tensors]))
+    bshape = list(torch.broadcast_shapes(*[t.get_size() for t in tensors]))  # type: ignore[no-untyped-call]
     adjacent = positions == list(range(positions[0], positions[-1] + 1))
     first = positions[0] if adjacent else 0
     loaders = [broadcast_loader(t, bshape) for t in tensors]

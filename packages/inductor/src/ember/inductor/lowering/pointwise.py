@@ -197,7 +197,7 @@ def _pow(ctx: LoweringContext, node: torch.fx.Node, a: Any, b: Any) -> Pointwise
             return make_pointwise(node, [a], lambda ops, x: ops.sqrt(x), compute_dtype=compute)
         if b == 1:
             return make_pointwise(node, [a], lambda ops, x: x, compute_dtype=compute)
-    if not compute.is_floating_point and not compute == torch.bool:
+    if not compute.is_floating_point and compute != torch.bool:
         # Integer powers: exact repeated multiplication is what torch does; leave it to ATen.
         return ctx.fallback(node, "integer pow")  # type: ignore[no-any-return]
     return make_pointwise(node, [a, b], _binary("pow"), compute_dtype=compute)

@@ -91,7 +91,7 @@ def _prod(
     return reduce(ctx, x, _dims(x, dim), keepdim, "prod", out, out)
 
 
-def divide_by(ctx: LoweringContext, total: IRNode, count: int, dtype: torch.dtype) -> Pointwise:
+def divide_by(ctx: LoweringContext, total: IRNode, count: float, dtype: torch.dtype) -> Pointwise:
     load = total.make_loader()
 
     def inner(idx: Index, ops: OpsHandler) -> Any:
@@ -175,7 +175,7 @@ def _var(
     count = 1
     for k in d:
         count *= x.get_size()[k]
-    mean = divide_by(ctx, reduce(ctx, x, d, True, "sum", dtype, dtype), count, dtype)
+    mean: IRNode = divide_by(ctx, reduce(ctx, x, d, True, "sum", dtype, dtype), count, dtype)
     mean_load = mean.make_loader()
     x_load = x.make_loader()
     size = x.get_size()
