@@ -234,3 +234,34 @@ def test_fake_example_inputs_reuse_their_mode() -> None:
     from_real = from_fx(gm, [x])
     assert [n.meta for n in from_fake.nodes] == [n.meta for n in from_real.nodes]
     _close(model(x), to_fx(from_fake)(x))
+
+
+def test_capturer_style_torch_graph() -> None:
+    """The shape of graph a bytecode capturer emits: L_x_ placeholders, torch/operator calls, grad mode."""
+    import operator
+
+    g = torch.fx.Graph()
+    x = g.placeholder("L_x_")
+    y = g.placeholder("L_y_")
+    n = g.placeholder("L_n_")
+    g.call_function(torch._C._set_grad_enabled, (False,))
+    a = g.call_function(torch.cos, (x,))
+    b = g.call_function(operator.add, (a, y))
+    c = g.call_method("sum", (b,), {"dim": 1})
+    size = g.call_method("size", (x, 0))
+    d = g.call_function(operator.mul, (c, g.call_function(operator.add, (size, n))))
+    g.call_function(torch._C._set_grad_enabled, (True,))
+    e = g.call_function(torch.nn.functional.layer_norm, (b, (4,)), {"eps": 1e-6})
+    f = g.call_function(getattr, (e, "shape"))
+    g.output((d, e, f))
+    gm = torch.fx.GraphModule(nn.Module(), g)
+    args = (torch.randn(3, 4), torch.randn(3, 4), 2)
+    ir = from_fx(gm, list(args))
+    assert ir.dialect == "torch"
+    targets = [node.target for node in ir.nodes if node.op in ("call_function", "call_method")]
+    assert targets == [
+        "torch._C._set_grad_enabled", "torch.cos", "operator.add", "Tensor.sum", "Tensor.size",
+        "operator.add", "operator.mul", "torch._C._set_grad_enabled", "torch.nn.functional.layer_norm", "getattr",
+    ]  # fmt: skip
+    assert ir.node("l_n_").meta is not None and ir.node("size").meta is not None
+    _close(gm(*args), _through_text(ir)(*args))
