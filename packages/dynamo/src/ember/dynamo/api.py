@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import torch
 
 from . import cache as cache_mod
+from . import eval_frame_hook
 from .backends import CompilerFn, backend_name, lookup_backend
 from .config import OPTION_NAMES, DynamoOptions, config
 from .debug_dir import debug_dir_from_env
@@ -174,19 +175,20 @@ class OptimizeContext:
 
     def __init__(self, runtime_factory: Callable[[], Runtime]) -> None:
         self._factory = runtime_factory
+        self._entered: list[Runtime] = []
 
     def __call__(self, target: Any) -> Any:
         return _wrap(target, self._factory())
 
     def __enter__(self) -> None:
-        raise TypeError(
-            "`with ember.dynamo.optimize(...):` needs frame-level capture (PEP 523), which "
-            "this ember build does not have; decorate the function instead: "
-            "fn = ember.dynamo.optimize(backend)(fn)"
-        )
+        """Capture every user function called inside the block (the PEP 523 hook)."""
+        runtime = self._factory()
+        eval_frame_hook.enter(runtime)
+        self._entered.append(runtime)
 
     def __exit__(self, *exc: object) -> None:
-        return None
+        if self._entered:
+            eval_frame_hook.exit(self._entered.pop())
 
 
 def optimize(
@@ -356,9 +358,20 @@ def disable(fn: Any = None, recursive: bool = True) -> Any:
     if isinstance(fn, OptimizedModule):
         fn = fn._orig_mod
 
-    @functools.wraps(fn)
-    def disabled(*args: Any, **kwargs: Any) -> Any:
-        return fn(*args, **kwargs)
+    code = getattr(fn, "__code__", None)
+    if isinstance(code, types.CodeType):
+        eval_frame_hook.DISABLED_CODES[id(code)] = code
+    if recursive:
+
+        @functools.wraps(fn)
+        def disabled(*args: Any, **kwargs: Any) -> Any:
+            with eval_frame_hook.suspended():
+                return fn(*args, **kwargs)
+    else:
+
+        @functools.wraps(fn)
+        def disabled(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)
 
     disabled._ember_disabled = True  # type: ignore[attr-defined]
     disabled._ember_disabled_recursive = recursive  # type: ignore[attr-defined]

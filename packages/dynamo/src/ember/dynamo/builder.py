@@ -27,6 +27,7 @@ from .variables.dicts import DictVariable
 from .variables.functions import UserFunctionVariable, UserMethodVariable
 from .variables.lazy import LazyVariable
 from .variables.lists import ListVariable, TupleVariable
+from .variables.misc import ControlFunctionVariable
 from .variables.nn_module import NNModuleVariable
 from .variables.objects import (
     ClassVariable,
@@ -75,6 +76,31 @@ def is_member(value: Any, group: frozenset[Any]) -> bool:
         return value in group
     except TypeError:  # unhashable
         return False
+
+
+def control_kind(value: Any) -> str | None:
+    """How the runtime's registries say a callable must be treated."""
+    if not callable(value) or isinstance(value, (type, torch.nn.Module)):
+        return None
+    from . import api
+    from .eval_frame import CompiledFunction
+
+    if isinstance(value, CompiledFunction):
+        return "compiled"
+    if value is api.graph_break:
+        return "graph_break"
+    if value is api.is_compiling:
+        return "is_compiling"
+    try:
+        if api.is_disabled(value):
+            return "disabled"
+        if api.is_allowed_in_graph(value):
+            return "allowed"
+        if api.is_disallowed_in_graph(value):
+            return "disallowed"
+    except TypeError:
+        return None
+    return None
 
 
 def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
@@ -131,6 +157,11 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
                 source,
             ),
         )
+    control = control_kind(value)
+    if control is not None:
+        if control == "compiled":
+            return wrap(tx, value.__wrapped__, AttrSource(source, "__wrapped__") if source else None)
+        return ControlFunctionVariable(value, control)
     if is_torch_callable(value):
         if g is not None and source is not None:
             g.add_function(source, value)

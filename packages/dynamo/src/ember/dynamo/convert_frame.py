@@ -137,7 +137,7 @@ def split(
     hooks: FrameHooks,
 ) -> GuardedCode:
     """The frame's code split at a graph break (see ``graph_break``)."""
-    from .graph_break import compile_break
+    from .split_frame import compile_break
 
     try:
         result = compile_break(tx, sig.inst, sig.reason, compiler, hooks, state.fn_name)

@@ -19,6 +19,7 @@ frames entered from inside a compile are never captured.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import time
@@ -29,6 +30,7 @@ from typing import Any, Protocol
 
 import torch
 
+from . import eval_frame_hook
 from .backends import CompilerFn
 from .cache import CacheTable, CodeCache, RecompileError, first_failure
 from .config import DynamoOptions
@@ -178,7 +180,7 @@ class Runtime:
         """The backend, timed (handed to convert_frame as its CompilerFn)."""
         start = time.perf_counter()
         try:
-            return self.backend(gm, example_inputs)
+            return eval_frame_hook.guard_callable(self.backend(gm, example_inputs))
         finally:
             record_time("backend_compile", time.perf_counter() - start)
 
@@ -200,7 +202,8 @@ class Runtime:
         STATE.compiling += 1
         start = time.perf_counter()
         try:
-            guarded = convert(state, self.compiler, self.options, self)
+            with eval_frame_hook.suspended():
+                guarded = convert(state, self.compiler, self.options, self)
         except unsupported as exc:
             if self.options.fullgraph:
                 raise
@@ -227,6 +230,7 @@ class Runtime:
             STATE.compiling -= 1
             record_time("convert_frame", time.perf_counter() - start)
         cache.add(guarded)
+        eval_frame_hook.mark_skip(guarded.code)  # the frame hook must not re-capture it
         if self.options.debug_dir is not None:
             from .debug_dir import write_frame
 
@@ -253,6 +257,20 @@ def _add_cells(f_locals: dict[str, Any], cells: tuple[tuple[str, types.CellType]
             f_locals[name] = cell.cell_contents
         except ValueError:  # an empty cell: nothing to guard
             continue
+
+
+def _call_with_slots(fn: Callable[..., Any], code: types.CodeType, values: tuple[Any, ...]) -> Any:
+    """Call ``fn`` (same signature as ``code``) with bound argument slots."""
+    n, k = code.co_argcount, code.co_kwonlyargcount
+    args = list(values[:n])
+    kwargs = dict(zip(code.co_varnames[n : n + k], values[n : n + k]))
+    i = n + k
+    if code.co_flags & _CO_VARARGS:
+        args.extend(values[i])
+        i += 1
+    if code.co_flags & _CO_VARKEYWORDS:
+        kwargs.update(values[i])
+    return fn(*args, **kwargs)
 
 
 class CompiledFunction:
@@ -320,7 +338,34 @@ class CompiledFunction:
         for check, run in self._pairs:
             if check(f_locals, f_globals):
                 return run(*args, **kwargs)
-        return self._miss(args, kwargs, f_locals)
+        run = self._miss(f_locals)
+        if run is None:
+            return self._fn(*args, **kwargs)
+        return run(*args, **kwargs)
+
+    def runner_for(self, values: tuple[Any, ...], skip: Any) -> Any:
+        """What to run for one call given its bound argument slots (the PEP 523 path).
+
+        ``values`` are the frame's argument slots in ``co_varnames`` order
+        (positional, keyword-only, ``*args``, ``**kwargs``). Returns a
+        no-argument callable running the cached or freshly captured code, or
+        ``skip`` when the frame should run as it is (eagerly).
+        """
+        code = self._fn.__code__
+        names = code.co_varnames[: len(values)]
+        f_locals = dict(zip(names, values))
+        if self._cells:
+            _add_cells(f_locals, self._cells)
+        if self._version != self._cache.version:
+            self._sync()
+        f_globals = self._globals
+        for check, run in self._pairs:
+            if check(f_locals, f_globals):
+                return functools.partial(_call_with_slots, run, code, values)
+        run = self._miss(f_locals)
+        if run is None:
+            return skip
+        return functools.partial(_call_with_slots, run, code, values)
 
     def _defaults_key(self) -> tuple[Any, ...]:
         kw = self._fn.__kwdefaults__
@@ -349,7 +394,8 @@ class CompiledFunction:
         )
         self._version = cache.version
 
-    def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], f_locals: dict[str, Any]) -> Any:
+    def _miss(self, f_locals: dict[str, Any]) -> Callable[..., Any] | None:
+        """No entry matched: compile (returns the function to run) or ``None`` = run eagerly."""
         cache = self._cache
         options = self._runtime.options
         if (
@@ -358,7 +404,7 @@ class CompiledFunction:
             or STATE.run_only
             or STATE.stance == "force_eager"
         ):
-            return self._fn(*args, **kwargs)
+            return None
         if cache.entries:
             reason = first_failure(cache.entries, f_locals, self._globals)
             if options.fail_on_recompile or STATE.stance == "fail_on_recompile":
@@ -369,17 +415,17 @@ class CompiledFunction:
                     "dimension dynamic."
                 )
             if STATE.stance == "eager_on_recompile":
-                return self._fn(*args, **kwargs)
+                return None
             if len(cache.entries) >= options.cache_size_limit:
                 self._hit_limit(cache, reason, options.cache_size_limit)
-                return self._fn(*args, **kwargs)
+                return None
             log_recompiles.info("recompiling %s because %s", cache.where(), reason)
             _emit(self._runtime, "recompile", cache.code, None, reason)
         guarded = self._runtime.convert(self._fn, cache, f_locals)
         if guarded is None:
-            return self._fn(*args, **kwargs)
+            return None
         self._sync()
-        return _transformed(self._fn, guarded.code)(*args, **kwargs)
+        return _transformed(self._fn, guarded.code)
 
     def _hit_limit(self, cache: CodeCache, reason: str, limit: int) -> None:
         message = (

@@ -24,7 +24,7 @@ class VersionMixin(Base):
 
     def LOAD_ATTR(self, inst: Inst) -> None:
         obj = self.pop()
-        self.push(obj.var_getattr(self, inst.argval))
+        self.push(self.getattr_deferred(obj, inst.argval))
 
     def LOAD_METHOD(self, inst: Inst) -> None:
         obj = self.pop()

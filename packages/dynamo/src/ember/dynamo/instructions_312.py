@@ -39,7 +39,7 @@ class VersionMixin(Base):
             self.push(NullVariable())
             self.push(BoundCallVariable(obj, inst.argval))
         else:
-            self.push(obj.var_getattr(self, inst.argval))
+            self.push(self.getattr_deferred(obj, inst.argval))
 
     def LOAD_SUPER_ATTR(self, inst: Inst) -> None:
         raise Unsupported("`super()` inside a compiled region")

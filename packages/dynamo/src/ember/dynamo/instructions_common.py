@@ -184,10 +184,7 @@ class CommonInstructions(Base):
         self.push(ListVariable(self.popn(inst.arg)))
 
     def BUILD_SET(self, inst: Inst) -> None:
-        items = self.popn(inst.arg)
-        if not all(i.is_python_constant() for i in items):
-            raise Unsupported("building a set of non-constant values")
-        self.push(ConstantVariable(frozenset(i.as_python_constant() for i in items)))
+        raise Unsupported("Python sets are not traced")
 
     def BUILD_MAP(self, inst: Inst) -> None:
         flat = self.popn(2 * inst.arg)

@@ -51,11 +51,17 @@ def origin_of(code: types.CodeType, offset: int) -> tuple[types.CodeType, int]:
 
 
 def resume_code(
-    orig: types.CodeType, offset: int, nstack: int, argnames: tuple[str, ...]
+    orig: types.CodeType,
+    offset: int,
+    nstack: int,
+    argnames: tuple[str, ...],
+    iter_slots: tuple[int, ...] = (),
 ) -> tuple[types.CodeType, str]:
     """Code (and its global name) resuming ``orig`` at ``offset`` with
-    ``nstack`` stack values followed by the locals ``argnames``."""
-    key = (orig, offset, nstack, argnames)
+    ``nstack`` stack values followed by the locals ``argnames``. Stack slots
+    in ``iter_slots`` arrive as tuples and are turned back into iterators
+    (a ``for`` loop's remaining items)."""
+    key = (orig, offset, nstack, argnames + tuple(f"#iter{i}" for i in iter_slots))
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
@@ -81,7 +87,10 @@ def resume_code(
     line = dis_insts[target_index].positions
     lineno = line.lineno if line is not None and line.lineno is not None else orig.co_firstlineno
     prefix: list[object] = [Instr("RESUME", 0, lineno=lineno)]
-    prefix += [Instr("LOAD_FAST", n, lineno=lineno) for n in stack_names]
+    for i, n in enumerate(stack_names):
+        prefix.append(Instr("LOAD_FAST", n, lineno=lineno))
+        if i in iter_slots:
+            prefix.append(Instr("GET_ITER", lineno=lineno))
     prefix.append(Instr("JUMP_FORWARD", label, lineno=lineno))
     name = f"__resume_at_{offset}_{next(_ids)}"
     new = Bytecode(prefix + body)

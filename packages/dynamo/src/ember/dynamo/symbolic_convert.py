@@ -169,6 +169,17 @@ class InstructionTranslatorBase(CommonInstructions, VersionMixin):
             tx = tx.parent
         return tx
 
+    def getattr_deferred(self, obj: VariableTracker, name: str) -> VariableTracker:
+        """``obj.name``; an untraceable value is deferred to its use."""
+        from .variables.misc import DeferredAttrVariable
+
+        try:
+            return obj.var_getattr(self, name)
+        except Unsupported as e:
+            if obj.source is None and not obj.is_python_constant():
+                raise
+            return DeferredAttrVariable(obj, name, e)
+
     def getitem(self, obj: VariableTracker, key: VariableTracker) -> VariableTracker:
         if isinstance(obj, TensorVariable):
             import operator
@@ -286,7 +297,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         if not self.may_break:
             super().dispatch(inst)
             return
-        from .graph_break import restore, take_snapshot
+        from .split_frame import restore, take_snapshot
 
         snap = take_snapshot(self)
         try:

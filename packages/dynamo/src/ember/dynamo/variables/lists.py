@@ -243,7 +243,11 @@ class ListIteratorVariable(VariableTracker):
         return True
 
     def reconstruct(self, cg: PyCodegen) -> None:
+        self.reconstruct_items(cg)
+        cg.get_iter()
+
+    def reconstruct_items(self, cg: PyCodegen) -> None:
+        """The remaining items as a tuple."""
         for item in self.items[self.index :]:
             item.reconstruct(cg)
         cg.build(tuple, len(self.items) - self.index)
-        cg.get_iter()

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from .base import VariableTracker
 
 if TYPE_CHECKING:
+    from ..codegen import PyCodegen
     from ..symbolic_convert import InstructionTranslatorBase as Tx
 
 
@@ -33,7 +34,75 @@ class BoundCallVariable(VariableTracker):
     def describe(self) -> str:
         return f"method `{self.name}` of {self.obj.describe()}"
 
+    def reconstruct(self, cg: PyCodegen) -> None:
+        self.obj.reconstruct(cg)
+        cg.load_attr(self.name)
+
     def call_function(
         self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
     ) -> VariableTracker:
         return self.obj.call_method(tx, self.name, args, kwargs)
+
+
+class ControlFunctionVariable(VariableTracker):
+    """The runtime's control functions, seen from inside a captured frame:
+    ``graph_break()`` (always a break), ``is_compiling()`` (folds to True),
+    functions marked with ``disable``/``disallow_in_graph`` (a break: they
+    must run in Python)."""
+
+    def __init__(self, value: object, kind: str) -> None:
+        super().__init__(None)
+        self.value = value
+        self.kind = kind
+
+    def describe(self) -> str:
+        return f"`{getattr(self.value, '__name__', self.value)}`"
+
+    def as_python_constant(self) -> object:
+        return self.value
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        cg.load_const(self.value)
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        from ..errors import Unsupported
+        from .constant import ConstantVariable
+
+        if self.kind == "is_compiling":
+            return ConstantVariable(True)
+        if self.kind == "graph_break":
+            raise Unsupported("explicit `ember.dynamo.graph_break()` call")
+        if self.kind == "disabled":
+            raise Unsupported(f"{self.describe()} is marked with ember.dynamo.disable")
+        if self.kind == "allowed":
+            return tx.output.create_op("call_function", self.value, args, kwargs)
+        raise Unsupported(f"{self.describe()} is marked with ember.dynamo.disallow_in_graph")
+
+
+class DeferredAttrVariable(VariableTracker):
+    """``obj.name`` whose value cannot be traced (a C method, an opaque
+    object): kept as "load it natively" so the failure happens where it is
+    used, typically at the call, where a graph break can split the frame."""
+
+    def __init__(self, obj: VariableTracker, name: str, error: Exception) -> None:
+        super().__init__(None)
+        self.obj = obj
+        self.name = name
+        self.error = error
+
+    def describe(self) -> str:
+        return f"attribute `{self.name}` of {self.obj.describe()}"
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        self.obj.reconstruct(cg)
+        cg.load_attr(self.name)
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        raise self.error
+
+    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        raise self.error

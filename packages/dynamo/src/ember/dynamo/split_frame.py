@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dis
 import sys
+import types
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,8 @@ from .errors import Unsupported
 from .output_graph import CapturedGraph, CompilerFn
 from .resume import live_locals, origin_of, resume_code
 from .variables.base import VariableTracker
+from .variables.constant import ConstantVariable
+from .variables.lists import ListIteratorVariable
 from .variables.misc import NullVariable
 
 if TYPE_CHECKING:
@@ -130,8 +133,6 @@ def compile_break(
     hooks: Any,
     fn_name: str,
 ) -> BreakResult:
-    import types
-
     from .bytecode_transform import assemble
 
     check_breakable(tx, inst)
@@ -149,12 +150,21 @@ def compile_break(
             raise Unsupported("graph break at the last instruction")
         targets = [next_offset]
         stack_after = len(tx.stack) + native_effect(inst)
+    kept = len(tx.stack) - consumed(inst)
+    if any(isinstance(v, NullVariable) for v in tx.stack[: max(kept, 0)]):
+        raise Unsupported(f"graph break at {inst.opname} in the middle of a call sequence")
     live = sorted(live_locals(code, targets) & set(tx.symbolic_locals))
+    stack, call_args = rewrite_call(tx, inst, hooks)
+    iter_slots = tuple(
+        i for i, v in enumerate(stack[:stack_after]) if isinstance(v, ListIteratorVariable)
+    )
 
     cg = PyCodegen(code.co_cellvars, code.co_freevars, lineno)
-    for v in tx.stack:
+    for v in stack:
         if isinstance(v, NullVariable):
             cg.push_null()
+        elif isinstance(v, ListIteratorVariable):
+            v.reconstruct_items(cg)
         else:
             v.reconstruct(cg)
     for name in live:
@@ -165,10 +175,11 @@ def compile_break(
 
     def call_resume(offset: int) -> None:
         orig, orig_offset = origin_of(code, offset)
-        rcode, rname = resume_code(orig, orig_offset, stack_after, tuple(live))
-        if rname not in tx.f_globals:
-            fn = types.FunctionType(rcode, tx.f_globals, rname)
-            tx.f_globals[rname] = hooks.wrap_function(fn)
+        rcode, rname = resume_code(orig, orig_offset, stack_after, tuple(live), iter_slots)
+        # (re)installed on every split: the wrapper belongs to the runtime
+        # (backend, cache table) that is capturing now
+        fn = types.FunctionType(rcode, tx.f_globals, rname)
+        tx.f_globals[rname] = hooks.wrap_function(fn)
         cg.emit("BUILD_TUPLE", stack_after)
         cg.load_global(rname, push_null=True)
         cg.emit("SWAP", 2)
@@ -188,7 +199,7 @@ def compile_break(
         cg.instrs.append(taken)  # type: ignore[arg-type]
         call_resume(inst.argval)
     else:
-        replay(cg, tx, inst)
+        replay(cg, tx, inst, call_args)
         call_resume(targets[0])
 
     graphs: list[CapturedGraph] = []
@@ -204,6 +215,30 @@ def compile_break(
     return BreakResult(assemble(code, head.instrs + cg.instrs), graphs)
 
 
+CONSUMES = {
+    "BINARY_SUBSCR": 2, "BINARY_OP": 2, "COMPARE_OP": 2, "IS_OP": 2, "CONTAINS_OP": 2,
+    "STORE_SUBSCR": 3, "DELETE_SUBSCR": 2, "STORE_ATTR": 2, "LOAD_ATTR": 1, "LOAD_METHOD": 1,
+    "UNARY_NOT": 1, "UNARY_NEGATIVE": 1, "UNARY_INVERT": 1, "UNARY_POSITIVE": 1,
+    "GET_ITER": 1, "UNPACK_SEQUENCE": 1, "UNPACK_EX": 1, "IMPORT_NAME": 2, "STORE_GLOBAL": 1,
+    "BINARY_SLICE": 3, "STORE_SLICE": 4,
+}
+
+
+def consumed(inst: dis.Instruction) -> int:
+    """Stack entries the instruction pops (0 when unsure: check everything)."""
+    if inst.opname == "CALL":
+        return inst.arg + 2
+    if inst.opname == "CALL_FUNCTION_EX":
+        return 4 if inst.arg & 1 else 3
+    if inst.opname in COND_JUMPS:
+        return 1
+    if inst.opname in ("BUILD_STRING", "BUILD_SET"):
+        return inst.arg
+    if inst.opname == "FORMAT_VALUE":
+        return 2 if inst.arg & 0x04 else 1
+    return CONSUMES.get(inst.opname, 0)
+
+
 def native_effect(inst: dis.Instruction) -> int:
     if inst.opname == "CALL" and not PY312:
         return -(inst.arg + 1)
@@ -214,19 +249,76 @@ def native_effect(inst: dis.Instruction) -> int:
     return dis.stack_effect(inst.opcode, inst.arg if inst.opcode >= dis.HAVE_ARGUMENT else None, jump=False)
 
 
-def replay(cg: PyCodegen, tx: InstructionTranslator, inst: dis.Instruction) -> None:
+def rewrite_call(
+    tx: InstructionTranslator, inst: dis.Instruction, hooks: Any
+) -> tuple[list[VariableTracker], int]:
+    """For a break at a call into user code, call the callee through the
+    runtime (``hooks.wrap_function``) so its own frame is captured; returns
+    the stack to rebuild and the call's argument count."""
+    stack = list(tx.stack)
+    if inst.opname != "CALL":
+        return stack, inst.arg or 0
+    n = inst.arg
+    first, second = stack[-n - 2], stack[-n - 1]
+    if not isinstance(first, NullVariable):
+        return stack, n
+    target = callee_function(tx, second)
+    if target is None:
+        return stack, n
+    fn, bound_self = target
+    wrapped = ConstantVariable(hooks.wrap_function(fn))
+    head = stack[: -n - 1]
+    args = stack[len(stack) - n :]
+    if bound_self is None:
+        return [*head, wrapped, *args], n
+    return [*head, wrapped, bound_self, *args], n + 1
+
+
+def callee_function(
+    tx: InstructionTranslator, callee: VariableTracker
+) -> tuple[types.FunctionType, VariableTracker | None] | None:
+    from .variables.functions import UserFunctionVariable, UserMethodVariable
+    from .variables.misc import BoundCallVariable
+    from .variables.nn_module import NNModuleVariable, has_hooks, is_leaf_module
+
+    if isinstance(callee, UserFunctionVariable) and callee.source is not None:
+        return callee.fn, None
+    if isinstance(callee, UserMethodVariable) and isinstance(callee.fn, UserFunctionVariable):
+        if callee.obj.source is not None:
+            return callee.fn.fn, callee.obj
+    if isinstance(callee, NNModuleVariable) and callee.source is not None:
+        m = callee.value
+        if not has_hooks(m) and not is_leaf_module(m, tx.options.inline_inbuilt_nn_modules):
+            fwd = type(m).forward
+            if isinstance(fwd, types.FunctionType):
+                return fwd, callee
+    if isinstance(callee, BoundCallVariable) and isinstance(callee.obj, NNModuleVariable):
+        obj = callee.obj
+        if obj.source is None:
+            return None
+        attr = getattr(type(obj.value), callee.name, None)
+        if isinstance(attr, types.FunctionType) and not attr.__module__.startswith("torch."):
+            if callee.name in obj.value.__dict__:
+                return None
+            return attr, obj
+    return None
+
+
+def replay(
+    cg: PyCodegen, tx: InstructionTranslator, inst: dis.Instruction, call_args: int
+) -> None:
     """Emit the failing instruction itself (3.11 calls need PRECALL/KW_NAMES)."""
     if inst.opname == "CALL":
         if tx.kw_names:
             cg.emit("KW_NAMES", tuple(tx.kw_names))
         if not PY312:
-            cg.emit("PRECALL", inst.arg)
-        cg.emit("CALL", inst.arg)
+            cg.emit("PRECALL", call_args)
+        cg.emit("CALL", call_args)
         return
     arg = inst.argval
     if inst.opname in ("LOAD_ATTR",) and PY312:
         arg = (bool(inst.arg & 1), inst.argval)
-    if inst.opname == "BINARY_OP" or inst.opname in ("UNPACK_SEQUENCE", "UNPACK_EX", "BUILD_STRING", "FORMAT_VALUE", "CALL_FUNCTION_EX", "IS_OP", "CONTAINS_OP"):
+    if inst.opname == "BINARY_OP" or inst.opname in ("BUILD_SET", "UNPACK_SEQUENCE", "UNPACK_EX", "BUILD_STRING", "FORMAT_VALUE", "CALL_FUNCTION_EX", "IS_OP", "CONTAINS_OP"):
         arg = inst.arg
     if inst.opname == "COMPARE_OP":
         from bytecode import Compare
