@@ -137,7 +137,7 @@ def check(root: Path) -> list[str]:
                         f"{rel}:{lineno}: imports {parts[0]} but ember-{own} does not declare "
                         f"{dist} in {pyproject.relative_to(root)}"
                     )
-    return problems
+    return list(dict.fromkeys(problems))
 
 
 def main(argv: list[str]) -> int:
