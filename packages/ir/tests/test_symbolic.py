@@ -55,3 +55,20 @@ def test_sym_text_normalises_torch_spellings() -> None:
 def test_bad_expressions(text: str, message: str) -> None:
     with pytest.raises(FormatError, match=message):
         parse_sym_expr(text)
+
+
+def test_sym_text_reads_torch_size_functions() -> None:
+    from torch.utils._sympy import functions as tf  # what SymInt expressions are built from
+
+    cases = {
+        tf.FloorDiv(s0 * s1, 2): sympy.floor(s0 * s1 / 2),
+        tf.CeilDiv(s0, 4): sympy.floor((s0 + 3) / 4),
+        tf.ModularIndexing(s0, 2, 4): sympy.Mod(sympy.floor(s0 / 2), 4),
+        tf.PowByNatural(s0, 2): s0**2,
+        tf.LShift(s0, s1): s0 * 2**s1,
+        tf.PythonMod(s0, 3): sympy.Mod(s0, 3),
+    }
+    for torch_expr, expected in cases.items():
+        assert parse_sym_expr(sym_text(torch_expr)) == expected, torch_expr
+    with pytest.raises(FormatError, match="function 'RoundToInt' is not allowed"):
+        sym_text(tf.RoundToInt(s0 / 3))

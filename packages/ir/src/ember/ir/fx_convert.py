@@ -220,14 +220,7 @@ def from_fx(
             modules[target] = module_spec(gm.get_submodule(target), target, params, buffers, tensors)
         if n.op == "get_attr":
             _record_attr(gm, target, n.name, params, buffers, constants, tensors)
-        if "ember_meta" in n.meta:  # a graph built by to_fx: keep the IR's own metadata
-            meta = n.meta["ember_meta"]
-        elif "val" in n.meta:
-            meta = meta_of(n.meta["val"])
-        elif "tensor_meta" in n.meta:
-            meta = _meta_from_tensor_meta(n.meta["tensor_meta"], device)
-        else:
-            meta = meta_of(fake[n.name]) if n.name in fake else None
+        meta = _node_meta(n, fake, device)
         trace = n.meta.get("stack_trace")
         nodes.append(
             Node(
@@ -256,6 +249,22 @@ def from_fx(
     except FormatError as e:
         raise UnsupportedGraphError(e.problem, file=e.file, node=e.node, field=e.field) from None
     return ir
+
+
+def _node_meta(n: torch.fx.Node, fake: Mapping[str, object], device: torch.device) -> Meta:
+    try:
+        if "ember_meta" in n.meta:  # a graph built by to_fx: keep the IR's own metadata
+            meta: Meta = n.meta["ember_meta"]
+        elif "val" in n.meta:
+            meta = meta_of(n.meta["val"])
+        elif "tensor_meta" in n.meta:
+            meta = _meta_from_tensor_meta(n.meta["tensor_meta"], device)
+        else:
+            meta = meta_of(fake[n.name]) if n.name in fake else None
+    except FormatError as e:  # e.g. a size expression with a function the IR cannot write
+        log.warning("ember.ir.from_fx: node %r keeps no metadata: %s", n.name, e.problem)
+        return None
+    return meta
 
 
 def _record_attr(

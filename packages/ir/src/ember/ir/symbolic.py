@@ -9,8 +9,10 @@ Grammar: integers, decimals, names (symbols), ``+ - * / // % **``, the
 comparisons ``== != < <= > >=``, ``& | ~``, parentheses, and calls to
 ``Eq Ne Lt Le Gt Ge Mod floor ceiling Max Min Abs And Or Not sqrt`` plus the
 torch spellings ``FloorDiv CeilDiv CleanDiv ModularIndexing PythonMod
-IntTrueDiv FloatTrueDiv FloorToInt CeilToInt ToFloat Identity``, which are
-rewritten into plain sympy (``FloorDiv(a, b)`` -> ``floor(a/b)``).
+IntTrueDiv FloatTrueDiv FloorToInt CeilToInt PowByNatural FloatPow TruncToInt
+TruncToFloat ToFloat Identity``, which are rewritten into plain sympy
+(``FloorDiv(a, b)`` -> ``floor(a/b)``). Other torch functions (``Where``,
+``RoundToInt``, bitwise ops, ...) are rejected.
 
 Symbols are created by :func:`size_symbol`: integer, and positive when named
 like a size symbol (``s0``, ``s12``), so every stage gets equal symbols.
@@ -80,6 +82,10 @@ _FUNCTIONS: dict[str, tuple[int | None, Callable[..., sympy.Basic]]] = {
     "ModularIndexing": (3, _modular_indexing),
     "IntTrueDiv": (2, lambda a, b: a / b),
     "FloatTrueDiv": (2, lambda a, b: a / b),
+    "PowByNatural": (2, lambda a, b: a**b),
+    "FloatPow": (2, lambda a, b: a**b),
+    "TruncToInt": (1, lambda a: sympy.sign(a) * sympy.floor(sympy.Abs(a))),
+    "TruncToFloat": (1, lambda a: sympy.sign(a) * sympy.floor(sympy.Abs(a))),
     "ToFloat": (1, lambda a: a),
     "Identity": (1, lambda a: a),
 }
