@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from typing import Any, Protocol
 
 import torch
@@ -85,6 +86,29 @@ def _const_key(value: Any) -> Hashable:
         return (type(value), repr(value))
 
 
+def _autocast_state() -> Hashable:
+    """Autocast changes which ops get traced, so it is part of the cache key."""
+    return tuple((d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d))
+                 for d in ("cpu", "cuda"))
+
+
+def _with_repro_hook(compiler: GraphCompiler) -> GraphCompiler:
+    """Let an installed ember.minifier wrap ``compiler`` (``EMBER_REPRO_AFTER=aot``).
+
+    The hook is found by entry point (group ``ember.repro``, name ``wrap_backend``),
+    so aotgrad never imports the minifier; it returns ``compiler`` unchanged
+    unless its environment settings ask for the aot stage.
+    """
+    for ep in entry_points(group="ember.repro", name="wrap_backend"):
+        try:
+            wrapped: GraphCompiler = ep.load()(compiler, after="aot")
+        except Exception as e:  # a broken optional hook must not break compiling
+            LOG.warning("ignoring the ember.repro hook %s: %s: %s", ep.value, type(e).__name__, e)
+            continue
+        return wrapped
+    return compiler
+
+
 class AotFunction:
     """``fn`` compiled ahead of time; call it like ``fn``."""
 
@@ -99,8 +123,9 @@ class AotFunction:
     ) -> None:
         logs.configure_from_env()
         self.fn = fn
-        self.fw_compiler = fw_compiler
-        self.bw_compiler = bw_compiler or fw_compiler
+        self.fw_compiler = _with_repro_hook(fw_compiler)
+        self.bw_compiler = (self.fw_compiler if bw_compiler is None
+                            else _with_repro_hook(bw_compiler))
         self.partition_fn = partition_fn
         self.decompositions = with_required(decompositions)
         self.options = options or AotOptions()
@@ -126,6 +151,7 @@ class AotFunction:
             tuple(_signature(t) for t in tensors),
             tuple(_const_key(a) for a in flat if not isinstance(a, torch.Tensor)),
             torch.is_grad_enabled(),
+            _autocast_state(),
         )
         entry = self.cache.get(key)
         if entry is None:
