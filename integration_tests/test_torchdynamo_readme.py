@@ -88,7 +88,6 @@ def test_readme_module_example(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(calls) == 1
 
 
-@pytest.mark.xfail(reason="needs graph breaks with resume functions (issue 4, dynamo-core)", strict=False)
 def test_readme_toy_example_graph_break(capsys: pytest.CaptureFixture[str]) -> None:
     graphs: list[torch.fx.GraphModule] = []
 

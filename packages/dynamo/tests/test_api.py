@@ -131,11 +131,6 @@ def test_optimize_decorator_and_nopython() -> None:
     assert ember.dynamo.api.options_of(g).fullgraph is True
 
 
-def test_optimize_context_manager_is_a_clear_error() -> None:
-    with pytest.raises(TypeError, match="decorate the function instead"), ember.dynamo.optimize("eager"):
-        pass
-
-
 def test_optimize_disable_leaves_function() -> None:
     assert ember.dynamo.optimize("eager", disable=True)(fn) is fn
     assert ember.dynamo.compile(fn, disable=True) is fn

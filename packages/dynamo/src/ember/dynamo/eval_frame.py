@@ -338,10 +338,10 @@ class CompiledFunction:
         for check, run in self._pairs:
             if check(f_locals, f_globals):
                 return run(*args, **kwargs)
-        run = self._miss(f_locals)
-        if run is None:
+        compiled = self._miss(f_locals)
+        if compiled is None:
             return self._fn(*args, **kwargs)
-        return run(*args, **kwargs)
+        return compiled(*args, **kwargs)
 
     def runner_for(self, values: tuple[Any, ...], skip: Any) -> Any:
         """What to run for one call given its bound argument slots (the PEP 523 path).
@@ -362,10 +362,10 @@ class CompiledFunction:
         for check, run in self._pairs:
             if check(f_locals, f_globals):
                 return functools.partial(_call_with_slots, run, code, values)
-        run = self._miss(f_locals)
-        if run is None:
+        compiled = self._miss(f_locals)
+        if compiled is None:
             return skip
-        return functools.partial(_call_with_slots, run, code, values)
+        return functools.partial(_call_with_slots, compiled, code, values)
 
     def _defaults_key(self) -> tuple[Any, ...]:
         kw = self._fn.__kwdefaults__

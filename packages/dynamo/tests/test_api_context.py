@@ -1,0 +1,139 @@
+"""`with ember.dynamo.optimize(backend):` -- frame capture through the PEP 523 hook."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+import ember.dynamo
+from ember.dynamo import eval_frame_hook
+from ember.dynamo.testing import CompileCounter
+
+pytestmark = pytest.mark.skipif(
+    eval_frame_hook.unavailable() is not None, reason=f"frame hook: {eval_frame_hook.unavailable()}"
+)
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> Iterator[None]:
+    yield
+    ember.dynamo.reset()
+    assert eval_frame_hook.ACTIVE == []
+    hook = eval_frame_hook.loaded()
+    assert hook is None or hook.get_callback() is None
+
+
+def cos_sin(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.cos(x) + torch.sin(y)
+
+
+def outer(x: torch.Tensor) -> torch.Tensor:
+    return cos_sin(x, x) * 2
+
+
+def test_frames_inside_the_block_are_captured_and_cached() -> None:
+    cnt = CompileCounter()
+    x = torch.randn(4)
+    with ember.dynamo.optimize(cnt):
+        torch.testing.assert_close(outer(x), (torch.cos(x) + torch.sin(x)) * 2)
+        torch.testing.assert_close(outer(x), (torch.cos(x) + torch.sin(x)) * 2)
+    assert (cnt.frame_count, cnt.op_count) == (1, 4)
+    outer(x)  # outside the block: plain Python
+    assert cnt.frame_count == 1
+
+
+def test_keyword_defaults_and_varargs_are_passed_through() -> None:
+    def shifted(x: torch.Tensor, *rest: torch.Tensor, b: float = 1.0, **named: torch.Tensor) -> torch.Tensor:
+        out = x + b
+        for r in rest:
+            out = out + r
+        for v in named.values():
+            out = out * v
+        return out
+
+    cnt = CompileCounter()
+    x = torch.ones(2)
+    with ember.dynamo.optimize(cnt):
+        got = shifted(x, x, b=2.0, scale=torch.full((2,), 3.0))
+    torch.testing.assert_close(got, torch.full((2,), 12.0))
+    assert cnt.frame_count == 1
+
+
+def test_module_forward_is_captured() -> None:
+    mod = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU())
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = mod
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.body(x) + 1
+
+    w = Wrapper()
+    cnt = CompileCounter()
+    x = torch.randn(2, 3)
+    with ember.dynamo.optimize(cnt):
+        got = w(x)
+    torch.testing.assert_close(got, w(x))
+    assert cnt.frame_count == 1
+
+
+def test_disabled_function_runs_eagerly_inside_the_block(capsys: pytest.CaptureFixture[str]) -> None:
+    @ember.dynamo.disable
+    def noisy(x: torch.Tensor) -> torch.Tensor:
+        return x * 3
+
+    cnt = CompileCounter()
+    with ember.dynamo.optimize(cnt):
+        torch.testing.assert_close(noisy(torch.ones(2)), torch.full((2,), 3.0))
+    assert cnt.frame_count == 0
+
+
+def test_exceptions_propagate_and_the_hook_is_removed() -> None:
+    def bad(x: torch.Tensor) -> torch.Tensor:
+        return x @ torch.ones(5, 5)  # shape mismatch, raised by the user's code
+
+    with pytest.raises(RuntimeError), ember.dynamo.optimize(CompileCounter()):
+        bad(torch.ones(3, 3))
+
+
+def test_nested_blocks_use_the_innermost_backend() -> None:
+    a, b = CompileCounter(), CompileCounter()
+    x = torch.randn(3)
+    with ember.dynamo.optimize(a):
+        cos_sin(x, x)
+        with ember.dynamo.optimize(b):
+            outer(x)
+        cos_sin(x, x)
+    assert (a.frame_count, b.frame_count) == (1, 1)
+
+
+def test_generators_run_normally() -> None:
+    def gen(n: int) -> Iterator[int]:
+        yield from range(n)
+
+    with ember.dynamo.optimize(CompileCounter()):
+        assert list(gen(3)) == [0, 1, 2]
+
+
+def test_library_code_is_never_captured() -> None:
+    cnt = CompileCounter()
+    with ember.dynamo.optimize(cnt):
+        torch.nn.functional.relu(torch.randn(3))
+        sys.getrecursionlimit()
+    assert cnt.frame_count == 0
+
+
+def test_unavailable_hook_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(eval_frame_hook._state, "module", None)
+    monkeypatch.setitem(eval_frame_hook._state, "tried", True)
+    monkeypatch.setitem(eval_frame_hook._state, "error", "RuntimeError: no compiler")
+    with (
+        pytest.raises(TypeError, match="no compiler.*decorate the function instead"),
+        ember.dynamo.optimize("eager"),
+    ):
+        pass
