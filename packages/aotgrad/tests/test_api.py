@@ -231,3 +231,39 @@ def test_captured_constant_tensor_is_baked_in() -> None:
     compiled = aot_function(lambda x: x * c + torch.tensor([1.0, 2.0, 3.0]), nop_compiler)
     x = torch.randn(3, requires_grad=True)
     torch.testing.assert_close(compiled(x), x * c + torch.tensor([1.0, 2.0, 3.0]))
+
+
+def test_autocast_is_part_of_the_cache_key() -> None:
+    fw = Recorder()
+    compiled = aot_function(lambda x: x @ x, fw)
+    x = torch.randn(4, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert compiled(x).dtype == torch.bfloat16
+    assert compiled(x).dtype == torch.float32
+    assert len(fw.graphs) == 2
+
+
+def test_gradcheck_float64_mutation_and_views() -> None:
+    def f(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = x * y
+        h[0].mul_(y[0])
+        h.t()[1:].add_(x.t()[1:].sin())
+        return h.exp(), h.view(-1)[::2]
+
+    args = (torch.randn(3, 3, dtype=torch.float64, requires_grad=True),
+            torch.randn(3, 3, dtype=torch.float64, requires_grad=True))
+    assert torch.autograd.gradcheck(aot_function(f, nop_compiler), args)
+
+
+def test_outputs_sharing_memory_get_correct_gradients() -> None:
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = x.sin()
+        return y, y.view(-1), y.t()
+
+    x = torch.randn(3, 4, requires_grad=True)
+    grads = []
+    for fn in (aot_function(f, nop_compiler), f):
+        outs = fn(x)
+        loss = sum((o * o).sum() * i for i, o in enumerate(outs, 1))
+        grads.append(torch.autograd.grad(loss, x)[0])
+    torch.testing.assert_close(grads[0], grads[1])
