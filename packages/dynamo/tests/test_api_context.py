@@ -94,11 +94,11 @@ def test_disabled_function_runs_eagerly_inside_the_block(capsys: pytest.CaptureF
 
 
 def test_exceptions_propagate_and_the_hook_is_removed() -> None:
-    def bad(x: torch.Tensor) -> torch.Tensor:
-        return x @ torch.ones(5, 5)  # shape mismatch, raised by the user's code
+    def bad(x: torch.Tensor, n: str) -> torch.Tensor:
+        return x * int(n)  # ValueError from the user's code for n="x"
 
-    with pytest.raises(RuntimeError), ember.dynamo.optimize(CompileCounter()):
-        bad(torch.ones(3, 3))
+    with pytest.raises(ValueError, match="invalid literal"), ember.dynamo.optimize(CompileCounter()):
+        bad(torch.ones(3, 3), "x")
 
 
 def test_nested_blocks_use_the_innermost_backend() -> None:
