@@ -15,20 +15,20 @@ import math
 import os
 import random
 import sys
+from collections.abc import Callable
 from contextlib import redirect_stdout
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import ember.dynamo as ed
 from ember.dynamo.testing import CompileCounter
 
 sys.path.insert(0, os.path.dirname(__file__))
-from capture_harness import assert_same, clone_args  # noqa: E402
+from capture_harness import assert_same, clone_args
 
 
 def r(*shape: int) -> torch.Tensor:
@@ -441,7 +441,7 @@ def fstring_tensor(x):
 
 def format_print(x):
     y = x.exp()
-    print("sum={:.1f}".format(float(y.sum())))
+    print("sum={:.1f}".format(float(y.sum())))  # noqa: UP032 - str.format is the point
     return y
 
 
@@ -610,7 +610,7 @@ def run_case(case: BreakCase) -> CompileCounter:
         for i, (a, b) in enumerate(zip(args, eager_args, strict=True)):
             if isinstance(b, (torch.Tensor, list, dict)):
                 assert_same(a, b, f"argument {i} after the call")
-        assert STATE == want_state and TRACE == want_trace
+        assert (want_state, want_trace) == (STATE, TRACE)
         if call == 0 and case.graphs is not None:
             assert cnt.frame_count == case.graphs, f"{cnt.frame_count} graphs, want {case.graphs}"
         saved_state = dict(STATE)

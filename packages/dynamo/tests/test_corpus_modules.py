@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(__file__))
-from capture_harness import Case, check_case  # noqa: E402
+from capture_harness import Case, check_case
 
 
 def r(*shape: int) -> torch.Tensor:

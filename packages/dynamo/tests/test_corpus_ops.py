@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(__file__))
-from capture_harness import Case, check_case  # noqa: E402
+from capture_harness import Case, check_case
 
 
 def r(*shape: int) -> torch.Tensor:

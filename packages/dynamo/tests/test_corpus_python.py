@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(__file__))
-from capture_harness import Case, check_case  # noqa: E402
+from capture_harness import Case, check_case
 
 
 def r(*shape: int) -> torch.Tensor:
@@ -182,7 +182,7 @@ def isinstance_list(xs):
 
 def len_and_getattr(xs):
     n = len(xs)
-    dim = getattr(xs[0], "ndim")
+    dim = getattr(xs[0], "ndim")  # noqa: B009 - getattr is what is traced
     return sum(xs) / n + dim, hasattr(xs[0], "shape"), hasattr(CFG, "missing")
 
 
@@ -196,8 +196,8 @@ def min_max_abs(x):
 
 def fstrings(x):
     name = f"layer_{x.shape[0]}"
-    key = "{}_{}".format(name, x.dim())
-    label = "%s-%d" % ("x", 3)
+    key = "{}_{}".format(name, x.dim())  # noqa: UP032 - str.format is what is traced
+    label = "%s-%d" % ("x", 3)  # noqa: UP031 - %-format is what is traced
     return x + len(name) + len(key) + len(label), name.upper(), key.split("_"), f"{1.5:.2f}"
 
 
@@ -379,7 +379,7 @@ def any_all(x, flags):
 
 def type_checks(x):
     t = type(x)
-    return x * 2 if t is torch.Tensor else x, type(1.0) is float
+    return x * 2 if t is torch.Tensor else x, type(1.5) is float  # noqa: UP003
 
 
 def kwonly_defaults(x, *, scale=2.0, shift=None):

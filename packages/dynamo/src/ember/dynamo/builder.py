@@ -38,7 +38,7 @@ from .variables.objects import (
 from .variables.torch import TorchFunctionVariable
 
 if TYPE_CHECKING:
-    from .symbolic_convert import InstructionTranslatorBase as Tx
+    from .translator_core import TranslatorCore as Tx
 
 BUILTIN_FUNCTIONS = frozenset(
     v for v in vars(builtins).values() if isinstance(v, types.BuiltinFunctionType)
@@ -66,9 +66,7 @@ def is_torch_callable(value: Any) -> bool:
             return True
         if self_obj is not None and getattr(self_obj, "__name__", "").startswith("torch"):
             return True
-    if type(value).__name__ == "OpOverloadPacket" or isinstance(value, torch._ops.OpOverload):
-        return True
-    return False
+    return type(value).__name__ == "OpOverloadPacket" or isinstance(value, torch._ops.OpOverload)
 
 
 def is_member(value: Any, group: frozenset[Any]) -> bool:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from bytecode import CellVar, FreeVar, Instr
+from bytecode import Instr
+from bytecode.instr import CellVar, FreeVar
 
 from .source_tracking import AttrSource, GlobalSource, ItemSource, LocalSource, Source
 from .variables.base import VariableTracker

@@ -8,11 +8,12 @@ the ``GuardSet`` that ``ember.guards.compile`` turns into a check function.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import types
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
 from ember import ir
 
 from .source_tracking import Source, to_ir

@@ -3,24 +3,18 @@
 from __future__ import annotations
 
 import dis
-from typing import TYPE_CHECKING
 
+from .instructions_common import CommonInstructions
+from .translator_core import arg
 from .variables.lists import ListIteratorVariable
 from .variables.misc import BoundCallVariable, NullVariable
-
-if TYPE_CHECKING:
-    from .symbolic_convert import InstructionTranslatorBase
-
-    Base = InstructionTranslatorBase
-else:
-    Base = object
 
 Inst = dis.Instruction
 
 
-class VersionMixin(Base):
+class VersionMixin(CommonInstructions):
     def global_pushes_null(self, inst: Inst) -> bool:
-        return bool(inst.arg & 1)
+        return bool(arg(inst) & 1)
 
     def LOAD_ATTR(self, inst: Inst) -> None:
         obj = self.pop()
@@ -35,7 +29,7 @@ class VersionMixin(Base):
         pass
 
     def CALL(self, inst: Inst) -> None:
-        self.call_n(inst.arg)
+        self.call_n(arg(inst))
 
     def POP_JUMP_FORWARD_IF_FALSE(self, inst: Inst) -> None:
         self.branch(inst, False)

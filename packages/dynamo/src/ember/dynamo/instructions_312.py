@@ -9,19 +9,13 @@ END_FOR and CALL_INTRINSIC_1.
 from __future__ import annotations
 
 import dis
-from typing import TYPE_CHECKING
 
 from .errors import Unsupported
+from .instructions_common import CommonInstructions
+from .translator_core import arg
 from .variables.constant import ConstantVariable
 from .variables.lists import ListIteratorVariable, TupleVariable
 from .variables.misc import BoundCallVariable, NullVariable
-
-if TYPE_CHECKING:
-    from .symbolic_convert import InstructionTranslatorBase
-
-    Base = InstructionTranslatorBase
-else:
-    Base = object
 
 Inst = dis.Instruction
 
@@ -29,13 +23,13 @@ INTRINSIC_UNARY_POSITIVE = 5
 INTRINSIC_LIST_TO_TUPLE = 6
 
 
-class VersionMixin(Base):
+class VersionMixin(CommonInstructions):
     def global_pushes_null(self, inst: Inst) -> bool:
-        return bool(inst.arg & 1)
+        return bool(arg(inst) & 1)
 
     def LOAD_ATTR(self, inst: Inst) -> None:
         obj = self.pop()
-        if inst.arg & 1:
+        if arg(inst) & 1:
             self.push(NullVariable())
             self.push(BoundCallVariable(obj, inst.argval))
         else:
@@ -45,7 +39,7 @@ class VersionMixin(Base):
         raise Unsupported("`super()` inside a compiled region")
 
     def CALL(self, inst: Inst) -> None:
-        self.call_n(inst.arg)
+        self.call_n(arg(inst))
 
     def POP_JUMP_IF_FALSE(self, inst: Inst) -> None:
         self.branch(inst, False)
@@ -60,7 +54,7 @@ class VersionMixin(Base):
         self.branch_none(inst, False)
 
     def LOAD_FAST_CHECK(self, inst: Inst) -> None:
-        self.LOAD_FAST(inst)  # type: ignore[attr-defined]
+        self.LOAD_FAST(inst)
 
     def LOAD_FAST_AND_CLEAR(self, inst: Inst) -> None:
         value = self.symbolic_locals.pop(inst.argval, None)
@@ -75,7 +69,7 @@ class VersionMixin(Base):
 
     def RETURN_CONST(self, inst: Inst) -> None:
         self.push(ConstantVariable(inst.argval))
-        self.RETURN_VALUE(inst)  # type: ignore[attr-defined]
+        self.RETURN_VALUE(inst)
 
     def BINARY_SLICE(self, inst: Inst) -> None:
         stop = self.pop()
@@ -90,16 +84,16 @@ class VersionMixin(Base):
         obj = self.pop()
         value = self.pop()
         key = ConstantVariable(slice(start.as_python_constant(), stop.as_python_constant()))
-        self.setitem(obj, key, value)  # type: ignore[attr-defined]
+        self.setitem(obj, key, value)
 
     def END_FOR(self, inst: Inst) -> None:
         self.popn(2)
 
     def CALL_INTRINSIC_1(self, inst: Inst) -> None:
-        if inst.arg == INTRINSIC_LIST_TO_TUPLE:
+        if arg(inst) == INTRINSIC_LIST_TO_TUPLE:
             self.push(TupleVariable(self.pop().unpack(self)))
-        elif inst.arg == INTRINSIC_UNARY_POSITIVE:
-            self.UNARY_POSITIVE(inst)  # type: ignore[attr-defined]
+        elif arg(inst) == INTRINSIC_UNARY_POSITIVE:
+            self.UNARY_POSITIVE(inst)
         else:
             raise Unsupported(f"CALL_INTRINSIC_1 {inst.argrepr}")
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import dis
 import operator
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import Unsupported
+from .translator_core import TranslatorCore, arg
 from .variables.base import VariableTracker
 from .variables.builtins import BuiltinVariable
 from .variables.constant import ConstantVariable
@@ -23,13 +24,6 @@ from .variables.lists import BaseListVariable, ListVariable, TupleVariable
 from .variables.misc import BoundCallVariable, NullVariable
 from .variables.tensor import TensorVariable
 from .variables.torch import ContextMethodVariable, GradModeVariable
-
-if TYPE_CHECKING:
-    from .symbolic_convert import InstructionTranslatorBase
-
-    Base = InstructionTranslatorBase
-else:
-    Base = object
 
 Inst = dis.Instruction
 
@@ -49,7 +43,7 @@ COMPARE_OPS: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
-class CommonInstructions(Base):
+class CommonInstructions(TranslatorCore):
     # --- no-ops -------------------------------------------------------------------
     def NOP(self, inst: Inst) -> None:
         pass
@@ -67,10 +61,10 @@ class CommonInstructions(Base):
         self.push(NullVariable())
 
     def COPY(self, inst: Inst) -> None:
-        self.push(self.stack[-inst.arg])
+        self.push(self.stack[-arg(inst)])
 
     def SWAP(self, inst: Inst) -> None:
-        i = inst.arg
+        i = arg(inst)
         self.stack[-1], self.stack[-i] = self.stack[-i], self.stack[-1]
 
     # --- locals, cells, constants, globals -----------------------------------------------
@@ -178,35 +172,35 @@ class CommonInstructions(Base):
 
     # --- building ------------------------------------------------------------------------------
     def BUILD_TUPLE(self, inst: Inst) -> None:
-        self.push(TupleVariable(self.popn(inst.arg)))
+        self.push(TupleVariable(self.popn(arg(inst))))
 
     def BUILD_LIST(self, inst: Inst) -> None:
-        self.push(ListVariable(self.popn(inst.arg)))
+        self.push(ListVariable(self.popn(arg(inst))))
 
     def BUILD_SET(self, inst: Inst) -> None:
         raise Unsupported("Python sets are not traced")
 
     def BUILD_MAP(self, inst: Inst) -> None:
-        flat = self.popn(2 * inst.arg)
+        flat = self.popn(2 * arg(inst))
         self.push(DictVariable({dict_key(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}))
 
     def BUILD_CONST_KEY_MAP(self, inst: Inst) -> None:
         keys = self.pop().as_python_constant()
-        values = self.popn(inst.arg)
+        values = self.popn(arg(inst))
         self.push(DictVariable(dict(zip(keys, values, strict=True))))
 
     def BUILD_SLICE(self, inst: Inst) -> None:
-        parts = self.popn(inst.arg)
+        parts = self.popn(arg(inst))
         if not all(p.is_python_constant() for p in parts):
             raise Unsupported("slice bounds that are not constants (data-dependent slicing)")
         self.push(ConstantVariable(slice(*[p.as_python_constant() for p in parts])))
 
     def BUILD_STRING(self, inst: Inst) -> None:
-        parts = self.popn(inst.arg)
+        parts = self.popn(arg(inst))
         self.push(ConstantVariable("".join(p.as_python_constant() for p in parts)))
 
     def FORMAT_VALUE(self, inst: Inst) -> None:
-        flags = inst.arg or 0
+        flags = arg(inst) or 0
         spec = self.pop().as_python_constant() if flags & 0x04 else ""
         value = self.pop()
         if not value.is_python_constant():
@@ -223,13 +217,13 @@ class CommonInstructions(Base):
 
     def LIST_APPEND(self, inst: Inst) -> None:
         v = self.pop()
-        target = self.stack[-inst.arg]
+        target = self.stack[-arg(inst)]
         assert isinstance(target, ListVariable)
         target.items.append(v)
 
     def LIST_EXTEND(self, inst: Inst) -> None:
         v = self.pop()
-        target = self.stack[-inst.arg]
+        target = self.stack[-arg(inst)]
         assert isinstance(target, ListVariable)
         target.items.extend(v.unpack(self))
 
@@ -244,13 +238,13 @@ class CommonInstructions(Base):
     def MAP_ADD(self, inst: Inst) -> None:
         value = self.pop()
         key = self.pop()
-        target = self.stack[-inst.arg]
+        target = self.stack[-arg(inst)]
         assert isinstance(target, DictVariable)
         target.items[dict_key(key)] = value
 
     def DICT_UPDATE(self, inst: Inst) -> None:
         other = self.pop()
-        target = self.stack[-inst.arg]
+        target = self.stack[-arg(inst)]
         assert isinstance(target, DictVariable)
         if not isinstance(other, DictVariable):
             raise Unsupported(f"`**` unpacking of {other.describe()}")
@@ -262,13 +256,13 @@ class CommonInstructions(Base):
     def UNPACK_SEQUENCE(self, inst: Inst) -> None:
         seq = self.pop()
         items = seq.unpack(self)
-        if len(items) != inst.arg:
-            raise Unsupported(f"unpacking {len(items)} values into {inst.arg} names (ValueError)")
+        if len(items) != arg(inst):
+            raise Unsupported(f"unpacking {len(items)} values into {arg(inst)} names (ValueError)")
         for item in reversed(items):
             self.push(item)
 
     def UNPACK_EX(self, inst: Inst) -> None:
-        before, after = inst.arg & 0xFF, inst.arg >> 8
+        before, after = arg(inst) & 0xFF, arg(inst) >> 8
         items = self.pop().unpack(self)
         if len(items) < before + after:
             raise Unsupported("not enough values to unpack (ValueError)")
@@ -281,8 +275,8 @@ class CommonInstructions(Base):
     def BINARY_OP(self, inst: Inst) -> None:
         b = self.pop()
         a = self.pop()
-        arg = inst.arg
-        fn = BINARY_OPS[arg] if arg < len(BINARY_OPS) else INPLACE_OPS[arg - len(BINARY_OPS)]
+        n = arg(inst)
+        fn = BINARY_OPS[n] if n < len(BINARY_OPS) else INPLACE_OPS[n - len(BINARY_OPS)]
         self.push(self.binary(fn, a, b))
 
     def COMPARE_OP(self, inst: Inst) -> None:
@@ -293,13 +287,13 @@ class CommonInstructions(Base):
     def IS_OP(self, inst: Inst) -> None:
         b = self.pop()
         a = self.pop()
-        self.push(self.is_op(a, b, bool(inst.arg)))
+        self.push(self.is_op(a, b, bool(arg(inst))))
 
     def CONTAINS_OP(self, inst: Inst) -> None:
         container = self.pop()
         item = self.pop()
         result = self.contains(container, item)
-        if inst.arg:
+        if arg(inst):
             result = BuiltinVariable(operator.not_).call_function(self, [result], {})
         self.push(result)
 
@@ -346,7 +340,7 @@ class CommonInstructions(Base):
 
     # --- functions ----------------------------------------------------------------------------------
     def MAKE_FUNCTION(self, inst: Inst) -> None:
-        flags = inst.arg or 0
+        flags = arg(inst) or 0
         code_var = self.pop()
         code = code_var.as_python_constant()
         qualname = code.co_qualname if hasattr(code, "co_qualname") else code.co_name
@@ -389,7 +383,7 @@ class CommonInstructions(Base):
         self.push(self.call(fn, args, kwargs))
 
     def CALL_FUNCTION_EX(self, inst: Inst) -> None:
-        kwargs_var = self.pop() if inst.arg & 1 else None
+        kwargs_var = self.pop() if arg(inst) & 1 else None
         args_var = self.pop()
         fn = self.pop()
         if self.stack and isinstance(self.stack[-1], NullVariable):
@@ -404,7 +398,7 @@ class CommonInstructions(Base):
         self.push(self.call(fn, args, kwargs))
 
     def KW_NAMES(self, inst: Inst) -> None:
-        self.kw_names = tuple(self.code.co_consts[inst.arg])
+        self.kw_names = tuple(self.code.co_consts[arg(inst)])
 
     # --- with blocks -----------------------------------------------------------------------------------
     def BEFORE_WITH(self, inst: Inst) -> None:
@@ -419,7 +413,7 @@ class CommonInstructions(Base):
         self.push(ConstantVariable(AssertionError))
 
     def RAISE_VARARGS(self, inst: Inst) -> None:
-        args = self.popn(inst.arg)
+        args = self.popn(arg(inst))
         what = args[0].describe() if args else "re-raise"
         if args and args[0].is_python_constant() and args[0].as_python_constant() is AssertionError:
             raise Unsupported("assertion failed while tracing (AssertionError)")

@@ -15,8 +15,9 @@ import dis
 import itertools
 import types
 from dataclasses import dataclass
+from typing import Any
 
-from bytecode import Bytecode, Instr, Label
+from bytecode import Bytecode, CompilerFlags, Instr, Label
 
 from .errors import Unsupported
 
@@ -71,7 +72,7 @@ def resume_code(
     dis_insts = real_instructions(orig)
     target_index = next(i for i, inst in enumerate(dis_insts) if inst.offset == offset)
     label = Label()
-    body: list[object] = []
+    body: list[Any] = []
     seen = 0
     for item in bc:
         if isinstance(item, Instr):
@@ -86,7 +87,7 @@ def resume_code(
     stack_names = tuple(f"___stack{i}" for i in range(nstack))
     line = dis_insts[target_index].positions
     lineno = line.lineno if line is not None and line.lineno is not None else orig.co_firstlineno
-    prefix: list[object] = [Instr("RESUME", 0, lineno=lineno)]
+    prefix: list[Any] = [Instr("RESUME", 0, lineno=lineno)]
     for i, n in enumerate(stack_names):
         prefix.append(Instr("LOAD_FAST", n, lineno=lineno))
         if i in iter_slots:
@@ -97,7 +98,7 @@ def resume_code(
     new.argcount = len(stack_names) + len(argnames)
     new.posonlyargcount = 0
     new.kwonlyargcount = 0
-    new.flags = orig.co_flags & ~(0x04 | 0x08)
+    new.flags = CompilerFlags(orig.co_flags & ~(0x04 | 0x08))
     new.name = name
     new.qualname = name
     new.filename = orig.co_filename
@@ -127,9 +128,9 @@ def live_locals(code: types.CodeType, offsets: list[int]) -> set[str]:
         out: list[int] = []
         if inst.opname not in terminal and inst.opname not in jumps_uncond and i + 1 < len(insts):
             out.append(i + 1)
-        if inst.opcode in dis.hasjrel or inst.opcode in dis.hasjabs:
-            if inst.argval in index:
-                out.append(index[inst.argval])
+        is_jump = inst.opcode in dis.hasjrel or inst.opcode in dis.hasjabs
+        if is_jump and inst.argval in index:
+            out.append(index[inst.argval])
         for start, end, target in handlers:
             if start <= inst.offset < end and target in index:
                 out.append(index[target])

@@ -23,6 +23,7 @@ from .codegen import OUT_LOCAL, PyCodegen
 from .errors import Unsupported
 from .output_graph import CapturedGraph, CompilerFn
 from .resume import live_locals, origin_of, resume_code
+from .translator_core import arg
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable
 from .variables.lists import ListIteratorVariable
@@ -227,26 +228,26 @@ CONSUMES = {
 def consumed(inst: dis.Instruction) -> int:
     """Stack entries the instruction pops (0 when unsure: check everything)."""
     if inst.opname == "CALL":
-        return inst.arg + 2
+        return arg(inst) + 2
     if inst.opname == "CALL_FUNCTION_EX":
-        return 4 if inst.arg & 1 else 3
+        return 4 if arg(inst) & 1 else 3
     if inst.opname in COND_JUMPS:
         return 1
     if inst.opname in ("BUILD_STRING", "BUILD_SET"):
-        return inst.arg
+        return arg(inst)
     if inst.opname == "FORMAT_VALUE":
-        return 2 if inst.arg & 0x04 else 1
+        return 2 if arg(inst) & 0x04 else 1
     return CONSUMES.get(inst.opname, 0)
 
 
 def native_effect(inst: dis.Instruction) -> int:
     if inst.opname == "CALL" and not PY312:
-        return -(inst.arg + 1)
+        return -(arg(inst) + 1)
     if inst.opname == "LOAD_METHOD":
         return 1
     if inst.opname == "LOAD_ATTR" and PY312:
-        return 1 if inst.arg & 1 else 0
-    return dis.stack_effect(inst.opcode, inst.arg if inst.opcode >= dis.HAVE_ARGUMENT else None, jump=False)
+        return 1 if arg(inst) & 1 else 0
+    return dis.stack_effect(inst.opcode, arg(inst) if inst.opcode >= dis.HAVE_ARGUMENT else None, jump=False)
 
 
 def rewrite_call(
@@ -257,8 +258,8 @@ def rewrite_call(
     the stack to rebuild and the call's argument count."""
     stack = list(tx.stack)
     if inst.opname != "CALL":
-        return stack, inst.arg or 0
-    n = inst.arg
+        return stack, arg(inst) or 0
+    n = arg(inst)
     first, second = stack[-n - 2], stack[-n - 1]
     if not isinstance(first, NullVariable):
         return stack, n
@@ -283,9 +284,12 @@ def callee_function(
 
     if isinstance(callee, UserFunctionVariable) and callee.source is not None:
         return callee.fn, None
-    if isinstance(callee, UserMethodVariable) and isinstance(callee.fn, UserFunctionVariable):
-        if callee.obj.source is not None:
-            return callee.fn.fn, callee.obj
+    if (
+        isinstance(callee, UserMethodVariable)
+        and isinstance(callee.fn, UserFunctionVariable)
+        and callee.obj.source is not None
+    ):
+        return callee.fn.fn, callee.obj
     if isinstance(callee, NNModuleVariable) and callee.source is not None:
         m = callee.value
         if not has_hooks(m) and not is_leaf_module(m, tx.options.inline_inbuilt_nn_modules):
@@ -315,16 +319,16 @@ def replay(
             cg.emit("PRECALL", call_args)
         cg.emit("CALL", call_args)
         return
-    arg = inst.argval
+    value: Any = inst.argval
     if inst.opname in ("LOAD_ATTR",) and PY312:
-        arg = (bool(inst.arg & 1), inst.argval)
+        value = (bool(arg(inst) & 1), inst.argval)
     if inst.opname == "BINARY_OP" or inst.opname in ("BUILD_SET", "UNPACK_SEQUENCE", "UNPACK_EX", "BUILD_STRING", "FORMAT_VALUE", "CALL_FUNCTION_EX", "IS_OP", "CONTAINS_OP"):
-        arg = inst.arg
+        value = arg(inst)
     if inst.opname == "COMPARE_OP":
         from bytecode import Compare
 
-        arg = Compare(inst.arg) if not PY312 else Compare(inst.arg >> 4)
+        value = Compare(arg(inst)) if not PY312 else Compare(arg(inst) >> 4)
     if inst.opcode < dis.HAVE_ARGUMENT:
         cg.emit(inst.opname)
     else:
-        cg.emit(inst.opname, arg)
+        cg.emit(inst.opname, value)

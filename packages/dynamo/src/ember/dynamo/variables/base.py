@@ -15,7 +15,7 @@ from ..source_tracking import Source
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
-    from ..symbolic_convert import InstructionTranslatorBase as Tx
+    from ..translator_core import TranslatorCore as Tx
 
 
 class NotConstant(Exception):

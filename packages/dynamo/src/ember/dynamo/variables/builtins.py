@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import builtins
 import functools
-import math
 import operator
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +23,7 @@ from .tensor import TensorVariable
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
-    from ..symbolic_convert import InstructionTranslatorBase as Tx
+    from ..translator_core import TranslatorCore as Tx
 
 Args = list[VariableTracker]
 Kwargs = dict[str, VariableTracker]
@@ -92,15 +91,19 @@ def apply_operator(tx: Tx, fn: Any, args: Args) -> VariableTracker:
     base = INPLACE_TO_OUT.get(fn, fn)
     if len(args) == 2:
         a, b = args
-        if base is operator.add and isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable):
-            if a.kind is b.kind:
-                return a.new([*a.items, *b.items])
+        if (
+            base is operator.add
+            and isinstance(a, BaseListVariable)
+            and isinstance(b, BaseListVariable)
+            and a.kind is b.kind
+        ):
+            return a.new([*a.items, *b.items])
         if base is operator.mul and isinstance(a, BaseListVariable) and b.is_python_constant():
             return a.new(a.items * b.as_python_constant())
         if base in (operator.eq, operator.ne):
-            ka, kb = getattr(a, "value", a), getattr(b, "value", b)
-            same = ka is kb
-            return ConstantVariable(same if base is operator.eq else not same)
+            same = same_value(a, b)
+            if same is not None:
+                return ConstantVariable(same if base is operator.eq else not same)
     if fn is operator.not_ and len(args) == 1:
         return ConstantVariable(not args[0].truth(tx))
     if fn is operator.truth and len(args) == 1:
@@ -113,25 +116,33 @@ def contains(tx: Tx, container: VariableTracker, item: VariableTracker) -> Varia
     if isinstance(container, DictVariable):
         return ConstantVariable(dict_key(item) in container.items)
     if isinstance(container, BaseListVariable):
-        if item.is_python_constant():
-            want = item.as_python_constant()
-            for v in container.items:
-                if not v.is_python_constant():
-                    break
-                if v.as_python_constant() == want:
-                    return ConstantVariable(True)
-            else:
-                return ConstantVariable(False)
-        if all(v is not item and not isinstance(v, TensorVariable) for v in container.items):
-            if not item.is_python_constant():
-                return ConstantVariable(False)
-        if any(v is item for v in container.items):
-            return ConstantVariable(True)
+        for v in container.items:
+            same = same_value(v, item)
+            if same is None:
+                raise Unsupported(f"`in` test comparing {item.describe()} with {v.describe()}")
+            if same:
+                return ConstantVariable(True)
+        return ConstantVariable(False)
     if container.is_python_constant() and item.is_python_constant():
         return fold(operator.contains, [container, item])
     if isinstance(container, TensorVariable):
         return tx.output.create_op("call_method", "__contains__", [container, item], {})
     raise Unsupported(f"`in` test on {container.describe()}")
+
+
+def same_value(a: VariableTracker, b: VariableTracker) -> bool | None:
+    """``a == b`` as ``in`` computes it (identity first), or None if unknown."""
+    if a is b:
+        return True
+    if a.is_python_constant() and b.is_python_constant():
+        return bool(a.as_python_constant() == b.as_python_constant())
+    if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+        return None
+    ra, rb = getattr(a, "value", None), getattr(b, "value", None)
+    default_eq: Any = object.__eq__
+    if ra is not None and rb is not None and type(ra).__eq__ is default_eq:
+        return ra is rb
+    return None
 
 
 def isinstance_check(tx: Tx, obj: VariableTracker, cls: VariableTracker) -> VariableTracker:
@@ -243,9 +254,10 @@ def construct_builtin_type(tx: Tx, cls: Any, args: Args, kwargs: Kwargs) -> Vari
         )
     if cls is bool and len(args) == 1 and not kwargs:
         return ConstantVariable(args[0].truth(tx))
-    if cls in (int, float, bool, str, complex, range, slice, frozenset, torch.Size, torch.device):
-        if all_const([*args, *kwargs.values()]):
-            return fold(cls, args, kwargs)
+    if cls in (int, float, bool, str, complex, range, slice, frozenset, torch.Size, torch.device) and all_const(
+        [*args, *kwargs.values()]
+    ):
+        return fold(cls, args, kwargs)
     if cls is enumerate:
         start = args[1].as_python_constant() if len(args) > 1 else 0
         start = kwargs["start"].as_python_constant() if "start" in kwargs else start
@@ -348,9 +360,8 @@ class BuiltinVariable(VariableTracker):
             [*args, *kwargs.values()]
         ):
             return fold(fn, args, kwargs)
-        if fn is math.sqrt or (getattr(fn, "__module__", None) == "math"):
-            if all_const(args):
-                return fold(fn, args, kwargs)
+        if getattr(fn, "__module__", None) == "math" and all_const(args):
+            return fold(fn, args, kwargs)
         if fn in (list, tuple, dict, int, float, bool, str, complex, range, slice, enumerate, zip,
                   reversed, type, frozenset, object):
             return construct_builtin_type(tx, fn, args, kwargs)

@@ -17,7 +17,7 @@ from .base import VariableTracker
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
-    from ..symbolic_convert import InstructionTranslatorBase as Tx
+    from ..translator_core import TranslatorCore as Tx
 
 # Types whose values are immutable, so folding any of their methods is safe.
 IMMUTABLE_TYPES: tuple[type, ...] = (

@@ -12,7 +12,7 @@ from .lists import ListVariable, TupleVariable
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
-    from ..symbolic_convert import InstructionTranslatorBase as Tx
+    from ..translator_core import TranslatorCore as Tx
 
 
 def dict_key(v: VariableTracker) -> Any:
@@ -42,7 +42,7 @@ class DictVariable(VariableTracker):
         guarded) only when used."""
         from .lazy import LazyVariable
 
-        v = self.items[key]
+        v: VariableTracker = self.items[key]
         if isinstance(v, LazyVariable):
             v = v.realize(tx)
             self.items[key] = v
@@ -153,12 +153,14 @@ class DictVariable(VariableTracker):
             if k not in self.items:
                 self.mutate(tx)
                 self.items[k] = args[1] if len(args) == 2 else none
-            return self.items[k]
+            found: VariableTracker = self.items[k]
+            return found
         if name == "pop" and 1 <= len(args) <= 2:
             k = dict_key(args[0])
             if k in self.items:
                 self.mutate(tx)
-                return self.items.pop(k)
+                popped: VariableTracker = self.items.pop(k)
+                return popped
             if len(args) == 2:
                 return args[1]
             raise Unsupported(f"dict.pop of missing key {k!r} (KeyError)")

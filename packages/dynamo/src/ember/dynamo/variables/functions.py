@@ -13,7 +13,7 @@ from .dicts import DictVariable
 from .lists import TupleVariable
 
 if TYPE_CHECKING:
-    from ..symbolic_convert import InstructionTranslatorBase as Tx
+    from ..translator_core import TranslatorCore as Tx
 
 
 class CellVariable(VariableTracker):

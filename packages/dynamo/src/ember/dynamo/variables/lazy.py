@@ -9,7 +9,7 @@ from ..source_tracking import Source
 from .base import VariableTracker
 
 if TYPE_CHECKING:
-    from ..symbolic_convert import InstructionTranslatorBase as Tx
+    from ..translator_core import TranslatorCore as Tx
 
 
 class LazyVariable(VariableTracker):

@@ -17,7 +17,7 @@ from .constant import ConstantVariable
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
-    from ..symbolic_convert import InstructionTranslatorBase as Tx
+    from ..translator_core import TranslatorCore as Tx
 
 
 def const_index(v: VariableTracker, what: str) -> Any:
@@ -60,7 +60,8 @@ class BaseListVariable(VariableTracker):
             raise Unsupported(f"{self.describe()}[{k!r}] raised {type(e).__name__}: {e}") from e
         if isinstance(k, slice):
             return self.new(picked)
-        return picked
+        result: VariableTracker = picked
+        return result
 
     def new(self, items: list[VariableTracker]) -> VariableTracker:
         return type(self)(items)

@@ -9,7 +9,7 @@ from .base import VariableTracker
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
-    from ..symbolic_convert import InstructionTranslatorBase as Tx
+    from ..translator_core import TranslatorCore as Tx
 
 
 class NullVariable(VariableTracker):

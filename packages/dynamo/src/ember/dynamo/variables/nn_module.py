@@ -22,7 +22,7 @@ from .lists import TupleVariable
 from .objects import class_attribute
 
 if TYPE_CHECKING:
-    from ..symbolic_convert import InstructionTranslatorBase as Tx
+    from ..translator_core import TranslatorCore as Tx
 
 CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)
 
@@ -63,7 +63,7 @@ class NNModuleVariable(VariableTracker):
 
     def truth(self, tx: Tx) -> bool:
         if isinstance(self.value, CONTAINERS):
-            return len(self.value) > 0  # type: ignore[arg-type]
+            return len(self.value) > 0
         return True
 
     def child_source(self, name: str | int) -> Source | None:
@@ -140,7 +140,7 @@ class NNModuleVariable(VariableTracker):
     ) -> VariableTracker:
         m = self.value
         if name == "__len__" and isinstance(m, CONTAINERS):
-            return ConstantVariable(len(m))  # type: ignore[arg-type]
+            return ConstantVariable(len(m))
         if name == "__getitem__" and len(args) == 1 and isinstance(m, CONTAINERS):
             key = args[0].as_python_constant()
             if isinstance(key, slice):
@@ -152,7 +152,7 @@ class NNModuleVariable(VariableTracker):
                 items = [wrap(tx, m[i], self.child_source(i)) for i in idx]
                 return TupleVariable(items)
             if isinstance(key, int) and key < 0:
-                key += len(m)  # type: ignore[arg-type]
+                key += len(m)
             from ..builder import wrap
 
             return wrap(tx, m[key], self.child_source(key))

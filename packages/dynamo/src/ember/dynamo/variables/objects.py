@@ -21,7 +21,7 @@ from .constant import ConstantVariable
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
-    from ..symbolic_convert import InstructionTranslatorBase as Tx
+    from ..translator_core import TranslatorCore as Tx
 
 
 def identity_key(v: VariableTracker) -> Any:

@@ -20,7 +20,7 @@ from .constant import ConstantVariable
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
-    from ..symbolic_convert import InstructionTranslatorBase as Tx
+    from ..translator_core import TranslatorCore as Tx
 
 # Attributes that are metadata: folded to constants.
 META_ATTRS = frozenset(
@@ -140,7 +140,7 @@ def tensor_method(
         )
     if name in ("size", "stride") and not kwargs:
         value = getattr(tensor.example, name)(*[a.as_python_constant() for a in args])
-        if isinstance(value, torch.Size) or isinstance(value, tuple):
+        if isinstance(value, (torch.Size, tuple)):
             value = torch.Size(int(s) for s in value) if name == "size" else tuple(value)
         return ConstantVariable(value)
     if name in ("dim", "numel", "nelement", "element_size", "is_contiguous", "is_floating_point",

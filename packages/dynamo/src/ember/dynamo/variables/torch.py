@@ -19,7 +19,7 @@ from .constant import ConstantVariable
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
-    from ..symbolic_convert import InstructionTranslatorBase as Tx
+    from ..translator_core import TranslatorCore as Tx
 
 # Functions that change process state or do I/O: never run while tracing.
 NOT_TRACEABLE = frozenset(
