@@ -267,3 +267,26 @@ def test_outputs_sharing_memory_get_correct_gradients() -> None:
         loss = sum((o * o).sum() * i for i, o in enumerate(outs, 1))
         grads.append(torch.autograd.grad(loss, x)[0])
     torch.testing.assert_close(grads[0], grads[1])
+
+
+def test_data_dependent_shape_is_a_clear_error() -> None:
+    from ember.aotgrad import TraceError
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x[x > 0].sum()
+
+    with pytest.raises(TraceError, match="depends on tensor data .* static shapes only"):
+        aot_function(f, nop_compiler)(torch.randn(5, requires_grad=True))
+
+
+def test_lstm_is_rejected_at_trace_time_and_backend_falls_back() -> None:
+    from ember.aotgrad import TraceError
+
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(4, 8, batch_first=True)
+    x = torch.randn(2, 3, 4)
+    with pytest.raises(TraceError, match="mkldnn_rnn_layer.* is not supported"):
+        aot_module(lstm, nop_compiler)(x)
+    gm = torch.fx.symbolic_trace(torch.nn.Sequential(torch.nn.Linear(4, 4)))
+    run = aot_eager(gm, [x])
+    torch.testing.assert_close(run(x), gm(x))

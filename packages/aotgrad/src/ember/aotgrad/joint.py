@@ -25,7 +25,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import _disable_current_modes
 
-from ember.aotgrad.errors import TraceError, VerifyError
+from ember.aotgrad.errors import AotGradError, TraceError, VerifyError
 from ember.aotgrad.functionalize import find_mutated_inputs, functionalize
 from ember.aotgrad.trace import DecompTable, GraphTracer, layout_of, storage_key
 
@@ -96,33 +96,42 @@ def trace_graph(
         tracer.placeholder(f"primals_{i + 1}", a)
     input_storage = {storage_key(a): i for i, a in reversed(list(enumerate(args)))}
 
-    with fake_mode, tracer, torch.set_grad_enabled(joint):
-        outs = list(fn(*args))
-        mutated = find_mutated_inputs(tracer.graph)
-        slots: list[OutputSlot] = []
-        graph_outs: list[torch.Tensor] = []
-        for out in outs:
-            if not isinstance(out, torch.Tensor):
-                slots.append(OutputSlot("const", value=out))
-                continue
-            src = input_storage.get(storage_key(out))
-            if src is None:
-                slots.append(OutputSlot("graph", len(graph_outs)))
-                graph_outs.append(out)
-            elif out is args[src] and src not in mutated:
-                slots.append(OutputSlot("input", src))
+    try:
+        with fake_mode, tracer, torch.set_grad_enabled(joint):
+            outs = list(fn(*args))
+            mutated = find_mutated_inputs(tracer.graph)
+            slots: list[OutputSlot] = []
+            graph_outs: list[torch.Tensor] = []
+            for out in outs:
+                if not isinstance(out, torch.Tensor):
+                    slots.append(OutputSlot("const", value=out))
+                    continue
+                src = input_storage.get(storage_key(out))
+                if src is None:
+                    slots.append(OutputSlot("graph", len(graph_outs)))
+                    graph_outs.append(out)
+                elif out is args[src] and src not in mutated:
+                    slots.append(OutputSlot("input", src))
+                else:
+                    slots.append(OutputSlot("alias", src, layout_of(out)))
+            fw_values = [args[i] for i in mutated] + graph_outs
+            tangent_mask = [joint and v.requires_grad for v in fw_values]
+            grad_inputs: list[int] = []
+            grads: list[torch.Tensor] = []
+            if joint and any(tangent_mask):
+                grad_inputs, grads = _trace_backward(tracer, fake_mode, leaves, fw_values,
+                                                     tangent_mask)
             else:
-                slots.append(OutputSlot("alias", src, layout_of(out)))
-        fw_values = [args[i] for i in mutated] + graph_outs
-        tangent_mask = [joint and v.requires_grad for v in fw_values]
-        grad_inputs: list[int] = []
-        grads: list[torch.Tensor] = []
-        if joint and any(tangent_mask):
-            grad_inputs, grads = _trace_backward(tracer, fake_mode, leaves, fw_values,
-                                                 tangent_mask)
-        else:
-            tangent_mask = [False] * len(fw_values)
-        tracer.graph.output([tracer.node_of(v) for v in fw_values + grads])
+                tangent_mask = [False] * len(fw_values)
+            tracer.graph.output([tracer.node_of(v) for v in fw_values + grads])
+    except AotGradError:
+        raise
+    except Exception as e:
+        raise TraceError(
+            f"tracing failed: {type(e).__name__}: {e}. The function runs eagerly, but not "
+            "on fake tensors under ember.aotgrad's tracer (an op without a fake kernel or "
+            "a data-dependent shape?)"
+        ) from e
     func = functionalize(tracer.graph_module(), fake_mode)
     if list(func.mutated_inputs) != mutated:
         raise TraceError(

@@ -22,6 +22,10 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+)
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_map
 
@@ -45,6 +49,14 @@ def layout_of(t: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int]:
 def storage_key(t: torch.Tensor) -> int:
     """A key equal for two tensors exactly when they share a storage."""
     return int(t.untyped_storage()._cdata)
+
+
+# Ops whose real kernels return undefined tensors (None in Python) where their fake
+# kernels return tensors: a graph containing them would trace but fail at runtime.
+_UNSUPPORTED: dict[str, str] = {
+    "mkldnn_rnn_layer": "nn.LSTM/nn.GRU on CPU (its workspace output is undefined at runtime)",
+    "_cudnn_rnn": "cuDNN RNNs (nn.LSTM/nn.GRU on CUDA)",
+}
 
 
 def _decomposes_implicitly(func: Any) -> bool:
@@ -145,6 +157,12 @@ class GraphTracer(TorchDispatchMode):  # type: ignore[no-untyped-call]
         return self._record(func, args, kwargs)
 
     def _record(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        packet = getattr(getattr(func, "overloadpacket", None), "__name__", "")
+        if packet in _UNSUPPORTED:
+            raise TraceError(
+                f"{func} is not supported by ember.aotgrad: {_UNSUPPORTED[packet]}. Run "
+                "this module eagerly (backends fall back to eager automatically)"
+            )
         try:
             node_args = tree_map(self._arg, args)
             node_kwargs = tree_map(self._arg, kwargs)
@@ -152,6 +170,13 @@ class GraphTracer(TorchDispatchMode):  # type: ignore[no-untyped-call]
             raise TraceError(f"while tracing {func}: {e}") from None
         try:
             out = func(*args, **kwargs)
+        except (DynamicOutputShapeException, DataDependentOutputException) as e:
+            raise TraceError(
+                f"{func} has an output whose shape or value depends on tensor data "
+                f"({type(e).__name__}: {e}); ember.aotgrad traces with static shapes only. "
+                "Keep data-dependent code (boolean-mask indexing, nonzero, .item()) out of "
+                "the compiled function"
+            ) from e
         except Exception as e:
             raise TraceError(
                 f"{func} failed on fake tensors while tracing: {type(e).__name__}: {e}"
