@@ -23,6 +23,7 @@ import json, sys, time
 import torch
 import torch._dynamo  # imported up front for both: fake tensors pull it in anyway
 import ember.dynamo
+torch.set_num_threads(1)  # a shared 2-core machine: no intra-op thread contention
 torch.manual_seed(0)
 layer = torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, dropout=0.0, batch_first=True).eval()
 x = torch.randn(2, 10, 64)
