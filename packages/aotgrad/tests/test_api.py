@@ -287,6 +287,19 @@ def test_lstm_is_rejected_at_trace_time_and_backend_falls_back() -> None:
     x = torch.randn(2, 3, 4)
     with pytest.raises(TraceError, match="mkldnn_rnn_layer.* is not supported"):
         aot_module(lstm, nop_compiler)(x)
-    gm = torch.fx.symbolic_trace(torch.nn.Sequential(torch.nn.Linear(4, 4)))
+
+
+    class Wrap(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = lstm
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.lstm(x)[0].relu()
+
+    gm = torch.fx.symbolic_trace(Wrap())  # nn.LSTM stays a leaf call_module
     run = aot_eager(gm, [x])
-    torch.testing.assert_close(run(x), gm(x))
+    out = run(x)
+    torch.testing.assert_close(out, gm(x))
+    out.sum().backward()  # the eager fallback trains
+    assert lstm.weight_ih_l0.grad is not None
