@@ -6,6 +6,7 @@ import logging
 from collections.abc import Iterator
 
 import pytest
+import torch
 
 import ember.dynamo
 from ember.dynamo import logs
@@ -58,3 +59,27 @@ def test_enabled_area_reaches_stderr(capsys: pytest.CaptureFixture[str]) -> None
     ember.dynamo.set_logs(perf_hints=True)
     ember.dynamo.get_logger("perf_hints").info("hello from perf_hints")
     assert "[ember.perf_hints] hello from perf_hints" in capsys.readouterr().err
+
+
+def toy(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    x = a / (torch.abs(a) + 1)
+    if b.sum() < 0:
+        b = b * -1
+    return x * b
+
+
+def test_capture_logs_bytecode_graph_and_breaks(caplog: pytest.LogCaptureFixture) -> None:
+    ember.dynamo.set_logs(bytecode=True, graph=True, graph_code=True, guards=True, graph_breaks=True)
+    f = ember.dynamo.compile(toy, backend="eager")
+    with caplog.at_level(logging.INFO, logger="ember"):
+        f(torch.randn(4), torch.randn(4))
+    ember.dynamo.reset()
+    by_area: dict[str, str] = {}
+    for rec in caplog.records:
+        by_area[rec.name] = by_area.get(rec.name, "") + rec.getMessage() + "\n"
+    assert "ORIGINAL BYTECODE" in by_area["ember.bytecode"] and "MODIFIED BYTECODE" in by_area["ember.bytecode"]
+    assert "def forward(self, a, b):" in by_area["ember.graph_code"]
+    assert "call_function  abs_1" in by_area["ember.graph"]
+    assert "local 'a' TENSOR_MATCH" in by_area["ember.guards"]
+    assert "graph break in `toy` at " in by_area["ember.graph_breaks"]
+    assert "`if b.sum() < 0:`" in by_area["ember.graph_breaks"]

@@ -34,7 +34,7 @@ from . import eval_frame_hook
 from .backends import CompilerFn
 from .cache import CacheTable, CodeCache, RecompileError, first_failure
 from .config import DynamoOptions
-from .logs import get_logger
+from .logs import get_logger, log_capture
 
 _CO_VARARGS = inspect.CO_VARARGS
 _CO_VARKEYWORDS = inspect.CO_VARKEYWORDS
@@ -236,9 +236,10 @@ class Runtime:
 
             folder = write_frame(self.options.debug_dir, cache.code, guarded)
             log_dynamo.info("debug artifacts for %s in %s", cache.where(), folder)
+        log_capture(cache.where(), cache.code, guarded)
         if log_guards.isEnabledFor(logging.DEBUG):
             source = getattr(guarded.check_fn, "code", None)
-            log_guards.debug("guards for %s:\n%s", cache.where(), source or guarded.guard_set)
+            log_guards.debug("check function of %s:\n%s", cache.where(), source)
         _emit(self, "capture", cache.code, guarded, None)
         return guarded
 
