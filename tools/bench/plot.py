@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,8 @@ def plot_speedups(results: list[dict[str, Any]], path: Path, title: str = "") ->
     ax.set_xticklabels(workloads, rotation=30, ha="right")
     ax.legend(fontsize=8)
     if title:
-        ax.set_title(title, fontsize=9)
+        wrapped = "\n".join(textwrap.fill(line, 120) for line in title.splitlines())
+        ax.set_title(wrapped, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

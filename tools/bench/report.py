@@ -220,5 +220,6 @@ def machine_line(info: dict[str, Any]) -> str:
         f"device {info.get('device')}" + (f" ({info['gpu']})" if info.get("gpu") else ""),
     ]
     if load:
-        parts.append(f"load avg {load[0]}")
+        end = info.get("loadavg_end")
+        parts.append(f"load avg {load[0]}" + (f" at start, {end[0]} at end" if end else ""))
     return ", ".join(str(p) for p in parts)

@@ -159,6 +159,8 @@ def _measure(
         result["first_call_s"] = time.perf_counter() - t0
         result["graphs"] = stats.graphs if stats.counted else None
         graphs_first = stats.graphs
+        if compiler.name.startswith("ember-"):
+            result["ember_compile_times"] = _ember_compile_times()
         if spec.phase == "warm":
             return
         stage[0] = "accuracy check"
@@ -222,6 +224,17 @@ def _measure(
             result["saved_bytes"] = saved_bytes(lambda: case.step(fn, inputs[0]), case.params)
         stage[0] = "break count"
         _break_stats(compiler, case, stats, result)
+
+
+def _ember_compile_times() -> dict[str, float] | None:
+    """Seconds per ember.dynamo compile phase so far (where a cold compile's time went)."""
+    try:
+        import ember.dynamo
+
+        times = ember.dynamo.compile_times(repr="dict")
+        return {str(k): float(sum(v)) for k, v in times.items()}
+    except Exception:  # an older or unfinished ember.dynamo: the figure is optional
+        return None
 
 
 def _break_stats(compiler: Compiler, case: Case, stats: CompileStats, result: dict[str, Any]) -> None:
