@@ -698,3 +698,36 @@ def test_graph_break_recorded_on_guarded_code() -> None:
     assert brk.user_stack[-1].line == "if b.sum() < 0:"
     fn = types.FunctionType(guarded.code, globals(), "toy_example")
     torch.testing.assert_close(fn(a, b), toy_example(a, b))
+
+
+def test_break_inside_no_grad_reenters_block() -> None:
+    ed.reset()
+    cnt = CompileCounter()
+    fn = ed.compile(with_break_in_no_grad, backend=cnt)
+    x, w = r(2, 3), r(3, 2).requires_grad_()
+    with redirect_stdout(io.StringIO()):
+        z, y2 = fn(x, w)
+    want_z, want_y2 = with_break_in_no_grad(x, w)
+    torch.testing.assert_close(z, want_z)
+    assert not z.requires_grad and y2.requires_grad
+    assert torch.is_grad_enabled()
+    assert cnt.frame_count == 2  # before the print, and the resumed rest of the block
+
+
+def raise_inside_no_grad(x):
+    with torch.no_grad():
+        y = x * 2
+        print("inside")
+        if y.shape[0] == 2:
+            raise KeyError("boom")
+    return y
+
+
+def test_exception_after_break_in_block_restores_grad_mode() -> None:
+    ed.reset()
+    fn = ed.compile(raise_inside_no_grad, backend=CompileCounter())
+    with redirect_stdout(io.StringIO()), pytest.raises(KeyError, match="boom") as info:
+        fn(r(2))
+    assert torch.is_grad_enabled()
+    lines = [f.lineno for f in __import__("traceback").extract_tb(info.tb)]
+    assert raise_inside_no_grad.__code__.co_firstlineno + 5 in lines

@@ -35,7 +35,7 @@ from .variables.objects import (
     PythonModuleVariable,
     UserObjectVariable,
 )
-from .variables.torch import TorchFunctionVariable
+from .variables.torch import GradModeExit, TorchFunctionVariable, wrap_grad_mode_exit
 
 if TYPE_CHECKING:
     from .translator_core import TranslatorCore as Tx
@@ -109,6 +109,8 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
         if source is None:
             return tx.output.register_attr_tensor(value, None, is_param=False)
         return tx.output.add_input(value, source)
+    if isinstance(value, GradModeExit) and source is not None:
+        return wrap_grad_mode_exit(tx, value, source)
     if isinstance(value, torch.nn.Module):
         if g is not None and source is not None:
             g.add_module(source, value)

@@ -104,7 +104,12 @@ def resume_code(
     new.filename = orig.co_filename
     new.first_lineno = orig.co_firstlineno
     new.argnames = list(stack_names + argnames)
-    code = new.to_code()
+    try:
+        # The stack inside the resumed code is the original's at the same
+        # point, so the original's depths (and handler depths) still hold.
+        code = new.to_code(stacksize=orig.co_stacksize + 1)
+    except Exception as e:  # the bytecode library rejected the layout
+        raise Unsupported(f"cannot build a resume function for `{orig.co_name}`: {e}") from e
     _ORIGIN[code] = ResumeInfo(orig, len(prefix) - 1, name)
     _CACHE[key] = (code, name)
     return code, name

@@ -122,8 +122,10 @@ def check_breakable(tx: InstructionTranslator, inst: dis.Instruction) -> None:
     if inst.opname not in REPLAYABLE and inst.opname not in COND_JUMPS:
         raise Unsupported(f"graph break at {inst.opname} is not supported")
     for v in tx.stack:
-        if isinstance(v, (ContextMethodVariable, GradModeVariable)):
-            raise Unsupported("graph break inside a `with` block is not supported yet")
+        if isinstance(v, GradModeVariable) or (
+            isinstance(v, ContextMethodVariable) and (v.name != "__exit__" or not v.ctx.prior)
+        ):
+            raise Unsupported("graph break while a context manager is being entered")
 
 
 def compile_break(

@@ -134,8 +134,8 @@ class GradModeVariable(VariableTracker):
     for the fake tensors that trace the ops inside.
     """
 
-    def __init__(self, target: bool | None) -> None:
-        super().__init__(None)
+    def __init__(self, target: bool | None, source: Source | None = None) -> None:
+        super().__init__(source)
         self.target = target
         self.prior: list[bool] = []
         self.entered_on_call = False
@@ -161,11 +161,41 @@ class GradModeVariable(VariableTracker):
         return super().var_getattr(tx, name)
 
 
+class GradModeExit:
+    """The ``__exit__`` of a grad-mode ``with`` block that was split by a
+    graph break: the resume function keeps it on its stack, and the block's
+    normal or exceptional exit calls it to restore the grad mode from before
+    the block."""
+
+    __slots__ = ("prior",)
+
+    def __init__(self, prior: bool | None) -> None:
+        self.prior = prior
+
+    def __call__(self, *exc_info: object) -> bool:
+        if self.prior is not None:
+            torch._C._set_grad_enabled(self.prior)
+        return False
+
+    def __repr__(self) -> str:
+        return f"GradModeExit(prior={self.prior})"
+
+
 class ContextMethodVariable(VariableTracker):
     def __init__(self, ctx: GradModeVariable, name: str) -> None:
         super().__init__(None)
         self.ctx = ctx
         self.name = name
+
+    def describe(self) -> str:
+        return f"`{self.name}` of {self.ctx.describe()}"
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        if self.name != "__exit__" or not self.ctx.prior:
+            super().reconstruct(cg)
+            return
+        prior = self.ctx.prior[-1] if self.ctx.target is not None else None
+        cg.load_const(GradModeExit(prior))
 
     def call_function(
         self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
@@ -176,3 +206,16 @@ class ContextMethodVariable(VariableTracker):
                 return ConstantVariable(None)
             return self.ctx.enter(tx)
         return self.ctx.exit(tx)
+
+
+def wrap_grad_mode_exit(tx: Tx, value: GradModeExit, source: Source) -> VariableTracker:
+    """A ``GradModeExit`` on a resume function's stack: the exit of a block
+    entered before the split (guarded on the mode it restores)."""
+    from ..source_tracking import AttrSource
+
+    tx.output.guards.add_type(source, value)
+    tx.output.guards.add_constant(AttrSource(source, "prior"), value.prior)
+    ctx = GradModeVariable(None if value.prior is None else not value.prior)
+    if value.prior is not None:
+        ctx.prior.append(value.prior)
+    return ContextMethodVariable(ctx, "__exit__")
