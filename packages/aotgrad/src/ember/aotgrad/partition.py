@@ -153,10 +153,56 @@ def node_bytes(node: fx.Node) -> int:
         return val.numel() * val.element_size()
 
 
+_BERNOULLI = {aten.bernoulli.p, aten.bernoulli.default}
+
+
+def _with_bool_masks(joint: fx.GraphModule) -> tuple[fx.GraphModule, list[fx.Node]]:
+    """A copy of ``joint`` where each float Bernoulli draw (a dropout mask, 0s and 1s)
+    also exists as a 1-byte bool tensor that the float one is recomputed from.
+
+    The conversions are exact, so the cut may save the bool mask instead of the
+    float one: a quarter of the bytes for float32.
+    """
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    out = graph.graph_copy(joint.graph, env)
+    graph.output(out)
+    masks = []
+    for node in list(graph.nodes):
+        val = node.meta.get("val")
+        if node.target not in _BERNOULLI or not isinstance(val, torch.Tensor):
+            continue
+        if not val.dtype.is_floating_point:
+            continue
+        with graph.inserting_after(node):
+            mask = graph.call_function(aten._to_copy.default, (node,), {"dtype": torch.bool})
+        with graph.inserting_after(mask):
+            back = graph.call_function(aten._to_copy.default, (mask,), {"dtype": val.dtype})
+        mask.meta["val"] = aten._to_copy.default(val, dtype=torch.bool)
+        back.meta["val"] = aten._to_copy.default(mask.meta["val"], dtype=val.dtype)
+        for user in [u for u in node.users if u is not mask]:
+            user.replace_input_with(node, back)
+        masks.append(mask)
+    return fx.GraphModule(joint, graph), masks
+
+
 def min_cut_rematerialization_partition(
     joint: fx.GraphModule, *, num_fw_outputs: int
 ) -> Partition:
-    """Choose the saved values by a minimum cut weighted by bytes (see module doc)."""
+    """Choose the saved values by a minimum cut weighted by bytes (see module doc).
+
+    Dropout masks drawn as floats may be saved as bools (:func:`_with_bool_masks`);
+    that variant is used only when the cut actually saves a bool mask.
+    """
+    packed, masks = _with_bool_masks(joint)
+    if masks:
+        part = _min_cut(packed, num_fw_outputs=num_fw_outputs)
+        if set(part.saved) & {m.name for m in masks}:
+            return part
+    return _min_cut(joint, num_fw_outputs=num_fw_outputs)
+
+
+def _min_cut(joint: fx.GraphModule, *, num_fw_outputs: int) -> Partition:
     fw_outs, grads = _joint_parts(joint, num_fw_outputs)
     required_fw = _ancestors(fw_outs)
     required_bw = _tangent_dependent(joint) | {g for g in grads if isinstance(g, fx.Node)}
