@@ -260,6 +260,13 @@ def _add_cells(f_locals: dict[str, Any], cells: tuple[tuple[str, types.CellType]
             continue
 
 
+def _locals_builder(names: tuple[str, ...]) -> Callable[[tuple[Any, ...]], dict[str, Any]]:
+    """``args -> {name: arg}`` as one generated dict display (2-3x faster than dict(zip))."""
+    items = ", ".join(f"{name!r}: a[{i}]" for i, name in enumerate(names))
+    builder: Callable[[tuple[Any, ...]], dict[str, Any]] = eval(f"lambda a: {{{items}}}")
+    return builder
+
+
 def _call_with_slots(fn: Callable[..., Any], code: types.CodeType, values: tuple[Any, ...]) -> Any:
     """Call ``fn`` (same signature as ``code``) with bound argument slots."""
     n, k = code.co_argcount, code.co_kwonlyargcount
@@ -298,6 +305,7 @@ class CompiledFunction:
             code.co_kwonlyargcount == 0
         )
         self._signature: inspect.Signature | None = None
+        self._to_locals = _locals_builder(self._names)
         self._bound_defaults: tuple[Any, ...] = ()
         # Free variables are guarded as L['name'] (their cell contents).
         self._cells = tuple(zip(code.co_freevars, fn.__closure__ or (), strict=True))
@@ -330,7 +338,7 @@ class CompiledFunction:
             if f_locals is None:  # the call does not fit the signature: let Python say why
                 return self._fn(*args, **kwargs)
         else:
-            f_locals = dict(zip(self._names, args))
+            f_locals = self._to_locals(args)
         if self._cells:
             _add_cells(f_locals, self._cells)
         if self._version != self._cache.version:
