@@ -46,9 +46,6 @@ class DynamoOptions:
     #: When capture fails with an internal error (not a graph break), log it
     #: and run the frame eagerly instead of raising.
     suppress_errors: bool = False
-    #: Turn ``.item()`` and similar into graph nodes producing symbolic
-    #: scalars instead of graph breaks.
-    capture_scalar_outputs: bool = False
     #: Unroll ``for`` loops over at most this many iterations before breaking.
     max_loop_unroll: int = 1024
     #: Inline user functions at most this deep before breaking.
