@@ -54,7 +54,7 @@ class CompileOptionsError(ValueError):
 
         ember.dynamo.compile: unknown options key(s) 'max_autotun'; backend
         'eager' accepts none, and ember.dynamo accepts: cache_size_limit,
-        capture_scalar_outputs, ...
+        debug_dir, dynamic, ...
     """
 
 
