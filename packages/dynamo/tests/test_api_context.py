@@ -137,3 +137,21 @@ def test_unavailable_hook_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> N
         ember.dynamo.optimize("eager"),
     ):
         pass
+
+
+def toy_example(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    x = a / (torch.abs(a) + 1)
+    if b.sum() < 0:
+        b = b * -1
+    return x * b
+
+
+def test_toy_example_in_a_block_compiles_each_graph_once() -> None:
+    cnt = CompileCounter()
+    torch.manual_seed(0)
+    inputs = [(torch.randn(10), torch.randn(10)) for _ in range(30)]
+    with ember.dynamo.optimize(cnt):
+        outs = [toy_example(a, b) for a, b in inputs]
+    for (a, b), out in zip(inputs, outs, strict=True):
+        torch.testing.assert_close(out, toy_example(a, b))
+    assert cnt.frame_count == 3
