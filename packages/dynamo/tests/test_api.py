@@ -251,3 +251,17 @@ def test_recompiles_on_grad_mode_dtype_requires_grad() -> None:
     assert xr.grad is not None
     torch.testing.assert_close(xr.grad, -torch.sin(xr.detach()))
     assert cnt.frame_count == 4
+
+
+def test_optimized_module_runs_the_originals_hooks_and_moves_its_params() -> None:
+    mod = MLP()
+    seen: list[tuple[int, ...]] = []
+    mod.register_forward_hook(lambda m, inp, out: seen.append(tuple(out.shape)))
+    opt = ember.dynamo.compile(mod, backend=CompileCounter())
+    x = torch.randn(5, 4)
+    torch.testing.assert_close(opt(x), mod(x))
+    assert seen == [(5, 2), (5, 2)]
+    opt.to(torch.float64)
+    assert mod.fc1.weight.dtype == torch.float64
+    torch.testing.assert_close(opt(x.double()), mod(x.double()))
+    assert "fc1" in dir(opt) and "OptimizedModule(MLP(" in repr(opt)
