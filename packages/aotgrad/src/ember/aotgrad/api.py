@@ -27,7 +27,7 @@ from ember.aotgrad.decompositions import DecompTable, with_required
 from ember.aotgrad.errors import AotGradError
 from ember.aotgrad.exchange import example_inputs, round_trip
 from ember.aotgrad.joint import TracedGraph, trace_graph
-from ember.aotgrad.partition import Partition, min_cut_rematerialization_partition
+from ember.aotgrad.partition import Partition, min_cut_rematerialization_partition, node_bytes
 from ember.aotgrad.runtime import Compiled, CompiledPlan
 
 LOG = logging.getLogger("ember.aotgrad")
@@ -198,7 +198,10 @@ class AotFunction:
             logs.log_graph("joint graph", traced.gm)
             part = self.partition_fn(traced.gm, num_fw_outputs=traced.num_fw_outputs)
             self.last_partition = part
-            logs.log_graph("forward graph", part.forward)
+            saved_bytes = sum(node_bytes(n) for n in part.backward.graph.nodes
+                              if n.op == "placeholder" and n.name in part.saved)
+            logs.log_graph(f"forward graph (saves {len(part.saved)} values, {saved_bytes} "
+                           f"bytes: {', '.join(part.saved)})", part.forward)
             logs.log_graph("backward graph", part.backward)
             fw = _compile_graph(self.fw_compiler, part.forward, "forward", self.options)
             bw = _compile_graph(self.bw_compiler, part.backward, "backward", self.options)
