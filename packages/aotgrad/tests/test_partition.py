@@ -160,3 +160,18 @@ def test_min_cut_saves_dropout_masks_as_bools() -> None:
     out.sum().backward()
     torch.testing.assert_close(fw[0], out.detach())
     torch.testing.assert_close(grads[0], x2.grad)
+
+
+def test_min_cut_prefers_saving_the_small_tensor() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        s = x.sum(1, keepdim=True)  # 64 floats, a reduction: never recomputed
+        big = s.expand(64, 64).cos()  # 4096 floats, cheap to recompute from s
+        return big.sin()
+
+    traced = _joint(f, torch.randn(64, 64, requires_grad=True))
+    part = min_cut_rematerialization_partition(traced.gm, num_fw_outputs=traced.num_fw_outputs)
+    # s itself or its free expand view (same 256-byte storage); never the 16 KiB cos
+    assert _saved_bytes(part) == 64 * 4
+    assert not any(name.startswith("cos") for name in part.saved)
+    default = default_partition(traced.gm, num_fw_outputs=traced.num_fw_outputs)
+    assert _saved_bytes(default) > 64 * 64 * 4
