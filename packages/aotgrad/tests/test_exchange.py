@@ -57,3 +57,23 @@ def test_to_graph_ir_is_aten_dialect_with_tensor_metadata() -> None:
     assert g.dialect == "aten"
     text = ir.dumps(g)
     assert "aten::mm" in text and "tangents_1" in text
+
+
+def test_compile_debug_dir_gets_every_graph(tmp_path: Path) -> None:
+    from ember.aotgrad import AotOptions, aot_function
+    from ember.aotgrad.debug import debug_dir_from_env
+
+    assert debug_dir_from_env({"EMBER_COMPILE_DEBUG": "0"}) is None
+    base = debug_dir_from_env({"EMBER_COMPILE_DEBUG": "1", "EMBER_COMPILE_DEBUG_DIR": str(tmp_path)})
+    assert base == str(tmp_path / "aot")
+    f = aot_function(lambda x: x.sin(), nop_compiler, options=AotOptions(debug_dir=base))
+    f(torch.randn(3, requires_grad=True))
+    with torch.no_grad():
+        f(torch.randn(3, requires_grad=True))
+    folders = sorted((tmp_path / "aot").iterdir())
+    assert len(folders) == 2
+    files = {p.name for folder in folders for p in folder.iterdir()}
+    assert {"joint.txt", "forward.txt", "backward.txt", "forward", "backward",
+            "inference.txt", "inference"} <= files
+    assert "errors.txt" not in files
+    assert ir.load(folders[0] / "backward").dialect == "aten"

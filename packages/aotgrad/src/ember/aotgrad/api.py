@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 from typing import Any, Protocol
 
@@ -23,6 +23,7 @@ import torch.fx as fx
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
 from ember.aotgrad import logs
+from ember.aotgrad.debug import debug_dir_from_env, write_graphs
 from ember.aotgrad.decompositions import DecompTable, with_required
 from ember.aotgrad.errors import AotGradError
 from ember.aotgrad.exchange import example_inputs, round_trip
@@ -54,10 +55,13 @@ class AotOptions:
     exchange_dir: when set, every graph is saved there as an ember.ir
         ATen-dialect GraphIR and loaded back before it reaches a compiler, so
         the compilers see exactly what the file contract carries.
+    debug_dir: write every joint/forward/backward graph there (readable code
+        and GraphIR). Defaults from ``EMBER_COMPILE_DEBUG=1`` (see debug.py).
     """
 
     exchange_dir: str | None = None
     fallback_to_eager: bool = False
+    debug_dir: str | None = None
 
 
 def nop_compiler(gm: fx.GraphModule, example_inputs: list[torch.Tensor]) -> Compiled:
@@ -128,7 +132,10 @@ class AotFunction:
                             else _with_repro_hook(bw_compiler))
         self.partition_fn = partition_fn
         self.decompositions = with_required(decompositions)
-        self.options = options or AotOptions()
+        options = options or AotOptions()
+        if options.debug_dir is None:
+            options = replace(options, debug_dir=debug_dir_from_env())
+        self.options = options
         self.cache: dict[Hashable, tuple[CompiledPlan | None, TreeSpec | None]] = {}
         self.last_traced: TracedGraph | None = None
         self.last_partition: Partition | None = None
@@ -176,6 +183,11 @@ class AotFunction:
             LOG.warning("ember.aotgrad could not compile %s, running it eagerly: %s", name, e)
             return None, None
 
+    def _debug(self, graphs: dict[str, fx.GraphModule]) -> None:
+        if self.options.debug_dir is not None:
+            name = getattr(self.fn, "__qualname__", type(self.fn).__name__)
+            write_graphs(self.options.debug_dir, name, graphs)
+
     def compile(
         self, flat: list[Any], positions: list[tuple[int, int]], in_spec: TreeSpec,
         tensors: list[torch.Tensor],
@@ -203,11 +215,14 @@ class AotFunction:
             logs.log_graph(f"forward graph (saves {len(part.saved)} values, {saved_bytes} "
                            f"bytes: {', '.join(part.saved)})", part.forward)
             logs.log_graph("backward graph", part.backward)
+            self._debug({"joint": traced.gm, "forward": part.forward,
+                         "backward": part.backward})
             fw = _compile_graph(self.fw_compiler, part.forward, "forward", self.options)
             bw = _compile_graph(self.bw_compiler, part.backward, "backward", self.options)
             num_saved = len(part.saved)
         else:
             logs.log_graph("inference graph", traced.gm)
+            self._debug({"inference": traced.gm})
             fw = _compile_graph(self.fw_compiler, traced.gm, "inference", self.options)
             bw = None
             num_saved = 0
