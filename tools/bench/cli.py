@@ -58,6 +58,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--plugin", action="append", default=[], metavar="FILE",
                    help="Python file registering extra workloads/compilers (repeatable)")
     p.add_argument("--list", action="store_true", help="list workloads and compilers, then exit")
+    p.add_argument("--from-json", type=Path, metavar="FILE",
+                   help="print the tables (and --plot) of a saved run instead of running")
     return p.parse_args(argv)
 
 
@@ -99,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         for c in COMPILERS.values():
             print(f"compiler  {c.name:<22} {c.description}")
         return 0
+    if args.from_json:
+        return show_saved(args.from_json, args.plot)
     workloads = _names(args.workloads, WORKLOADS, "workload") or [
         w.name for w in WORKLOADS.values() if w.suite and (w.quick or not args.quick)
     ]
@@ -164,18 +168,33 @@ def main(argv: list[str] | None = None) -> int:
     info["run_wall_s"] = round(time.perf_counter() - started, 1)
     results = assemble()
     info["loadavg_end"] = machine_info(args.device).get("loadavg_1_5_15")
+    if args.json:
+        args.json.write_text(to_json(results, info, command))
+        print(f"[bench] wrote {args.json}", file=sys.stderr)
+    show(results, info, command, args.plot)
+    return 0
+
+
+def show(results: list[dict[str, Any]], info: dict[str, Any], command: str, plot: Path | None) -> None:
+    """The long table, the speedup matrix, where and how it ran; the chart if asked."""
     print()
     print(long_table(results))
     print()
     print(speedup_matrix(results))
     print()
-    print(f"{machine_line(info)}\ncommand: {command}  ({info['run_wall_s']:.0f} s)")
-    if args.json:
-        args.json.write_text(to_json(results, info, command))
-        print(f"[bench] wrote {args.json}", file=sys.stderr)
-    if args.plot:
+    wall = info.get("run_wall_s")
+    print(f"{machine_line(info)}\ncommand: {command}" + (f"  ({wall:.0f} s)" if wall else ""))
+    if plot:
         from bench.plot import plot_speedups
 
-        plot_speedups(results, args.plot, title=f"{command}\n{machine_line(info)}")
-        print(f"[bench] wrote {args.plot}", file=sys.stderr)
+        plot_speedups(results, plot, title=f"{command}\n{machine_line(info)}")
+        print(f"[bench] wrote {plot}", file=sys.stderr)
+
+
+def show_saved(path: Path, plot: Path | None) -> int:
+    """Re-print a saved run (also one interrupted half-way: the JSON is kept per cell)."""
+    data = json.loads(path.read_text())
+    if data.get("format") != "ember.bench" or data.get("version", [0])[0] != 1:
+        raise SystemExit(f"{path} is not an ember.bench version 1 JSON file")
+    show(data["results"], data["machine"], data["command"], plot)
     return 0

@@ -309,6 +309,19 @@ def test_json_has_raw_figures_and_machine_info() -> None:
     assert data["results"][1]["saved_bytes"] == 4096
 
 
+def test_saved_run_is_reprinted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rs = _results()
+    report.add_speedups(rs)
+    saved = tmp_path / "run.json"
+    saved.write_text(report.to_json(rs, report.machine_info(), "python tools/bench.py --quick"))
+    assert cli.main(["--from-json", str(saved)]) == 0
+    out = capsys.readouterr().out
+    assert "4.00x" in out and "WRONG" in out and "command: python tools/bench.py --quick" in out
+    saved.write_text('{"format": "other"}')
+    with pytest.raises(SystemExit, match="not an ember.bench"):
+        cli.main(["--from-json", str(saved)])
+
+
 def test_plot_writes_a_png(tmp_path: Path) -> None:
     from bench.plot import plot_speedups
 
