@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
 import torch
 
-from ember.inductor import CompiledGraph
+from ember.inductor import CompiledGraph, InductorOptions
 
 Check = Callable[..., CompiledGraph]
 
@@ -39,12 +40,20 @@ def test_reductions_match_eager(check: Check) -> None:
     check(f, x, i, atol=1e-4, rtol=1e-4)
 
 
-def test_softmax_is_one_kernel(check: Check) -> None:
+def test_softmax_is_one_kernel(check: Check, options: InductorOptions) -> None:
     x = torch.randn(64, 256)
-    c = check(lambda x: torch.softmax(x, -1), x, options=None)
+    opts = dataclasses.replace(options, prefer_aten=False)
+    c = check(lambda x: torch.softmax(x, -1), x, options=opts)
     assert c.report.kernels == 1
     src = next(iter(c.report.kernel_sources.values()))
     assert src.count("for (int64_t r0") <= 3  # max pass, sum pass, normalize pass per row
+
+
+def test_softmax_prefers_aten_by_default(check: Check) -> None:
+    x = torch.randn(64, 256)
+    c = check(lambda x: torch.softmax(x * 2, -1) + 1, x)
+    assert c.report.fallbacks == {"aten::_softmax": 1}
+    assert c.report.kernels == 2
 
 
 def test_layernorm_gelu_one_kernel_per_row(check: Check) -> None:

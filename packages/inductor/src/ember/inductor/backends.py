@@ -45,7 +45,7 @@ def make_backend(
         return aotgrad.aot_autograd(
             fw_compiler=compile_fn,  # type: ignore[arg-type]
             bw_compiler=compile_fn,  # type: ignore[arg-type]
-            decompositions=decomposition_table(),
+            decompositions=decomposition_table((options or InductorOptions()).prefer_aten),
         )
 
     def inference_only(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:

@@ -155,33 +155,24 @@ def _compile(
     steps = schedule(lowered, opts)
     dtypes = {b.name: b.layout.dtype for b in lowered.buffers}
     dtypes.update({b.name: b.layout.dtype for b in lowered.inputs})
-    sources: list[tuple[str, str]] = []
+    kernel_sources: dict[str, str] = {}
     kernel_args: dict[str, list[str]] = {}
     for step in steps:
         if isinstance(step, KernelPlan):
             src, args = generate_kernel(step, dtypes, opts)
-            sources.append((step.name, full_source(src)))
+            kernel_sources[step.name] = src
             kernel_args[step.name] = args
     wrapper = WrapperWriter(lowered, steps, kernel_args).write()
     report = CompileReport(
-        kernels=len(sources),
+        kernels=len(kernel_sources),
         extern_calls=sum(not isinstance(s, KernelPlan) for s in steps),
         fallbacks=dict(lowered.fallbacks),
-        kernel_sources={
-            name: src.split("\n#pragma omp declare simd", 1)[0] and _kernel_body(src)
-            for name, src in sources
-        },
+        kernel_sources=kernel_sources,
         wrapper_source=wrapper.source,
     )
     _emit_debug(report, opts)
     stats = BuildStats()
-    libs = build_kernels(sources, opts, stats)
-    kernels: dict[str, Any] = {}
-    for name, lib in libs.items():
-        fn = lib.ember_kernel
-        fn.argtypes = [ctypes.c_void_p] * len(kernel_args[name])
-        fn.restype = None
-        kernels[name] = fn
+    kernels = _build(kernel_sources, kernel_args, opts, stats)
     ns = namespace(kernels, lowered.constants, wrapper.constants)
     exec(compile(wrapper.source, "<ember.inductor wrapper>", "exec"), ns)
     report.compiled, report.cached = stats.compiled, stats.cached
@@ -189,9 +180,35 @@ def _compile(
     return CompiledGraph(ns["call"], lowered, report, gm)
 
 
-def _kernel_body(src: str) -> str:
-    marker = 'extern "C" void ember_kernel'
-    return src[src.index(marker) :] if marker in src else src
+def _build(
+    sources: dict[str, str],
+    kernel_args: dict[str, list[str]],
+    opts: InductorOptions,
+    stats: BuildStats,
+) -> dict[str, Any]:
+    """Compile the kernels as ``compile_threads`` translation units, in parallel; load each function."""
+    names = list(sources)
+    if not names:
+        return {}
+    n_units = max(1, min(opts.compile_threads, len(names)))
+    per_unit = -(-len(names) // n_units)
+    units = [names[i : i + per_unit] for i in range(0, len(names), per_unit)]
+    unit_sources = []
+    for u, unit in enumerate(units):
+        body = "\n".join(
+            sources[name].replace("void ember_kernel(", f"void ember_kernel_{j}(", 1)
+            for j, name in enumerate(unit)
+        )
+        unit_sources.append((f"unit{u}", full_source(body)))
+    libs = build_kernels(unit_sources, opts, stats)
+    kernels: dict[str, Any] = {}
+    for u, unit in enumerate(units):
+        for j, name in enumerate(unit):
+            fn = getattr(libs[f"unit{u}"], f"ember_kernel_{j}")
+            fn.argtypes = [ctypes.c_void_p] * len(kernel_args[name])
+            fn.restype = None
+            kernels[name] = fn
+    return kernels
 
 
 def _emit_debug(report: CompileReport, opts: InductorOptions) -> None:

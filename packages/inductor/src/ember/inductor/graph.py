@@ -16,7 +16,7 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from .decompositions import decompose_node
+from .decompositions import ATEN_PREFERRED, decompose_node
 from .errors import LoweringError
 from .index import index_symbols
 from .ir import (
@@ -276,6 +276,8 @@ class GraphLowering:
         reason = self._unsupported(node)
         if name in self.options.force_fallback or _qualified(target) in self.options.force_fallback:
             reason = "listed in options.force_fallback"
+        elif self.options.prefer_aten and target in ATEN_PREFERRED and reason is None:
+            reason = "ATen's kernel measured faster than generated code (options.prefer_aten)"
         lowering = find_lowering(target) if reason is None else None
         if lowering is not None:
             args, kwargs = tree_map(self._ir_arg, (node.args, node.kwargs))

@@ -23,14 +23,16 @@ class InductorOptions:
 
     #: C++ compiler executable.
     cxx: str = "g++"
-    #: Compiler flags. ``-fno-tree-sink`` keeps calls out of branches so gcc can vectorize
-    #: ``where`` over vector math; ``-fno-math-errno`` lets it call libmvec's vector variants.
+    #: Compiler flags. ``-fno-tree-sink``/``-fno-tree-pre`` stop gcc 12 from moving math calls
+    #: into branches (which blocks vectorizing a loop with a ``where``); ``-fno-math-errno``
+    #: lets it call libmvec's vector variants.
     cflags: tuple[str, ...] = (
         "-O3",
         "-march=native",
         "-fopenmp",
         "-fno-math-errno",
         "-fno-tree-sink",
+        "-fno-tree-pre",
         "-shared",
         "-fPIC",
     )

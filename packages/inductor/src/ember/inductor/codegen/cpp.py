@@ -345,7 +345,9 @@ def _loop_nest(
         if d == 0 and parallel:
             collapse = depth - 1 if simd_inner and depth > 1 else depth
             if simd_inner and depth == 1:
-                pragma = f"#pragma omp parallel for simd {red}".rstrip()
+                # "parallel for simd" on one loop leaves gcc's vector math calls scalar:
+                # tile it, threads over tiles and simd within a tile.
+                return _tiled_loop(size, sym.name, body, red)
             else:
                 pragma = "#pragma omp parallel for" + (
                     f" collapse({collapse})" if collapse > 1 else ""
@@ -359,6 +361,23 @@ def _loop_nest(
     out.extend("  " * depth + b for b in body)
     for d in reversed(range(depth)):
         out.append("  " * d + "}")
+    return out
+
+
+_TILE = 4096
+
+
+def _tiled_loop(size: int, var: str, body: list[str], red: str) -> list[str]:
+    tile = f"{var}_tile"
+    out = [
+        f"#pragma omp parallel for {red}".rstrip(),
+        f"for (int64_t {tile} = 0; {tile} < {size}; {tile} += {_TILE}) {{",
+        f"  const int64_t {var}_end = {tile} + {_TILE} < {size} ? {tile} + {_TILE} : {size};",
+        f"  #pragma omp simd {red}".rstrip(),
+        f"  for (int64_t {var} = {tile}; {var} < {var}_end; ++{var}) {{",
+    ]
+    out.extend("    " + b for b in body)
+    out += ["  }", "}"]
     return out
 
 
