@@ -504,6 +504,12 @@ CASES = [
     mk(BufferUpdate(), lambda n: (r(n, 4),), "buffer_inplace_update"),
     mk(PositionalEncoding(), lambda n: (r(2, n, 8),), "positional_encoding"),
     mk(LSTMCellNet(), lambda n: (r(n, 4),), "lstm_cell"),
+    # torch.nn modules compiled directly: their own forward is the frame
+    mk(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True), lambda n: (r(2, n, 8),), "top_transformer_layer", eval=True),
+    mk(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, norm_first=True, activation="gelu"), lambda n: (r(n, 2, 8),), "top_transformer_layer_train"),
+    mk(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)), lambda n: (r(n, 4),), "top_sequential"),
+    mk(nn.Linear(4, 3), lambda n: (r(n, 4),), "top_linear", ops=1),
+    mk(nn.MultiheadAttention(8, 2, batch_first=True), lambda n: (r(1, n, 8), r(1, n, 8), r(1, n, 8)), "top_multihead"),
 ]
 
 

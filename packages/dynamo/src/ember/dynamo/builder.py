@@ -9,6 +9,7 @@ no guards: nothing outside the frame can change them.
 from __future__ import annotations
 
 import builtins
+import collections
 import enum
 import functools
 import math
@@ -142,7 +143,7 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
                 source,
             ),
         )
-    if type(value) is dict:
+    if type(value) in (dict, collections.OrderedDict):
         if not all(isinstance(k, (str, int)) for k in value):
             raise Unsupported("dict with non-str/int keys read from the frame")
         if g is not None and source is not None:
@@ -155,6 +156,7 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
                     for k, v in value.items()
                 },
                 source,
+                dict_type=type(value),
             ),
         )
     control = control_kind(value)

@@ -28,14 +28,18 @@ def dict_key(v: VariableTracker) -> Any:
 
 class DictVariable(VariableTracker):
     def __init__(
-        self, items: dict[Any, VariableTracker], source: Source | None = None
+        self,
+        items: dict[Any, VariableTracker],
+        source: Source | None = None,
+        dict_type: type = dict,
     ) -> None:
         super().__init__(source)
         self.items = dict(items)
         self.mutated = False
+        self.dict_type = dict_type
 
     def python_type(self) -> type:
-        return dict
+        return self.dict_type
 
     def realize(self, tx: Tx, key: Any) -> VariableTracker:
         """The item for ``key``; items read from the frame are wrapped (and
@@ -95,6 +99,8 @@ class DictVariable(VariableTracker):
         return BoundCallVariable(self, name)
 
     def reconstruct_items(self, cg: PyCodegen) -> None:
+        if self.dict_type is not dict:
+            raise Unsupported(f"rebuilding a `{self.dict_type.__name__}` after the graph")
         for k, v in self.items.items():
             cg.load_const(k)
             v.reconstruct(cg)

@@ -164,12 +164,31 @@ class NNModuleVariable(VariableTracker):
             )
         if name == "keys" and not args:
             return TupleVariable([ConstantVariable(k) for k, _ in self.items(tx)])
+        if name in ("modules", "named_modules") and not args and not kwargs:
+            from ..builder import wrap
+
+            pairs = []
+            for dotted, sub in m.named_modules():
+                var = wrap(tx, sub, self.dotted_source(dotted))
+                pairs.append((dotted, var))
+            if name == "modules":
+                return TupleVariable([v for _, v in pairs])
+            return TupleVariable([TupleVariable([ConstantVariable(k), v]) for k, v in pairs])
         if name == "parameters" and not kwargs:
             named = list(m.named_parameters())
             return TupleVariable([self._param(tx, n) for n, _ in named])
         if name == "forward":
             return self.inline_forward(tx, args, kwargs)
         return super().call_method(tx, name, args, kwargs)
+
+    def dotted_source(self, dotted: str) -> Source | None:
+        """The source of a submodule named ``a.b.0`` relative to this one."""
+        src = self.source
+        if src is None or not dotted:
+            return src
+        for part in dotted.split("."):
+            src = ItemSource(src, int(part)) if part.isdigit() else AttrSource(src, part)
+        return src
 
     def _param(self, tx: Tx, dotted: str) -> VariableTracker:
         var: VariableTracker = self

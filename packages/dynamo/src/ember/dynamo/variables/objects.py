@@ -58,7 +58,7 @@ def class_attribute(tx: Tx, obj: VariableTracker, value: Any, name: str) -> Vari
             return UserFunctionVariable(static.fget).call_function(tx, [obj], {})
         return None
     if isinstance(static, types.FunctionType):
-        if static.__module__ and static.__module__.startswith("torch."):
+        if is_torch_internal_method(static):
             return None
         return UserMethodVariable(
             UserFunctionVariable(static, AttrSource(cls_src, name) if cls_src else None), obj
@@ -66,6 +66,15 @@ def class_attribute(tx: Tx, obj: VariableTracker, value: Any, name: str) -> Vari
     if hasattr(static, "__get__") and not isinstance(static, (int, float, str, bool, type(None))):
         return None
     return wrap(tx, getattr(value, name), AttrSource(obj.source, name) if obj.source else None)
+
+
+def is_torch_internal_method(fn: types.FunctionType) -> bool:
+    """torch's own machinery (``nn.Module`` plumbing), as opposed to the
+    methods of torch.nn layers (``_sa_block``), which are traced like user code."""
+    mod = fn.__module__ or ""
+    if not mod.startswith("torch."):
+        return False
+    return not (mod.startswith("torch.nn.modules.") and mod != "torch.nn.modules.module")
 
 
 class UserObjectVariable(VariableTracker):
