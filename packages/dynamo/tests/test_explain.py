@@ -78,3 +78,36 @@ def test_compile_profiler_ignores_other_runtimes() -> None:
     other(torch.randn(3))
     other(torch.randn(5))
     assert prof.records == []
+
+
+def toy_example(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    x = a / (torch.abs(a) + 1)
+    if b.sum() < 0:
+        b = b * -1
+    return x * b
+
+
+def toy_example_woo(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    x = a / (torch.abs(a) + 1)
+    print("woo")
+    if b.sum() < 0:
+        b = b * -1
+    return x * b
+
+
+def test_explain_toy_example_counts_resume_graphs(capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = torch.randn(10), torch.randn(10)
+    out = ember.dynamo.explain(toy_example)(a, b)
+    torch.testing.assert_close(out.result, toy_example(a, b))
+    assert (out.graph_count, out.graph_break_count) == (2, 1)
+    assert out.ops_per_graph[0] == [
+        "<torch.abs>",
+        "<_operator.add>",
+        "<_operator.truediv>",
+        "<method sum>",
+        "<_operator.lt>",
+    ]
+    assert out.break_reasons[0].user_stack[-1].line.strip() == "if b.sum() < 0:"
+    woo = ember.dynamo.explain(toy_example_woo)(a, b)
+    assert "woo" in capsys.readouterr().out
+    assert (woo.graph_count, woo.graph_break_count) == (3, 2)
