@@ -387,7 +387,14 @@ def to_fx(ir: GraphIR) -> torch.fx.GraphModule:
         env[node.name] = fx_node
     if ir.codegen is not None:
         _set_codegen(graph, ir.codegen)
-    return torch.fx.GraphModule(root, graph)
+    try:
+        return torch.fx.GraphModule(root, graph)
+    except Exception as e:  # FX code generation rejects arguments that verify() cannot judge (arity, ...)
+        raise FormatError(
+            f"the graph passed verification but FX cannot generate code for it ({type(e).__name__}: {e}); "
+            "a node probably has the wrong number or kind of arguments for its target",
+            field="nodes",
+        ) from e
 
 
 def _set_codegen(graph: torch.fx.Graph, cg: PyTreeCodegen) -> None:

@@ -260,6 +260,11 @@ class GraphIR:
             raise FormatError(f"unknown op {node.op!r} (expected one of {', '.join(OPS)})", field="op")
         if node.op == "output" and not is_last:
             raise FormatError("'output' must be the last node", field="op")
+        if node.op == "placeholder" and not node.target.lstrip("*").isidentifier():
+            raise FormatError(f"placeholder target must be an argument name, got {node.target!r}", field="target")
+        for key in node.kwargs:
+            if not isinstance(key, str) or not key.isidentifier():
+                raise FormatError(f"keyword argument names must be identifiers, got {key!r}", field="kwargs")
         for ref in node.inputs():
             if ref.name not in seen:
                 raise FormatError(f"reference to undefined node {ref.name!r} (dangling or used before it is defined)", field="args")
