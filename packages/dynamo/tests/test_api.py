@@ -94,6 +94,11 @@ def test_compile_module_shares_state() -> None:
     torch.testing.assert_close(opt(x), mod(x))
     opt.eval()
     assert mod.training is False and opt.training is False
+    opt.training = True
+    assert mod.training is True
+    opt.extra = torch.nn.Linear(1, 1)
+    assert mod.extra is opt.extra
+    opt.eval()
     sd = {k: torch.zeros_like(v) for k, v in mod.state_dict().items()}
     opt.load_state_dict(sd)
     assert float(mod.fc2.bias.detach().abs().sum()) == 0.0

@@ -259,12 +259,13 @@ class OptimizedModule(torch.nn.Module):
             return getattr(self.__dict__["_orig_mod"], name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, torch.nn.Parameter | torch.nn.Module) or name in self.__dict__:
-            super().__setattr__(name, value)
-            return
-        if name in ("training",):
-            self.__dict__[name] = value
-        setattr(self.__dict__["_orig_mod"], name, value)
+        if name == "training":
+            self.__dict__["training"] = value
+            self.__dict__["_orig_mod"].training = value
+        elif isinstance(value, torch.nn.Parameter | torch.nn.Module) or name in self.__dict__:
+            super().__setattr__(name, value)  # into the shared _parameters/_modules
+        else:
+            setattr(self.__dict__["_orig_mod"], name, value)
 
     def train(self, mode: bool = True) -> OptimizedModule:
         self.__dict__["_orig_mod"].train(mode)
