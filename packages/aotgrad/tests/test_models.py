@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -131,3 +132,44 @@ def test_dropout_differs_across_seeds_so_the_seed_check_is_meaningful() -> None:
     c = model(x)
     assert not torch.allclose(a, b)
     torch.testing.assert_close(a, c)
+
+
+def _tiny_models() -> dict[str, tuple[nn.Module, torch.Tensor]]:
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2))
+    cnn = nn.Sequential(nn.Conv2d(2, 3, 3, padding=1), nn.BatchNorm2d(3), nn.ReLU())
+    enc = nn.TransformerEncoderLayer(4, 2, dim_feedforward=6, dropout=0.0, batch_first=True)
+    gpt = GPTBlock(d=4, heads=2, p=0.0)
+    norm = NormChain()
+    return {
+        "mlp": (mlp, torch.randn(4, 3)),
+        "cnn_bn_train": (cnn, torch.randn(2, 2, 3, 3)),
+        "encoder_layer": (enc, torch.randn(1, 3, 4)),
+        "gpt_block": (gpt, torch.randn(1, 3, 4)),
+        "norm_chain": (norm, torch.randn(1, 24)),
+    }
+
+
+@pytest.mark.parametrize("name", [
+    "mlp",
+    "norm_chain",
+    pytest.param("cnn_bn_train", marks=pytest.mark.slow),
+    pytest.param("encoder_layer", marks=pytest.mark.slow),
+    pytest.param("gpt_block", marks=pytest.mark.slow),
+])
+def test_gradcheck_float64_tiny_models(name: str) -> None:
+    from ember.aotgrad import aot_function, nop_compiler
+
+    model, x = _tiny_models()[name]
+    model = model.double().train()
+    names = [n for n, _ in model.named_parameters()]
+    buffers = dict(model.named_buffers())
+
+    def fn(inp: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
+        state = {**dict(zip(names, params)), **buffers}
+        out: torch.Tensor = torch.func.functional_call(model, state, (inp,))
+        return out
+
+    params = [p.detach().clone().requires_grad_(True) for p in model.parameters()]
+    inp = x.double().requires_grad_(True)
+    assert torch.autograd.gradcheck(aot_function(fn, nop_compiler), (inp, *params))
