@@ -125,6 +125,19 @@ def test_cli_run_reproduces(tmp_path: Path) -> None:
     assert "REPRODUCED builtins.RuntimeError at run time" in proc.stdout
 
 
+def test_cli_accuracy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    x, y = torch.randn(16, 16), torch.randn(16, 16)
+    gm = planted.make_fx(lambda x, y: torch.relu(x * y).sum(0) + y.cos())(x, y)
+    write_dump(tmp_path / "g", gm, [x, y], {})
+    argv = ["minify", str(tmp_path / "g"), "--backend", "minifier_planted:inaccurate_mul", "--quiet"]
+    # without --accuracy there is no error to find
+    assert cli_main(argv + ["--out", str(tmp_path / "e")]) == 1
+    assert cli_main(argv + ["--accuracy"]) == 0
+    assert "minified 5 -> 1 compute nodes" in capsys.readouterr().out
+    record = json.loads((tmp_path / "g" / "minified" / "failure.json").read_text())
+    assert record["kind"] == "accuracy" and record["tol"] == 1e-5
+
+
 def test_cli_unknown_backend(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     gm, inputs = planted.small_graph()
     write_dump(tmp_path / "g", gm, inputs, {})

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import minifier_planted as planted
@@ -11,6 +13,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ember.minifier.artifacts import read_dump
+from ember.minifier.cli import main as cli_main
 from ember.minifier.errors import InaccurateBackend
 from ember.minifier.hooks import materialize, maybe_wrap_backend, options_from_env, wrap_backend
 from ember.minifier.state import compute_nodes
@@ -73,6 +76,26 @@ def test_level_3_dumps_every_graph(tmp_path: Path) -> None:
     torch.testing.assert_close(out, gm(*inputs))
     assert (tmp_path / "dynamo_graph_0" / "graph" / "inputs.json").exists()
     assert not (tmp_path / "dynamo_graph_0" / "failing").exists()
+
+
+@pytest.mark.slow
+def test_level_3_dump_survives_a_crash_and_minifies_isolated(tmp_path: Path) -> None:
+    # the compiler kills the process: only the dump written before compiling survives
+    gm, inputs = planted.small_graph()
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "import minifier_planted as p\n"
+        "from ember.minifier import wrap_backend\n"
+        "gm, inputs = p.small_graph()\n"
+        "wrap_backend(p.crashes_on_sigmoid, after='aot', level=3, repro_dir=sys.argv[2])(gm, inputs)\n"
+    )
+    here = str(Path(planted.__file__).parent)
+    proc = subprocess.run([sys.executable, "-c", script, here, str(tmp_path)], timeout=300)
+    assert proc.returncode == -9
+    dump = tmp_path / "aot_graph_0" / "graph"
+    assert cli_main(["minify", str(dump), "--isolate", "--quiet"]) == 0
+    record = json.loads((dump / "minified" / "failure.json").read_text())
+    assert record["signature"]["message"] == "killed by SIGKILL" and record["final_nodes"] == 1
 
 
 def test_level_4_catches_inaccuracy(tmp_path: Path) -> None:

@@ -231,8 +231,18 @@ def write_repro(
     state = State(result.gm, tuple(result.inputs))
     seeded: set[int] = set()
     if seeds and not isinstance(failure, Predicate):
-        check = still_fails or (lambda s: failure.check(s).failed)
-        state, seeded = replace_with_seeds(state, check)
+        if still_fails is None and result.isolated:  # the backend may kill this process
+            from ember.minifier.worker import Worker
+
+            worker = Worker()
+            try:
+                state, seeded = replace_with_seeds(
+                    state, lambda s: worker.check(failure, s).failed)
+            finally:
+                worker.close()
+        else:
+            check = still_fails or (lambda s: failure.check(s).failed)
+            state, seeded = replace_with_seeds(state, check)
     ref = None if isinstance(failure, Predicate) else ref_for(failure.backend)
     summary = result.summary()
     record = failure_json(failure, ref, start_nodes=result.start_nodes,

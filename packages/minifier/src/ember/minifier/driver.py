@@ -64,6 +64,7 @@ class MinifyResult:
     checks: int
     steps: tuple[Step, ...] = field(default=())
     budget_exhausted: bool = False
+    isolated: bool = False
 
     def summary(self) -> str:
         tail = " (time budget exhausted: not minimal)" if self.budget_exhausted else ""
@@ -188,6 +189,7 @@ def minify(
         checks=oracle.checks,
         steps=tuple(steps),
         budget_exhausted=exhausted,
+        isolated=pool is not None,
     )
     say(result.summary())
     return result

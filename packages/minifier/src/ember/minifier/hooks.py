@@ -173,8 +173,10 @@ def wrap_backend(compiler_fn: BackendFn, *, after: str = "dynamo", level: int = 
         pristine = copy.deepcopy(gm)
         real = [materialize(v, 1000 + i) for i, v in enumerate(example_inputs)]
         reporter = _Reporter(compiler_fn, after, level, root, index, time_budget)
-        if level >= 3:
-            write_dump(root / f"{after}_graph_{index}" / "graph", pristine, real, {"after": after})
+        if level >= 3:  # written before compiling: survives a backend that kills the process
+            ref = ref_for(compiler_fn)
+            write_dump(root / f"{after}_graph_{index}" / "graph", pristine, real,
+                       {"after": after, "backend": ref.to_json() if ref else None})
         try:
             compiled = compiler_fn(gm, example_inputs)
         except Exception as exc:
