@@ -149,7 +149,14 @@ def describe(result: dict[str, Any]) -> str:
     status = result.get("status", "?")
     if status == "ok":
         median = result.get("median_s")
-        return f"ok  {median * 1e3:.3f} ms/call" if isinstance(median, float) else "ok"
+        if not isinstance(median, float):
+            return "ok"
+        text = f"ok  {median * 1e3:.3f} ms/call"
+        eager = (result.get("eager_here") or {}).get("median_s")
+        if isinstance(eager, float) and median > 0:
+            text += f"  ({eager / median:.2f}x eager beside it)"
+        cold = result.get("first_call_s")
+        return text + (f"  cold {cold:.1f} s" if isinstance(cold, float) else "")
     return f"{status}: {result.get('error', '')}"[:120]
 
 
