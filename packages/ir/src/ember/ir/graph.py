@@ -26,7 +26,7 @@ import torch
 
 from ember.ir.errors import FormatError
 from ember.ir.symbolic import parse_sym_expr
-from ember.ir.targets import is_aten_level, resolve_method, resolve_target
+from ember.ir.targets import is_aten_level, resolve_method, resolve_module_class, resolve_target
 from ember.ir.values import NodeRef, dtype_name
 from ember.ir.versioning import GRAPH_VERSION
 
@@ -400,8 +400,6 @@ def _verify_paths(ir: GraphIR) -> None:
 
 
 def _verify_module(spec: ModuleSpec, path: str, ir: GraphIR) -> None:
-    from ember.ir.modules import resolve_module_class  # local: modules imports graph
-
     resolve_module_class(spec.cls, node=path)
     for kind, full in spec.tensor_names():
         table = ir.params if kind == "params" else ir.buffers

@@ -12,7 +12,6 @@ looked up in modules torch has already imported, never imported by name.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 
 import torch
@@ -20,38 +19,10 @@ from torch import nn
 
 from ember.ir.errors import FormatError, UnsupportedGraphError
 from ember.ir.graph import ModuleSpec, TensorMeta
+from ember.ir.targets import module_class_name, resolve_module_class
 from ember.ir.values import encode_value
 
-_MODULE_PREFIX = "torch.nn.modules."
 _BASE_KEYS = frozenset(nn.Module().__dict__) | {"_parameters", "_buffers", "_modules", "training"}
-
-
-def module_class_name(cls: type, *, node: str | None = None) -> str:
-    """``torch.nn.Linear`` for classes exported by ``torch.nn``, else the defining module path."""
-    module = getattr(cls, "__module__", "")
-    if not (isinstance(cls, type) and issubclass(cls, nn.Module) and module.startswith(_MODULE_PREFIX)):
-        raise UnsupportedGraphError(
-            f"call_module on {getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', cls)}: only torch.nn "
-            "leaf module classes can be stored in the graph IR (trace through user modules instead)",
-            node=node,
-            field="target",
-        )
-    if getattr(nn, cls.__name__, None) is cls:
-        return f"torch.nn.{cls.__name__}"
-    return f"{module}.{cls.__qualname__}"
-
-
-def resolve_module_class(name: str, *, node: str | None = None) -> type[nn.Module]:
-    """The class for a stored module class name; only torch.nn classes, never an import."""
-    found: object = None
-    if isinstance(name, str) and name.startswith("torch.nn.") and not name.startswith(_MODULE_PREFIX):
-        found = getattr(nn, name.removeprefix("torch.nn."), None) if name.count(".") == 2 else None
-    elif isinstance(name, str) and name.startswith(_MODULE_PREFIX):
-        module_name, _, cls_name = name.rpartition(".")
-        found = getattr(sys.modules.get(module_name), cls_name, None)
-    if not (isinstance(found, type) and issubclass(found, nn.Module) and found.__module__.startswith(_MODULE_PREFIX)):
-        raise FormatError(f"unknown module class {name!r} (only torch.nn module classes are allowed)", node=node, field="class")
-    return found
 
 
 def module_spec(

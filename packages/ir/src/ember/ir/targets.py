@@ -11,6 +11,7 @@
 ``math.sqrt``                      ``math.*``
 ``getattr``, ``len``, ...          a few builtins
 ``Tensor.sum``                     a ``call_method`` target
+``torch.nn.Linear``                a ``call_module`` class (defined in torch.nn.modules)
 =================================  =========================================
 
 Reading a name never imports a module or evaluates text: every name is looked
@@ -23,12 +24,14 @@ from __future__ import annotations
 import builtins
 import math
 import operator
+import sys
 import types
 from collections.abc import Callable
 from functools import cache
 
 import torch
 import torch.nn.functional
+from torch import nn
 
 from ember.ir.errors import FormatError, UnsupportedGraphError
 
@@ -211,4 +214,32 @@ def is_aten_level(name: str) -> bool:
     )
 
 
-Resolver = Callable[[str], object]
+_MODULE_PREFIX = "torch.nn.modules."
+
+
+def module_class_name(cls: type, *, node: str | None = None) -> str:
+    """``torch.nn.Linear`` for classes exported by ``torch.nn``, else the defining module path."""
+    module = getattr(cls, "__module__", "")
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module) and module.startswith(_MODULE_PREFIX)):
+        raise UnsupportedGraphError(
+            f"call_module on {getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', cls)}: only torch.nn "
+            "leaf module classes can be stored in the graph IR (trace through user modules instead)",
+            node=node,
+            field="target",
+        )
+    if getattr(nn, cls.__name__, None) is cls:
+        return f"torch.nn.{cls.__name__}"
+    return f"{module}.{cls.__qualname__}"
+
+
+def resolve_module_class(name: str, *, node: str | None = None) -> type[nn.Module]:
+    """The class for a stored module class name; only torch.nn classes, never an import."""
+    found: object = None
+    if isinstance(name, str) and name.startswith("torch.nn.") and not name.startswith(_MODULE_PREFIX):
+        found = getattr(nn, name.removeprefix("torch.nn."), None) if name.count(".") == 2 else None
+    elif isinstance(name, str) and name.startswith(_MODULE_PREFIX):
+        module_name, _, cls_name = name.rpartition(".")
+        found = getattr(sys.modules.get(module_name), cls_name, None)
+    if not (isinstance(found, type) and issubclass(found, nn.Module) and found.__module__.startswith(_MODULE_PREFIX)):
+        raise FormatError(f"unknown module class {name!r} (only torch.nn module classes are allowed)", node=node, field="class")
+    return found
