@@ -176,11 +176,16 @@ class AotFunction:
     ) -> tuple[CompiledPlan | None, TreeSpec | None]:
         try:
             return self.compile(flat, positions, in_spec, tensors)
-        except AotGradError as e:
+        except Exception as e:
             if not self.options.fallback_to_eager:
                 raise
             name = getattr(self.fn, "__qualname__", type(self.fn).__name__)
-            LOG.warning("ember.aotgrad could not compile %s, running it eagerly: %s", name, e)
+            if isinstance(e, AotGradError):
+                LOG.warning("ember.aotgrad could not compile %s, running it eagerly: %s",
+                            name, e)
+            else:  # a bug in aotgrad or a compiler: keep the traceback in the log
+                LOG.warning("ember.aotgrad failed compiling %s, running it eagerly: %s: %s",
+                            name, type(e).__name__, e, exc_info=True)
             return None, None
 
     def _debug(self, graphs: dict[str, fx.GraphModule]) -> None:
