@@ -1,0 +1,116 @@
+"""Bytecode plumbing: assembling code with the original signature, liveness,
+and resume functions built from (and mapped back to) the original code."""
+
+from __future__ import annotations
+
+import dis
+import inspect
+import types
+
+import pytest
+from bytecode import Instr
+
+from ember.dynamo.bytecode_transform import assemble
+from ember.dynamo.errors import Unsupported
+from ember.dynamo.resume import live_locals, origin_of, real_instructions, resume_code
+
+
+def sample(a, b=2, *rest, k=3, **kw):
+    c = a + b
+    d = c * k
+    if d > 10:
+        c = 0
+    return c + d + len(rest) + len(kw)
+
+
+def straight(a):
+    b = a + 1
+    c = b * 2
+    return c + a
+
+
+def loop(xs):
+    total = 0
+    for x in xs:
+        total = total + x
+    return total
+
+
+def offset_of(fn, opname, argval, nth=0):
+    hits = [i for i in real_instructions(fn.__code__) if i.opname == opname and i.argval == argval]
+    return hits[nth].offset
+
+
+def test_assemble_keeps_signature_and_runs_new_body():
+    body = [Instr("LOAD_FAST", "a"), Instr("LOAD_FAST", "k"), Instr("BINARY_OP", 0), Instr("RETURN_VALUE")]
+    code = assemble(sample.__code__, body)
+    fn = types.FunctionType(code, globals(), "sample", sample.__defaults__)
+    fn.__kwdefaults__ = sample.__kwdefaults__
+    assert inspect.signature(fn) == inspect.signature(sample)
+    assert code.co_varnames[: code.co_argcount + code.co_kwonlyargcount + 2] == sample.__code__.co_varnames[:5]
+    assert fn(1) == 4 and fn(1, 5, 6, k=10, z=1) == 11
+
+
+def test_live_locals_straight_line():
+    code = straight.__code__
+    at_c = offset_of(straight, "LOAD_FAST", "b", 0)
+    assert live_locals(code, [at_c]) == {"a", "b"}
+    at_ret = offset_of(straight, "LOAD_FAST", "c", 0)
+    assert live_locals(code, [at_ret]) == {"a", "c"}
+
+
+def test_live_locals_branch_and_loop():
+    code = sample.__code__
+    at_if = offset_of(sample, "LOAD_FAST", "d", 0)
+    assert live_locals(code, [at_if]) == {"c", "d", "rest", "kw"}
+    loop_code = loop.__code__
+    at_for = next(i.offset for i in real_instructions(loop_code) if i.opname == "FOR_ITER")
+    assert live_locals(loop_code, [at_for]) == {"total"}
+
+
+def test_resume_function_runs_rest_of_code():
+    at = offset_of(straight, "LOAD_FAST", "b", 0)
+    rcode, name = resume_code(straight.__code__, at, 0, ("a", "b"))
+    assert name.startswith(f"__resume_at_{at}_")
+    fn = types.FunctionType(rcode, globals(), name)
+    assert fn(1, 2) == 5  # c = b * 2 = 4; return c + a
+    again, again_name = resume_code(straight.__code__, at, 0, ("a", "b"))
+    assert again is rcode and again_name == name  # cached: one code object per resume point
+
+
+def test_resume_with_stack_values_and_iterator():
+    at = next(i.offset for i in real_instructions(loop.__code__) if i.opname == "FOR_ITER")
+    rcode, name = resume_code(loop.__code__, at, 1, ("total",), iter_slots=(0,))
+    fn = types.FunctionType(rcode, globals(), name)
+    assert fn((3, 4), 10) == 17  # remaining items of the loop arrive as a tuple
+
+
+def test_origin_maps_resume_offsets_back():
+    at = offset_of(straight, "LOAD_FAST", "b", 0)
+    rcode, _ = resume_code(straight.__code__, at, 0, ("a", "b"))
+    ret_in_resume = next(i.offset for i in real_instructions(rcode) if i.opname == "RETURN_VALUE")
+    orig, off = origin_of(rcode, ret_in_resume)
+    assert orig is straight.__code__
+    assert off == next(i.offset for i in real_instructions(straight.__code__) if i.opname == "RETURN_VALUE")
+
+
+def test_resume_keeps_line_numbers():
+    at = offset_of(straight, "LOAD_FAST", "b", 0)
+    rcode, _ = resume_code(straight.__code__, at, 0, ("a", "b"))
+    lines = {i.positions.lineno for i in dis.get_instructions(rcode) if i.positions and i.positions.lineno}
+    first = straight.__code__.co_firstlineno
+    assert {first + 2, first + 3} <= lines
+
+
+def test_resume_refuses_closures():
+    def outer():
+        y = 1
+
+        def inner(x):
+            return x + y
+
+        return inner
+
+    inner = outer()
+    with pytest.raises(Unsupported, match="closures"):
+        resume_code(inner.__code__, real_instructions(inner.__code__)[-1].offset, 0, ())
