@@ -74,3 +74,18 @@ def test_after_aot_writes_a_working_repro(tmp_path: Path) -> None:
     repro = tmp_path / "aot_graph_0" / "minified"
     assert _targets(repro) == [aten.sigmoid.default]
     assert "REPRODUCED builtins.NotImplementedError at compile time" in _repro_runs(repro)
+
+
+def test_env_after_aot_level_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ember.aotgrad finds the hook through the `ember.repro` entry point; nothing is wrapped by hand
+    monkeypatch.setenv("EMBER_REPRO_AFTER", "aot")
+    monkeypatch.setenv("EMBER_REPRO_LEVEL", "2")
+    monkeypatch.setenv("EMBER_REPRO_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    compiled = ember.dynamo.compile(Gated(), backend=aot_autograd(planted.raises_on_sigmoid))
+    with pytest.raises(NotImplementedError, match="planted bug") as info:
+        compiled(torch.randn(4, 16, requires_grad=True))
+    assert any(str(tmp_path) in note for note in getattr(info.value, "__notes__", []))
+    repro = tmp_path / "aot_graph_0" / "minified"
+    assert _targets(repro) == [aten.sigmoid.default]
+    assert "REPRODUCED builtins.NotImplementedError at compile time" in _repro_runs(repro)

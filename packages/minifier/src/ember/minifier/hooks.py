@@ -115,17 +115,41 @@ def materialize(value: Any, seed: int) -> Any:
     return out.requires_grad_(value.requires_grad)
 
 
+def claim_dir(root: Path, after: str) -> Path:
+    """A fresh ``<root>/<after>_graph_<n>`` (the first free n), created now.
+
+    Claimed on disk rather than counted in memory, so the forward and backward
+    compilers (wrapped separately) and earlier runs never overwrite each other.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    for n in itertools.count():
+        path = root / f"{after}_graph_{n}"
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise AssertionError("unreachable")
+
+
 class _Reporter:
     """Dumps, minifies and annotates one failing graph (once)."""
 
     def __init__(self, compiler_fn: BackendFn, after: str, level: int, root: Path,
-                 index: int, time_budget: float) -> None:
+                 time_budget: float, directory: Path | None = None) -> None:
         self.compiler_fn = compiler_fn
         self.after = after
         self.level = level
-        self.dir = root / f"{after}_graph_{index}"
+        self.root = root
+        self._dir = directory
         self.time_budget = time_budget
         self.done = False
+
+    @property
+    def dir(self) -> Path:
+        if self._dir is None:
+            self._dir = claim_dir(self.root, self.after)
+        return self._dir
 
     def report(self, gm: fx.GraphModule, inputs: Sequence[Any], failure: Failure) -> str:
         """Write what the level asks for; returns a sentence saying where it went."""
@@ -166,17 +190,17 @@ def wrap_backend(compiler_fn: BackendFn, *, after: str = "dynamo", level: int = 
     level 4 an inaccurate graph raises `InaccurateBackend`.
     """
     root = Path(repro_dir) if repro_dir is not None else Path.cwd() / "ember_repro"
-    counter = itertools.count()
 
     def wrapped(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-        index = next(counter)
         pristine = copy.deepcopy(gm)
         real = [materialize(v, 1000 + i) for i, v in enumerate(example_inputs)]
-        reporter = _Reporter(compiler_fn, after, level, root, index, time_budget)
+        directory = None
         if level >= 3:  # written before compiling: survives a backend that kills the process
+            directory = claim_dir(root, after)
             ref = ref_for(compiler_fn)
-            write_dump(root / f"{after}_graph_{index}" / "graph", pristine, real,
+            write_dump(directory / "graph", pristine, real,
                        {"after": after, "backend": ref.to_json() if ref else None})
+        reporter = _Reporter(compiler_fn, after, level, root, time_budget, directory)
         try:
             compiled = compiler_fn(gm, example_inputs)
         except Exception as exc:
