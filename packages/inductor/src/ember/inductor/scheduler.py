@@ -101,7 +101,7 @@ class KernelPlan:
 
     @property
     def is_pointwise(self) -> bool:
-        return all(not loop.inner for loop in self.loops)
+        return all(not loop.inner and not loop.has_reduction for loop in self.loops)
 
 
 @dataclass(eq=False)

@@ -23,6 +23,8 @@ aten = torch.ops.aten
 
 def _dims(x: IRNode, dims: Any) -> list[int]:
     ndim = len(x.get_size())
+    if ndim == 0:
+        return []
     if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
         return list(range(ndim))
     return sorted({normalize_dim(d, ndim) for d in as_int_list(dims)})
@@ -39,6 +41,8 @@ def reduce(
 ) -> IRNode:
     """Realized reduction of ``x`` over ``dims``; values are cast to ``src_dtype`` first."""
     size = x.get_size()
+    if not size:
+        dims = []  # reducing a 0-d tensor over dim 0/-1 reduces nothing
     src = src_dtype or dtype
     red = set(dims)
     outer = tuple(1 if d in red else s for d, s in enumerate(size) if keepdim or d not in red)

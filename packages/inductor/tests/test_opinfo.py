@@ -1,0 +1,211 @@
+"""OpInfo sweep: every op inductor lowers (not falls back on) matches eager on OpInfo's samples.
+
+Each (op, dtype) pair becomes one ATen graph holding all its samples, compiled
+once. A pair whose graph needs an extern fallback is "not lowered" and skipped;
+the rest must match eager within torch.testing's default tolerances for the
+dtype. ``opinfo_known_failures.txt`` lists pairs that are known not to match,
+with the reason. The full sweep is ``slow``; a fast subset runs by default.
+
+Coverage summary: ``python packages/inductor/tests/test_opinfo.py [--samples N]``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.testing._internal.common_methods_invocations import op_db
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from ember.inductor import CompiledGraph, InductorOptions, compile_graph
+
+DTYPES = (torch.float32, torch.int64)
+CACHE = os.environ.get(
+    "EMBER_TEST_CACHE", str(Path(tempfile.gettempdir()) / f"ember-inductor-tests-{os.getuid()}")
+)
+FAST = {
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "abs",
+    "neg",
+    "exp",
+    "sin",
+    "tanh",
+    "sigmoid",
+    "where",
+    "clamp",
+    "sum",
+    "mean",
+    "amax",
+    "argmax",
+    "var",
+    "cat",
+    "stack",
+    "nn.functional.pad",
+    "permute",
+    "transpose",
+    "gather",
+    "nn.functional.relu",
+    "nn.functional.gelu",
+    "softmax",
+    "nn.functional.layer_norm",
+    "maximum",
+    "remainder",
+}
+
+
+def _known_failures() -> dict[tuple[str, str], str]:
+    out: dict[tuple[str, str], str] = {}
+    path = Path(__file__).with_name("opinfo_known_failures.txt")
+    for line in path.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        key, reason = line.split(":", 1)
+        name, dtype = key.split()
+        out[(name, dtype)] = reason.strip()
+    return out
+
+
+def _variant_name(op: Any) -> str:
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+def _graph_fn(op: Any, samples: list[Any]) -> tuple[Callable[..., Any], list[torch.Tensor]]:
+    """One function over the flat tensors of all samples, returning every sample's output."""
+    leaves_specs = []
+    tensors: list[torch.Tensor] = []
+    for s in samples:
+        leaves, spec = tree_flatten((s.input, s.args, s.kwargs))
+        positions = []
+        for i, leaf in enumerate(leaves):
+            if isinstance(leaf, torch.Tensor):
+                positions.append(i)
+                tensors.append(leaf)
+        leaves_specs.append((leaves, spec, positions))
+
+    def fn(*flat: torch.Tensor) -> Any:
+        it = iter(flat)
+        outs = []
+        for leaves, spec, positions in leaves_specs:
+            filled = list(leaves)
+            for i in positions:
+                filled[i] = next(it)
+            inp, args, kwargs = tree_unflatten(filled, spec)
+            outs.append(op.op(inp, *args, **kwargs))
+        return outs
+
+    return fn, tensors
+
+
+def sweep(op: Any, dtype: torch.dtype, max_samples: int) -> tuple[str, str]:
+    """('lowered'|'fallback'|'skip', detail); raises AssertionError on a mismatch."""
+    if dtype not in op.supported_dtypes("cpu"):
+        return "skip", "dtype not supported by the op"
+    try:
+        samples = [
+            s
+            for _, s in zip(range(max_samples), op.sample_inputs("cpu", dtype, requires_grad=False))
+        ]
+    except Exception as e:
+        return "skip", f"no samples: {type(e).__name__}"
+    if not samples:
+        return "skip", "no samples"
+    fn, tensors = _graph_fn(op, samples)
+    try:
+        expected = fn(*tensors)
+        gm = make_fx(fn)(*tensors)
+    except Exception as e:
+        return "skip", f"does not trace: {type(e).__name__}"
+    if not any(n.op == "call_function" for n in gm.graph.nodes):
+        return "skip", "no ATen ops (pure view of an input)"
+    opts = InductorOptions(cache_dir=CACHE, fallback_on_error=False, prefer_aten=False)
+    compiled = compile_graph(gm, tensors, opts)
+    if not isinstance(compiled, CompiledGraph):
+        return "skip", f"ran eagerly: {compiled.report.eager_reason}"
+    if compiled.report.fallbacks:
+        return "fallback", ",".join(sorted(compiled.report.fallbacks))
+    got = compiled(*tensors)
+    exp_flat, got_flat = tree_flatten(expected)[0], tree_flatten(got)[0]
+    assert len(exp_flat) == len(got_flat)
+    for e, g in zip(exp_flat, got_flat):
+        if isinstance(e, torch.Tensor):
+            torch.testing.assert_close(g, e, equal_nan=True, check_stride=False)
+        else:
+            assert g == e
+    return "lowered", f"{len(samples)} samples, {compiled.report.kernels} kernels"
+
+
+PAIRS = [(op, dtype) for op in op_db for dtype in DTYPES]
+
+
+def _id(pair: tuple[Any, torch.dtype]) -> str:
+    return f"{_variant_name(pair[0])}-{str(pair[1]).removeprefix('torch.')}"
+
+
+def _run(op: Any, dtype: torch.dtype, samples: int) -> None:
+    key = (_variant_name(op), str(dtype).removeprefix("torch."))
+    known = _known_failures().get(key)
+    try:
+        status, detail = sweep(op, dtype, samples)
+    except (AssertionError, Exception) as e:
+        if known:
+            pytest.xfail(known)
+        raise AssertionError(f"{key}: {type(e).__name__}: {str(e)[:500]}") from e
+    if known:
+        pytest.fail(
+            f"{key} is listed as a known failure ({known}) but passed: remove it from the list"
+        )
+    if status != "lowered":
+        pytest.skip(f"{status}: {detail}")
+
+
+@pytest.mark.parametrize("pair", [p for p in PAIRS if p[0].name in FAST], ids=_id)
+def test_opinfo_fast(pair: tuple[Any, torch.dtype]) -> None:
+    _run(pair[0], pair[1], samples=3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pair", PAIRS, ids=_id)
+def test_opinfo_full(pair: tuple[Any, torch.dtype]) -> None:
+    _run(pair[0], pair[1], samples=8)
+
+
+def main(argv: list[str]) -> None:
+    samples = int(argv[argv.index("--samples") + 1]) if "--samples" in argv else 8
+    only = {a for a in argv if not a.startswith("-") and not a.isdigit()}
+    counts: dict[str, int] = {}
+    failures = []
+    for op, dtype in PAIRS:
+        if only and op.name not in only:
+            continue
+        try:
+            status, detail = sweep(op, dtype, samples)
+        except Exception as e:
+            status, detail = (
+                "FAIL",
+                f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
+            )
+            failures.append(f"{_variant_name(op)} {str(dtype).removeprefix('torch.')}: {detail}")
+        counts[status] = counts.get(status, 0) + 1
+        print(f"{status:8} {_id((op, dtype)):50} {detail}", flush=True)
+    attempted = counts.get("lowered", 0) + counts.get("FAIL", 0)
+    print(
+        f"\nlowered and matching: {counts.get('lowered', 0)}, failing: {counts.get('FAIL', 0)}, "
+        f"fallback: {counts.get('fallback', 0)}, skipped: {counts.get('skip', 0)}; "
+        f"coverage lowered/attempted = {counts.get('lowered', 0)}/{attempted + counts.get('fallback', 0)}"
+    )
+    for f in failures:
+        print("FAIL", f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
