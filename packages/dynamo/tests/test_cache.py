@@ -281,3 +281,17 @@ def test_compile_times_are_recorded() -> None:
     times = ember.dynamo.compile_times(repr="dict")
     assert len(times["convert_frame"]) == 1
     assert "convert_frame" in ember.dynamo.compile_times()
+
+
+def test_positional_only_and_keyword_calls_bind_like_python() -> None:
+    def f(x: torch.Tensor, k: int = 2, /, s: int = 1, *, t: int = 0) -> torch.Tensor:
+        return x * k + s + t
+
+    conv = FakeConvert()
+    c = compiled(f, conv)
+    x = torch.ones(2)
+    torch.testing.assert_close(c(x), f(x))
+    torch.testing.assert_close(c(x, 3, s=2, t=1), f(x, 3, s=2, t=1))
+    assert conv.calls[-1].f_locals == {"x": x, "k": 3, "s": 2, "t": 1}
+    with pytest.raises(TypeError, match="positional-only"):
+        c(x, k=3)

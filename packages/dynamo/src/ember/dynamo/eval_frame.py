@@ -267,6 +267,66 @@ def _locals_builder(names: tuple[str, ...]) -> Callable[[tuple[Any, ...]], dict[
     return builder
 
 
+_MISSING = object()
+
+
+def _binder_for(fn: types.FunctionType) -> Callable[..., dict[str, Any]]:
+    """A generated function with ``fn``'s parameters returning its bound ``f_locals``.
+
+    Python does the binding (fast, with Python's own error messages); every
+    default is a sentinel replaced by a live read of ``fn.__defaults__`` /
+    ``fn.__kwdefaults__``, so in-place changes to them are always seen.
+    """
+    code = fn.__code__
+    n, k, posonly = code.co_argcount, code.co_kwonlyargcount, code.co_posonlyargcount
+    names = code.co_varnames
+    if not all(name.isidentifier() for name in names[: code.co_argcount + k + 2]):
+        # Compiler-made functions (comprehensions: parameter ``.0``) are only ever
+        # called with their exact positional arguments.
+        positional = names[:n]
+
+        def exact(*args: Any) -> dict[str, Any]:
+            if len(args) != len(positional):
+                raise TypeError(f"{fn.__qualname__} takes {len(positional)} positional arguments")
+            return dict(zip(positional, args, strict=True))
+
+        return exact
+    defaults = fn.__defaults__ or ()
+    first_default = n - len(defaults)
+    params: list[str] = []
+    fill: list[str] = []
+    for i in range(n):
+        if i >= first_default:
+            params.append(f"{names[i]}=_ember_missing_")
+            fill.append(f"    if {names[i]} is _ember_missing_: {names[i]} = _ember_fn_.__defaults__[{i - first_default}]")
+        else:
+            params.append(names[i])
+        if posonly and i == posonly - 1:
+            params.append("/")
+    i = n + k
+    if code.co_flags & _CO_VARARGS:
+        params.append(f"*{names[i]}")
+        i += 1
+    elif k:
+        params.append("*")
+    kwdefaults = fn.__kwdefaults__ or {}
+    for name in names[n : n + k]:
+        if name in kwdefaults:
+            params.append(f"{name}=_ember_missing_")
+            fill.append(f"    if {name} is _ember_missing_: {name} = _ember_fn_.__kwdefaults__[{name!r}]")
+        else:
+            params.append(name)
+    if code.co_flags & _CO_VARKEYWORDS:
+        params.append(f"**{names[i]}")
+    bound = names[: i + (1 if code.co_flags & _CO_VARKEYWORDS else 0)]
+    body = ", ".join(f"{name!r}: {name}" for name in bound)
+    source = "\n".join([f"def bind({', '.join(params)}):", *fill, f"    return {{{body}}}"])
+    namespace: dict[str, Any] = {"_ember_missing_": _MISSING, "_ember_fn_": fn}
+    exec(compile(source, f"<ember binder for {fn.__qualname__}>", "exec"), namespace)
+    binder: Callable[..., dict[str, Any]] = namespace["bind"]
+    return binder
+
+
 def _call_with_slots(fn: Callable[..., Any], code: types.CodeType, values: tuple[Any, ...]) -> Any:
     """Call ``fn`` (same signature as ``code``) with bound argument slots."""
     n, k = code.co_argcount, code.co_kwonlyargcount
@@ -304,9 +364,10 @@ class CompiledFunction:
         self._simple = not (code.co_flags & (_CO_VARARGS | _CO_VARKEYWORDS)) and (
             code.co_kwonlyargcount == 0
         )
-        self._signature: inspect.Signature | None = None
         self._to_locals = _locals_builder(self._names)
-        self._bound_defaults: tuple[Any, ...] = ()
+        self._binder = _binder_for(fn)
+        self._seen_defaults = fn.__defaults__
+        self._seen_kwdefaults = fn.__kwdefaults__
         # Free variables are guarded as L['name'] (their cell contents).
         self._cells = tuple(zip(code.co_freevars, fn.__closure__ or (), strict=True))
         self._pairs: tuple[tuple[Callable[..., bool], Callable[..., Any]], ...] = ()
@@ -376,25 +437,21 @@ class CompiledFunction:
             return skip
         return functools.partial(_call_with_slots, compiled, code, values)
 
-    def _defaults_key(self) -> tuple[Any, ...]:
-        kw = self._fn.__kwdefaults__
-        return (self._fn.__defaults__, tuple((k, id(v)) for k, v in kw.items()) if kw else None)
-
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
-        """Bind like Python does, defaults applied (only calls that may use defaults get here)."""
-        key = self._defaults_key()
-        if self._signature is None or key != self._bound_defaults:
-            # Defaults were replaced since we last looked: re-read them, rebuild the
-            # transformed functions (they carry the defaults too).
-            self._signature = inspect.signature(self._fn, follow_wrapped=False)
-            self._bound_defaults = key
+        """Bind like Python does, defaults applied (calls that may use defaults or keywords)."""
+        fn = self._fn
+        if fn.__defaults__ is not self._seen_defaults or fn.__kwdefaults__ is not self._seen_kwdefaults:
+            # Defaults were replaced: rebuild the binder and the transformed functions
+            # (they carry the defaults too). In-place changes to __kwdefaults__ are
+            # shared with both, so they need nothing.
+            self._seen_defaults = fn.__defaults__
+            self._seen_kwdefaults = fn.__kwdefaults__
+            self._binder = _binder_for(fn)
             self._version = -1
         try:
-            bound = self._signature.bind(*args, **kwargs)
+            return self._binder(*args, **kwargs)
         except TypeError:
             return None
-        bound.apply_defaults()
-        return dict(bound.arguments)
 
     def _sync(self) -> None:
         cache = self._cache
