@@ -332,3 +332,27 @@ def test_explain_reports_first_failure_in_sorted_order() -> None:
     ]
     fn = check(g, {"x": torch.randn(2), "n": 3})
     assert fails(fn, {"x": torch.randn(5), "n": 4}) == "L['n'] was 4, the graph assumed 3"
+
+
+def test_nested_sources_share_reads() -> None:
+    mod = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    fc = Item(Attr(Local("self"), "_modules"), "0")
+    g = [
+        Guard(fc, GuardKind.NN_MODULE, {"id": id(mod[0]), "type": qualname(type(mod[0]))}),
+        Guard(Attr(fc, "weight"), GuardKind.TENSOR_MATCH, tensor_payload(mod[0].weight)),
+        Guard(Attr(fc, "bias"), GuardKind.TENSOR_MATCH, tensor_payload(mod[0].bias)),
+    ]
+    fn = check(g, {"self": mod})
+    assert fn.code.count("L['self']") == 1
+    assert fn.code.count("['0']") == 1
+    with torch.no_grad():
+        mod[0].bias.requires_grad_(False)
+    assert fails(fn, {"self": mod}) == "L['self']._modules['0'].bias.requires_grad was False, the graph assumed True"
+    old = mod[0]
+    mod[0] = torch.nn.Linear(2, 2)
+    assert fails(fn, {"self": mod}).startswith("L['self']._modules['0'] was a different module object")
+    del old
+    gc.collect()
+    assert fails(fn, {"self": mod}) == (
+        "an object the graph was captured with (a module or function) no longer exists"
+    )
