@@ -55,6 +55,19 @@ class Slicy(nn.Module):
         return c.float(), torch.where(x > 0, x, x * 0.1).max(dim=1).values
 
 
+class Leafy(nn.Module):
+    """torch.nn modules kept whole as call_module: an LSTM and a TransformerEncoderLayer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(6, 8, num_layers=2, batch_first=True)
+        self.enc = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, _ = self.lstm(x)
+        return self.enc(y)
+
+
 def transformer() -> nn.Module:
     torch.manual_seed(0)
     return nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
@@ -105,6 +118,7 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], Callable[[], tuple[torch.Tensor
     "mlp": (MLP, lambda: (torch.randn(4, 8),)),
     "cnn": (CNN, lambda: (torch.randn(2, 3, 8, 8),)),
     "slicy": (Slicy, lambda: (torch.randn(3, 6, 4),)),
+    "leafy": (Leafy, lambda: (torch.randn(2, 5, 6),)),
     "transformer": (transformer, lambda: (torch.randn(2, 5, 16),)),
 }
 
@@ -272,3 +286,18 @@ def test_capturer_style_torch_graph() -> None:
     ]  # fmt: skip
     assert ir.node("l_n_").meta is not None and ir.node("size").meta is not None
     _close(gm(*args), _through_text(ir)(*args))
+
+
+def test_leaf_modules_with_functions_and_derived_state() -> None:
+    model = Leafy().eval()
+    x = torch.randn(2, 5, 6)
+    ir = loads(dumps(from_fx(torch.fx.symbolic_trace(model), [x])))
+    assert set(ir.modules) == {"lstm", "enc"}
+    enc = ir.modules["enc"]
+    assert enc.cls == "torch.nn.TransformerEncoderLayer"
+    assert enc.function_attrs == {"activation": "torch.nn.functional.relu"}
+    assert enc.children["self_attn"].cls == "torch.nn.MultiheadAttention"
+    assert "_flat_weights" not in ir.modules["lstm"].attrs
+    rebuilt = to_fx(ir.with_tensors(from_fx(torch.fx.symbolic_trace(model)).tensors))
+    assert rebuilt.enc.activation is torch.nn.functional.relu
+    _close(model(x), rebuilt(x))

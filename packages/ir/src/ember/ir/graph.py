@@ -140,12 +140,14 @@ class ModuleSpec:
 
     ``params`` / ``buffers`` map the module's local names to full names in
     ``GraphIR.params`` / ``GraphIR.buffers`` (``None`` for a slot registered
-    as ``None``, like ``Linear(bias=False).bias``).
+    as ``None``, like ``Linear(bias=False).bias``). ``function_attrs`` maps
+    attributes holding an allow-listed function to its target string.
     """
 
     cls: str
     training: bool
     attrs: Mapping[str, object] = field(default_factory=dict)
+    function_attrs: Mapping[str, str] = field(default_factory=dict)
     params: Mapping[str, str | None] = field(default_factory=dict)
     buffers: Mapping[str, str | None] = field(default_factory=dict)
     non_persistent_buffers: tuple[str, ...] = ()
@@ -341,7 +343,7 @@ def format_node(node: Node) -> str:
 
 
 def _module_text(spec: ModuleSpec) -> str:
-    attrs = ", ".join(f"{k}={v!r}" for k, v in spec.attrs.items())
+    attrs = ", ".join([f"{k}={v!r}" for k, v in spec.attrs.items()] + [f"{k}={t}" for k, t in spec.function_attrs.items()])
     mode = "train" if spec.training else "eval"
     return f"{spec.cls}({attrs}) [{mode}]"
 
@@ -401,6 +403,13 @@ def _verify_paths(ir: GraphIR) -> None:
 
 def _verify_module(spec: ModuleSpec, path: str, ir: GraphIR) -> None:
     resolve_module_class(spec.cls, node=path)
+    for key, target in spec.function_attrs.items():
+        try:
+            resolve_target(target, node=path)
+        except FormatError as e:
+            raise FormatError(e.problem, node=path, field=f"function_attrs.{key}") from None
+    for name, child in spec.children.items():
+        _verify_module(child, f"{path}.{name}", ir)
     for kind, full in spec.tensor_names():
         table = ir.params if kind == "params" else ir.buffers
         if full not in table:

@@ -8,6 +8,11 @@ parameter and buffer slots, and its child modules. :func:`build_module`
 rebuilds it as ``cls.__new__(cls)`` + ``nn.Module.__init__`` + attributes +
 registered tensors: the class's ``__init__`` never runs, and the class is
 looked up in modules torch has already imported, never imported by name.
+
+Attributes holding an allow-listed function (``TransformerEncoderLayer.activation
+= F.relu``) are stored as target strings. Attributes derived from the tensors
+(RNN ``_flat_weights``) are not stored; they are rebuilt by the class's own
+``_init_flat_weights`` once the parameters are registered.
 """
 
 from __future__ import annotations
@@ -19,10 +24,15 @@ from torch import nn
 
 from ember.ir.errors import FormatError, UnsupportedGraphError
 from ember.ir.graph import ModuleSpec, TensorMeta
-from ember.ir.targets import module_class_name, resolve_module_class
+from ember.ir.targets import module_class_name, resolve_module_class, resolve_target, target_name
 from ember.ir.values import encode_value
 
 _BASE_KEYS = frozenset(nn.Module().__dict__) | {"_parameters", "_buffers", "_modules", "training"}
+_RNN_DERIVED = frozenset({"_flat_weights", "_flat_weight_refs"})
+
+
+def _derived(module: nn.Module, key: str) -> bool:
+    return isinstance(module, nn.RNNBase) and key in _RNN_DERIVED
 
 
 def module_spec(
@@ -35,8 +45,17 @@ def module_spec(
     """Describe ``module`` (found at ``path``), adding its tensors to the tables."""
     cls = module_class_name(type(module), node=path)
     attrs: dict[str, object] = {}
+    function_attrs: dict[str, str] = {}
     for key, value in module.__dict__.items():
-        if key in _BASE_KEYS:
+        if key in _BASE_KEYS or _derived(module, key):
+            continue
+        if callable(value) and not isinstance(value, (type, nn.Module)):
+            try:
+                function_attrs[key] = target_name(value, node=path)
+            except UnsupportedGraphError as e:
+                raise UnsupportedGraphError(
+                    f"module {path!r} ({cls}) has function attribute {key!r}: {e.problem}", node=path, field=f"attrs.{key}"
+                ) from None
             continue
         try:
             encode_value(value)
@@ -70,6 +89,7 @@ def module_spec(
         cls=cls,
         training=module.training,
         attrs=attrs,
+        function_attrs=function_attrs,
         params=param_slots,
         buffers=buffer_slots,
         non_persistent_buffers=tuple(sorted(module._non_persistent_buffers_set)),
@@ -92,6 +112,10 @@ def build_module(
         if key in _BASE_KEYS:
             raise FormatError(f"attribute {key!r} is reserved by nn.Module", node=path, field=f"attrs.{key}")
         module.__dict__[key] = _copy(value)
+    for key, target in spec.function_attrs.items():
+        if key in _BASE_KEYS:
+            raise FormatError(f"attribute {key!r} is reserved by nn.Module", node=path, field=f"function_attrs.{key}")
+        module.__dict__[key] = resolve_target(target, node=path)
     for name, full in spec.params.items():
         if full is None:
             module._parameters[name] = None
@@ -105,6 +129,8 @@ def build_module(
     module._non_persistent_buffers_set = set(spec.non_persistent_buffers)
     for name, child in spec.children.items():
         module._modules[name] = build_module(child, f"{path}.{name}", tensors, metas)
+    if isinstance(module, nn.RNNBase):
+        module._init_flat_weights()
     return module
 
 

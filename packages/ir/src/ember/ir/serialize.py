@@ -72,6 +72,7 @@ def _module_json(spec: ModuleSpec) -> dict[str, JSON]:
         "class": spec.cls,
         "training": spec.training,
         "attrs": {k: encode_value(v, field=f"attrs.{k}") for k, v in spec.attrs.items()},
+        "function_attrs": dict(spec.function_attrs),
         "params": dict(spec.params),
         "buffers": dict(spec.buffers),
         "non_persistent_buffers": list(spec.non_persistent_buffers),
@@ -223,10 +224,15 @@ def _module_from_json(data: JSON, path: str) -> ModuleSpec:
         non_persistent = _get(data, "non_persistent_buffers", list, "module")
         children = _get(data, "children", dict, "module")
         attrs = _get(data, "attrs", dict, "module")
+        function_attrs = _get(data, "function_attrs", dict, "module", optional=True, default={})
+        for key, target in function_attrs.items():
+            if not isinstance(target, str):
+                raise FormatError(f"function_attrs[{key!r}] must be a target string", field="function_attrs")
         return ModuleSpec(
             cls=_get(data, "class", str, "module"),
             training=_get(data, "training", bool, "module"),
             attrs={k: decode_value(v, field=f"attrs.{k}") for k, v in attrs.items()},
+            function_attrs=cast(dict[str, str], function_attrs),
             params=cast(dict[str, str | None], params),
             buffers=cast(dict[str, str | None], buffers),
             non_persistent_buffers=tuple(str(b) for b in non_persistent),
