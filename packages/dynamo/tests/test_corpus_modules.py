@@ -4,6 +4,7 @@ side effects)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
@@ -460,6 +461,51 @@ class LSTMCellNet(nn.Module):
         return h + c
 
 
+@dataclasses.dataclass
+class AttnConfig:
+    hidden: int = 8
+    heads: int = 2
+    use_cache: bool = False
+
+
+class HFStyleAttention(nn.Module):
+    """Attention as Hugging Face models write it: config object, helper
+    method, optional mask, finfo, tuple outputs."""
+
+    def __init__(self, cfg=None):
+        super().__init__()
+        self.cfg = cfg or AttnConfig()
+        self.q = nn.Linear(self.cfg.hidden, self.cfg.hidden)
+        self.k = nn.Linear(self.cfg.hidden, self.cfg.hidden)
+        self.v = nn.Linear(self.cfg.hidden, self.cfg.hidden)
+        self.head_dim = self.cfg.hidden // self.cfg.heads
+
+    def _shape(self, t, b, s):
+        return t.view(b, s, self.cfg.heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, **kwargs):
+        bsz, seq, _ = hidden_states.size()
+        q = self._shape(self.q(hidden_states), bsz, seq)
+        k = self._shape(self.k(hidden_states), bsz, seq)
+        v = self._shape(self.v(hidden_states), bsz, seq)
+        w = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.head_dim)
+        if attention_mask is not None:
+            w = w + attention_mask
+            w = torch.max(w, torch.tensor(torch.finfo(w.dtype).min))
+        w = nn.functional.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
+        out = torch.matmul(w, v).transpose(1, 2).reshape(bsz, seq, -1)
+        outputs = (out, w) if output_attentions else (out,)
+        if getattr(self.cfg, "use_cache", False):
+            outputs = outputs + (None,)
+        return outputs
+
+
+class SuperChild(LlamaMLP):
+    def forward(self, x):
+        y = super().forward(x)
+        return y * 2 + super().forward(x)
+
+
 def mk(mod: nn.Module, make, name: str, **kw) -> Case:
     mod.eval() if kw.pop("eval", False) else None
     return Case(name, mod, make, **kw)
@@ -504,6 +550,8 @@ CASES = [
     mk(BufferUpdate(), lambda n: (r(n, 4),), "buffer_inplace_update"),
     mk(PositionalEncoding(), lambda n: (r(2, n, 8),), "positional_encoding"),
     mk(LSTMCellNet(), lambda n: (r(n, 4),), "lstm_cell"),
+    mk(SuperChild(), lambda n: (r(n, 8),), "super_forward"),
+    mk(HFStyleAttention(), lambda n: (r(2, n, 8), torch.zeros(2, 1, n, n)), "hf_style_attention"),
     # torch.nn modules compiled directly: their own forward is the frame
     mk(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True), lambda n: (r(2, n, 8),), "top_transformer_layer", eval=True),
     mk(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, norm_first=True, activation="gelu"), lambda n: (r(n, 2, 8),), "top_transformer_layer_train"),

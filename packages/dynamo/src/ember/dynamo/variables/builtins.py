@@ -254,7 +254,8 @@ def construct_builtin_type(tx: Tx, cls: Any, args: Args, kwargs: Kwargs) -> Vari
         )
     if cls is bool and len(args) == 1 and not kwargs:
         return ConstantVariable(args[0].truth(tx))
-    if cls in (int, float, bool, str, complex, range, slice, frozenset, torch.Size, torch.device) and all_const(
+    if cls in (int, float, bool, str, complex, range, slice, frozenset, torch.Size, torch.device,
+               torch.finfo, torch.iinfo) and all_const(
         [*args, *kwargs.values()]
     ):
         return fold(cls, args, kwargs)
@@ -365,6 +366,10 @@ class BuiltinVariable(VariableTracker):
         if fn in (list, tuple, dict, int, float, bool, str, complex, range, slice, enumerate, zip,
                   reversed, type, frozenset, object):
             return construct_builtin_type(tx, fn, args, kwargs)
+        if fn is super:
+            from .objects import make_super
+
+            return make_super(tx, args)
         if fn is print:
             raise Unsupported("builtin `print` cannot be traced")
         name = getattr(fn, "__name__", str(fn))

@@ -193,3 +193,65 @@ class OpaqueConstantVariable(ConstantVariable):
 
     def describe(self) -> str:
         return f"`{type(self.value).__name__}` object"
+
+
+class SuperVariable(VariableTracker):
+    """``super()`` / ``super(Cls, obj)`` inside a method: attribute lookups
+    start after ``cls`` in ``type(obj)``'s MRO; methods found bind ``obj``."""
+
+    def __init__(self, cls: type, obj: VariableTracker) -> None:
+        super().__init__(None)
+        self.cls = cls
+        self.obj = obj
+
+    def describe(self) -> str:
+        return f"super({self.cls.__name__})"
+
+    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        from ..builder import wrap
+        from .functions import UserFunctionVariable, UserMethodVariable
+
+        real = getattr(self.obj, "value", None)
+        if real is None:
+            raise Unsupported(f"super() over {self.obj.describe()}")
+        mro = type(real).__mro__
+        try:
+            start = mro.index(self.cls) + 1
+        except ValueError as e:
+            raise Unsupported(f"super(): {self.cls.__name__} is not in the MRO") from e
+        for klass in mro[start:]:
+            if name in klass.__dict__:
+                found = klass.__dict__[name]
+                if isinstance(found, types.FunctionType) and not is_torch_internal_method(found):
+                    return UserMethodVariable(UserFunctionVariable(found), self.obj)
+                if isinstance(found, staticmethod):
+                    return wrap(tx, found.__func__, None)
+                if isinstance(found, (int, float, str, bool, type(None))):
+                    return wrap(tx, found, None)
+                break
+        raise Unsupported(f"attribute `{name}` of {self.describe()} cannot be traced")
+
+
+def make_super(tx: Tx, args: list[VariableTracker]) -> VariableTracker:
+    if len(args) == 2:
+        cls = args[0].as_python_constant()
+        return SuperVariable(cls, args[1])
+    if args:
+        raise Unsupported("super() with one argument")
+    cell = tx.cells.get("__class__")
+    code = tx.code
+    if cell is None or code.co_argcount == 0:
+        raise Unsupported("zero-argument super() outside a method")
+    cls_var = cell.get(tx)
+    first = code.co_varnames[0]
+    obj = tx.symbolic_locals.get(first)
+    if obj is None and first in tx.cells:
+        obj = tx.cells[first].get(tx)
+    if obj is None:
+        raise Unsupported("super(): the method's first argument is not available")
+    from .lazy import LazyVariable
+
+    if isinstance(obj, LazyVariable):
+        obj = obj.realize(tx)
+        tx.symbolic_locals[first] = obj
+    return SuperVariable(cls_var.as_python_constant(), obj)
