@@ -149,3 +149,17 @@ def test_guards_are_hashable_and_kind_accepts_strings() -> None:
     g = Guard(Local("x"), "NOT_NONE", {})  # type: ignore[arg-type]
     assert g.kind is GuardKind.NOT_NONE
     assert len({g, Guard(Local("x"), GuardKind.NOT_NONE, {})}) == 1
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({"value": float("nan")}, "nan is not valid JSON"),
+        ({"value": (1, 2)}, "a tuple is not plain JSON"),
+        ({"value": 1, "extra": {1: 2}}, "field 'payload.extra': a dict is not plain JSON"),
+    ],
+)
+def test_in_memory_payloads_must_be_plain_json(payload: dict[str, object], message: str) -> None:
+    guard = Guard(Local("x"), GuardKind.CONSTANT_MATCH, payload)  # type: ignore[arg-type]
+    with pytest.raises(FormatError, match=message):
+        GuardSet((guard,)).dumps()

@@ -72,6 +72,25 @@ def _bool(v: JSON, where: str) -> None:
     _want(isinstance(v, bool), "true or false", v, where)
 
 
+def _plain_json(v: object, where: str) -> None:
+    """Payloads are JSON as ``json.dumps(allow_nan=False)`` writes it: no tuples, no NaN, str keys."""
+    if v is None or isinstance(v, (bool, int, str)):
+        return
+    if isinstance(v, float):
+        if v != v or v in (float("inf"), float("-inf")):
+            raise FormatError(f"{v!r} is not valid JSON (encode it with encode_value)", field=where)
+        return
+    if isinstance(v, list):
+        for item in v:
+            _plain_json(item, where)
+        return
+    if isinstance(v, dict) and all(isinstance(k, str) for k in v):
+        for item in v.values():
+            _plain_json(item, where)
+        return
+    raise FormatError(f"a {type(v).__name__} is not plain JSON (encode it with encode_value)", field=where)
+
+
 def _dims(v: JSON, where: str) -> None:
     _want(isinstance(v, list) and all(_is_int(d) or d is None for d in v), "a list of ints or nulls", v, where)
 
@@ -170,6 +189,11 @@ class Guard:
             raise FormatError(f"{self.kind.value} guards take no source (source must be null)", node=where, field="source")
         if self.kind not in SOURCELESS_KINDS and self.source is None:
             raise FormatError(f"{self.kind.value} guards need a source", node=where, field="source")
+        for name, value in self.payload.items():
+            try:
+                _plain_json(value, f"payload.{name}")
+            except FormatError as e:
+                raise e.with_context(node=where) from None
         for name, check in PAYLOAD_SCHEMA[self.kind].items():
             if name not in self.payload:
                 raise FormatError(f"{self.kind.value} payload is missing {name!r}", node=where, field=f"payload.{name}")
