@@ -1,0 +1,53 @@
+"""Fusion decisions, buffer elision and reuse, read from the generated wrapper and kernels."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from ember.inductor import CompiledGraph
+
+Check = Callable[..., CompiledGraph]
+
+
+def test_horizontal_fusion_of_siblings(check: Check) -> None:
+    x = torch.randn(256, 64)
+    c = check(lambda x: (x.sin(), x.cos() * 2, x + 1), x)
+    assert c.report.kernels == 1
+
+
+def test_intermediates_stay_in_registers(check: Check) -> None:
+    x = torch.randn(128, 128)
+    c = check(lambda x: ((x * 2).exp() + 1).relu(), x)
+    assert c.report.wrapper_source.count("empty_strided") == 1
+
+
+def test_reduction_epilogue_and_prologue_fuse(check: Check) -> None:
+    x = torch.randn(64, 100)
+    c = check(
+        lambda x: (x - x.mean(1, keepdim=True)) / (x.std(1, keepdim=True) + 1e-5),
+        x,
+        atol=1e-4,
+        rtol=1e-4,
+    )
+    assert c.report.kernels == 1
+
+
+def test_dead_buffer_is_reused(check: Check) -> None:
+    x = torch.randn(64, 64)
+    w = torch.randn(64, 64)
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        a = (x.exp() @ w).sin()
+        b = (a.cos() @ w).tanh()
+        return (b.sigmoid() @ w) * 3
+
+    c = check(f, x, w, atol=1e-4, rtol=1e-4)
+    assert "# reuses" in c.report.wrapper_source
+
+
+def test_extern_between_kernels_keeps_order(check: Check) -> None:
+    x, w = torch.randn(32, 16), torch.randn(16, 16)
+    c = check(lambda x, w: torch.relu(x.exp() @ w) @ w.t(), x, w, atol=1e-4, rtol=1e-4)
+    assert c.report.extern_calls == 2 and c.report.fallbacks == {"aten::mm": 2}
