@@ -57,3 +57,21 @@ def test_errors() -> None:
         lookup_backend("nope")
     with pytest.raises(TypeError, match="backend must be a name or a callable"):
         lookup_backend(3)  # type: ignore[arg-type]
+
+
+def test_counting_backends() -> None:
+    from ember.dynamo.testing import CompileCounterWithBackend, EagerAndRecordGraphs
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x) + 1
+
+    x = torch.randn(3)
+    cnt = CompileCounterWithBackend("eager")
+    torch.testing.assert_close(ember.dynamo.compile(f, backend=cnt)(x), f(x))
+    assert (cnt.frame_count, cnt.op_count) == (1, 2)
+    rec = EagerAndRecordGraphs()
+    ember.dynamo.compile(f, backend=rec)(x)
+    assert len(rec.graphs) == 1 and len(rec.example_inputs[0]) == 1
+    rec.clear()
+    assert rec.frame_count == 0 and rec.graphs == []
+    ember.dynamo.reset()
