@@ -152,7 +152,16 @@ class _Reporter:
         return self._dir
 
     def report(self, gm: fx.GraphModule, inputs: Sequence[Any], failure: Failure) -> str:
-        """Write what the level asks for; returns a sentence saying where it went."""
+        """Write what the level asks for; log and return a sentence saying where it went.
+
+        Logged as well as returned: a frontend may catch the error and fall back to
+        eager, and the user must still learn that a repro was written.
+        """
+        said = self._report(gm, inputs, failure)
+        log.warning("%s", said)
+        return said
+
+    def _report(self, gm: fx.GraphModule, inputs: Sequence[Any], failure: Failure) -> str:
         if self.done:
             return f"ember.minifier: already reported in {self.dir}"
         self.done = True
