@@ -352,3 +352,24 @@ def test_bad_tensor_paths(mutate: Callable[[dict[str, Any]], object], message: s
     data = small_json()
     mutate(data)
     _expect(data, message)
+
+
+def test_unsupported_weight_dtype_is_a_format_error(tmp_path: Path) -> None:
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    g.output(g.call_function(torch.add, (x, g.get_attr("c"))))
+    root = nn.Module()
+    root.register_buffer("c", torch.ones(2, dtype=torch.complex128))
+    ir = from_fx(torch.fx.GraphModule(root, g))
+    with pytest.raises(FormatError, match="safetensors cannot write these weights.*complex128"):
+        save(ir, tmp_path / "g")
+    assert not (tmp_path / "g" / "graph.json").exists()
+
+
+def test_sparse_values_get_no_metadata_rather_than_wrong_metadata() -> None:
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    g.output(g.call_method("to_sparse", (x,)))
+    ir = from_fx(torch.fx.GraphModule(nn.Module(), g), [torch.eye(3)])
+    assert ir.node("to_sparse").meta is None
+    assert ir.node("x").meta is not None

@@ -55,10 +55,12 @@ def _dim(d: object) -> int | str:
 def meta_of(value: object) -> Meta:
     """Metadata for a node value: a (fake) tensor, a (Sym)scalar, or a tuple/list of them."""
     if isinstance(value, torch.Tensor):
+        if value.layout != torch.strided or value.is_nested:
+            return None  # TensorMeta describes dense strided tensors only
         return TensorMeta(
             value.dtype,
             tuple(_dim(s) for s in value.shape),
-            tuple(_dim(s) for s in value.stride()) if value.layout == torch.strided else (),
+            tuple(_dim(s) for s in value.stride()),
             value.device,
             bool(value.requires_grad),
         )
@@ -263,6 +265,9 @@ def _node_meta(n: torch.fx.Node, fake: Mapping[str, object], device: torch.devic
             meta = meta_of(fake[n.name]) if n.name in fake else None
     except FormatError as e:  # e.g. a size expression with a function the IR cannot write
         log.warning("ember.ir.from_fx: node %r keeps no metadata: %s", n.name, e.problem)
+        return None
+    except (RuntimeError, TypeError, ValueError) as e:  # tensor kinds whose sizes/strides cannot be read
+        log.warning("ember.ir.from_fx: node %r keeps no metadata: %s: %s", n.name, type(e).__name__, e)
         return None
     return meta
 

@@ -71,7 +71,15 @@ def save(ir: GraphIR, path: str | os.PathLike[str]) -> Path:
     text = dumps(ir)
     tensors = _cpu_tensors(ir)
     directory.mkdir(parents=True, exist_ok=True)
-    _write_atomic(directory / WEIGHTS_FILE, lambda p: save_file(tensors, p, metadata={"format": "ember.graph.weights"}))
+    weights_file = directory / WEIGHTS_FILE
+    try:
+        _write_atomic(weights_file, lambda p: save_file(tensors, p, metadata={"format": "ember.graph.weights"}))
+    except (KeyError, ValueError, TypeError, SafetensorError) as e:
+        dtypes = sorted({dtype_name(t.dtype) for t in tensors.values()})
+        raise FormatError(
+            f"safetensors cannot write these weights ({type(e).__name__}: {e}); dtypes present: {dtypes}",
+            file=str(weights_file),
+        ) from None
     _write_atomic(directory / GRAPH_FILE, text)
     return directory
 
