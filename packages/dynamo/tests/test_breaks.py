@@ -731,3 +731,25 @@ def test_exception_after_break_in_block_restores_grad_mode() -> None:
     assert torch.is_grad_enabled()
     lines = [f.lineno for f in __import__("traceback").extract_tb(info.tb)]
     assert raise_inside_no_grad.__code__.co_firstlineno + 5 in lines
+
+
+def make_closure_with_break(scale):
+    def inner(x):
+        y = x * scale
+        print("mid")
+        return y + scale
+
+    return inner
+
+
+def test_break_in_closure_shares_cells() -> None:
+    ed.reset()
+    cnt = CompileCounter()
+    f2, f3 = make_closure_with_break(2.0), make_closure_with_break(3.0)
+    c2, c3 = ed.compile(f2, backend=cnt), ed.compile(f3, backend=cnt)
+    with redirect_stdout(io.StringIO()):
+        for _ in range(3):
+            x = r(4)
+            torch.testing.assert_close(c2(x), f2(x))
+            torch.testing.assert_close(c3(x), f3(x))
+    assert cnt.frame_count == 4  # two graphs per closure value, reused afterwards

@@ -102,15 +102,19 @@ def test_resume_keeps_line_numbers():
     assert {first + 2, first + 3} <= lines
 
 
-def test_resume_refuses_closures():
-    def outer():
-        y = 1
-
+def test_resume_refuses_captured_locals_but_keeps_closures():
+    def outer(y):
         def inner(x):
-            return x + y
+            z = x + y
+            return z * 2
 
         return inner
 
-    inner = outer()
-    with pytest.raises(Unsupported, match="closures"):
-        resume_code(inner.__code__, real_instructions(inner.__code__)[-1].offset, 0, ())
+    inner = outer(5)
+    at = offset_of(inner, "LOAD_FAST", "z", 0)
+    rcode, name = resume_code(inner.__code__, at, 0, ("z",))
+    assert rcode.co_freevars == ("y",)
+    fn = types.FunctionType(rcode, globals(), name, None, inner.__closure__)
+    assert fn(3) == 6
+    with pytest.raises(Unsupported, match="captured by an inner function"):
+        resume_code(outer.__code__, real_instructions(outer.__code__)[-1].offset, 0, ())

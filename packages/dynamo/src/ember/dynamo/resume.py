@@ -66,8 +66,11 @@ def resume_code(
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
-    if orig.co_cellvars or orig.co_freevars:
-        raise Unsupported("graph break in a function with closures/cells is not supported yet")
+    if orig.co_cellvars:
+        raise Unsupported(
+            "graph break in a function whose locals are captured by an inner function "
+            "is not supported yet"
+        )
     bc = Bytecode.from_code(orig)
     dis_insts = real_instructions(orig)
     target_index = next(i for i, inst in enumerate(dis_insts) if inst.offset == offset)
@@ -81,13 +84,16 @@ def resume_code(
             if dis_insts[seen].opname != item.name:
                 raise Unsupported(f"cannot map bytecode of `{orig.co_name}` for a resume function")
             seen += 1
-            if item.name == "RESUME" and seen == 1:
+            if item.name in ("RESUME", "COPY_FREE_VARS") and seen <= 2:
                 continue
         body.append(item)
     stack_names = tuple(f"___stack{i}" for i in range(nstack))
     line = dis_insts[target_index].positions
     lineno = line.lineno if line is not None and line.lineno is not None else orig.co_firstlineno
-    prefix: list[Any] = [Instr("RESUME", 0, lineno=lineno)]
+    prefix: list[Any] = []
+    if orig.co_freevars:
+        prefix.append(Instr("COPY_FREE_VARS", len(orig.co_freevars), lineno=lineno))
+    prefix.append(Instr("RESUME", 0, lineno=lineno))
     for i, n in enumerate(stack_names):
         prefix.append(Instr("LOAD_FAST", n, lineno=lineno))
         if i in iter_slots:
@@ -104,13 +110,15 @@ def resume_code(
     new.filename = orig.co_filename
     new.first_lineno = orig.co_firstlineno
     new.argnames = list(stack_names + argnames)
+    new.freevars = list(orig.co_freevars)
     try:
         # The stack inside the resumed code is the original's at the same
         # point, so the original's depths (and handler depths) still hold.
         code = new.to_code(stacksize=orig.co_stacksize + 1)
     except Exception as e:  # the bytecode library rejected the layout
         raise Unsupported(f"cannot build a resume function for `{orig.co_name}`: {e}") from e
-    _ORIGIN[code] = ResumeInfo(orig, len(prefix) - 1, name)
+    skipped = 2 if orig.co_freevars else 1  # the original's COPY_FREE_VARS/RESUME
+    _ORIGIN[code] = ResumeInfo(orig, len(prefix) - skipped, name)
     _CACHE[key] = (code, name)
     return code, name
 

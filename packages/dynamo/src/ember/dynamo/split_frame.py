@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from bytecode import Instr, Label
+from bytecode.instr import FreeVar
 
 from .codegen import OUT_LOCAL, PyCodegen
 from .errors import Unsupported
@@ -117,8 +118,11 @@ def check_breakable(tx: InstructionTranslator, inst: dis.Instruction) -> None:
     from .variables.torch import ContextMethodVariable, GradModeVariable
 
     code = tx.code
-    if code.co_cellvars or code.co_freevars:
-        raise Unsupported("graph break in a function with closures/cells is not supported yet")
+    if code.co_cellvars:
+        raise Unsupported(
+            "graph break in a function whose locals are captured by an inner function "
+            "is not supported yet"
+        )
     if inst.opname not in REPLAYABLE and inst.opname not in COND_JUMPS:
         raise Unsupported(f"graph break at {inst.opname} is not supported")
     for v in tx.stack:
@@ -181,10 +185,23 @@ def compile_break(
         rcode, rname = resume_code(orig, orig_offset, stack_after, tuple(live), iter_slots)
         # (re)installed on every split: the wrapper belongs to the runtime
         # (backend, cache table) that is capturing now
-        fn = types.FunctionType(rcode, tx.f_globals, rname)
-        tx.f_globals[rname] = hooks.wrap_function(fn)
         cg.emit("BUILD_TUPLE", stack_after)
-        cg.load_global(rname, push_null=True)
+        if code.co_freevars:
+            # A closure: the resume function shares this frame's cells, so
+            # it is made (and handed to the runtime) on each call.
+            cg.push_null()
+            cg.push_null()
+            cg.load_const(hooks.wrap_function)
+            for name in code.co_freevars:
+                cg.emit("LOAD_CLOSURE", FreeVar(name))
+            cg.emit("BUILD_TUPLE", len(code.co_freevars))
+            cg.load_const(rcode)
+            cg.emit("MAKE_FUNCTION", 0x08)
+            cg.call(1)
+        else:
+            fn = types.FunctionType(rcode, tx.f_globals, rname)
+            tx.f_globals[rname] = hooks.wrap_function(fn)
+            cg.load_global(rname, push_null=True)
         cg.emit("SWAP", 2)
         cg.emit("SWAP", 3)
         for name in live:
