@@ -105,8 +105,10 @@ def resume_code(
     new.posonlyargcount = 0
     new.kwonlyargcount = 0
     new.flags = CompilerFlags(orig.co_flags & ~(0x04 | 0x08))
-    new.name = name
-    new.qualname = name
+    # Named like the user's function, so tracebacks and break messages from
+    # the resumed part name it (the global it is installed under is `name`).
+    new.name = orig.co_name
+    new.qualname = orig.co_qualname
     new.filename = orig.co_filename
     new.first_lineno = orig.co_firstlineno
     new.argnames = list(stack_names + argnames)
