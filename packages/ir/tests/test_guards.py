@@ -54,9 +54,18 @@ def test_dumps_loads_round_trip() -> None:
     assert back.dumps() == text
 
 
-def test_dumps_is_stable_sorted_json() -> None:
-    text = sample_guard_set().dumps()
-    assert text == json.dumps(json.loads(text), sort_keys=True, indent=1) + "\n"
+def test_dumps_is_stable_sorted_json_one_guard_per_line() -> None:
+    gs = sample_guard_set()
+    text = gs.dumps()
+    assert text == gs.dumps()
+    lines = text.splitlines()
+    guard_lines = [line for line in lines if line.startswith('  {"kind": ')]
+    assert len(guard_lines) == len(gs.guards)
+    for line in guard_lines:
+        item = json.loads(line.strip().rstrip(","))
+        assert list(item) == sorted(item)
+    assert [line.split('"')[1] for line in lines if line.startswith(' "')] == ["format", "guards", "shape_relations", "version"]
+    assert GuardSet((), ()).dumps() == '{\n "format": "ember.guards",\n "guards": [],\n "shape_relations": [],\n "version": [1, 0]\n}\n'
 
 
 def test_str_reads_like_dynamo_guards_log() -> None:

@@ -300,9 +300,23 @@ class GuardSet:
         }
 
     def dumps(self) -> str:
-        """Stable JSON text (sorted keys); verifies first."""
+        """Stable JSON text (sorted keys, one guard per line); verifies first."""
         self.verify()
-        return json.dumps(self.to_json(), sort_keys=True, indent=1, allow_nan=False) + "\n"
+        data = self.to_json()
+
+        def compact(value: JSON) -> str:
+            return json.dumps(value, sort_keys=True, allow_nan=False, separators=(", ", ": "))
+
+        guards = ",\n".join(f"  {compact(g.to_json())}" for g in self.guards)
+        guards_text = f"[\n{guards}\n ]" if guards else "[]"
+        return (
+            "{\n"
+            f' "format": {compact(data["format"])},\n'
+            f' "guards": {guards_text},\n'
+            f' "shape_relations": {compact(data["shape_relations"])},\n'
+            f' "version": {compact(data["version"])}\n'
+            "}\n"
+        )
 
     @staticmethod
     def loads(text: str | bytes, *, file: str | None = None) -> GuardSet:

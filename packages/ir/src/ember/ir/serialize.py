@@ -108,10 +108,34 @@ def to_json(ir: GraphIR) -> dict[str, JSON]:
     }
 
 
+def _compact(value: JSON) -> str:
+    return json.dumps(value, sort_keys=True, allow_nan=False, separators=(", ", ": "))
+
+
 def dumps(ir: GraphIR) -> str:
-    """Stable JSON text for ``ir`` (sorted keys, graph order); verifies first. Weights are not included."""
+    """Stable JSON text for ``ir``; verifies first. Weights are not included.
+
+    Keys are sorted and nodes keep graph order. The layout puts one node, one
+    tensor and one module per line, so files diff well and are written with
+    the C JSON encoder.
+    """
     ir.verify()
-    return json.dumps(to_json(ir), sort_keys=True, indent=1, allow_nan=False) + "\n"
+    data = to_json(ir)
+    lines = ["{"]
+    keys = sorted(data)
+    for i, key in enumerate(keys):
+        value = data[key]
+        comma = "," if i < len(keys) - 1 else ""
+        if key == "nodes" and isinstance(value, list) and value:
+            body = ",\n".join(f"  {_compact(n)}" for n in value)
+            lines.append(f' "nodes": [\n{body}\n ]{comma}')
+        elif isinstance(value, dict) and value and key != "codegen":
+            body = ",\n".join(f"  {_compact(k)}: {_compact(value[k])}" for k in sorted(value))
+            lines.append(f" {_compact(key)}: {{\n{body}\n }}{comma}")
+        else:
+            lines.append(f" {_compact(key)}: {_compact(value)}{comma}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
 
 
 # --- reading -------------------------------------------------------------------
