@@ -66,6 +66,9 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> torch.
     root = torch.nn.Module()
     env: dict[int, torch.fx.Node] = {}
     fakes: list[Any] = []
+    # Real (detached) weights, taken outside fake mode: they become the graph's constants.
+    params: dict[str, torch.Tensor] = {n: p.detach() for n, p in gm.named_parameters()}
+    params.update({n: b.detach() for n, b in gm.named_buffers()})
     with fake_mode:
         for i, x in enumerate(example_inputs):
             if isinstance(x, torch.Tensor):
@@ -78,13 +81,11 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> torch.
                 raise LoweringError(
                     f"input {i} is a {type(x).__name__}; only tensors can be traced"
                 )
-        params: dict[str, torch.Tensor] = dict(gm.named_parameters())
-        params.update(dict(gm.named_buffers()))
         swapped: dict[str, Any] = {}
         for k, (name, p) in enumerate(params.items()):
             attr = f"_param{k}"
-            setattr(root, attr, p.detach())
-            f = fake_mode.from_tensor(p.detach())
+            setattr(root, attr, p)
+            f = fake_mode.from_tensor(p)
             node = graph.get_attr(attr)
             node.meta["val"] = f
             env[id(f)] = node

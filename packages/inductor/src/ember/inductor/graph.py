@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .decompositions import ATEN_PREFERRED, decompose_node
@@ -251,8 +251,10 @@ class GraphLowering:
         value = self.gm
         for part in str(node.target).split("."):
             value = getattr(value, part)
-        if not isinstance(value, torch.Tensor):
-            raise LoweringError(f"get_attr {node.target!r} is not a tensor")
+        if not isinstance(value, torch.Tensor) or isinstance(value, FakeTensor):
+            raise LoweringError(
+                f"get_attr {node.target!r} is not a real tensor; compiled code needs its data"
+            )
         name = f"const{len(self.constants)}"
         self.constants[name] = value
         return InputBuffer(name, Layout(tuple(value.shape), tuple(value.stride()), value.dtype))

@@ -1,0 +1,79 @@
+"""Public API behaviour: logging, input checks, the backend without aotgrad, eager fallback."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from ember.inductor import (
+    CompiledGraph,
+    EagerGraph,
+    InductorError,
+    InductorOptions,
+    InputMismatchError,
+    compile_graph,
+    make_backend,
+)
+
+
+def test_output_code_is_logged(
+    caplog: pytest.LogCaptureFixture, options: InductorOptions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EMBER_LOGS", "output_code")
+    x = torch.randn(16)
+    with caplog.at_level(logging.INFO, logger="ember.inductor.output_code"):
+        compile_graph(make_fx(lambda x: x.exp() + 1)(x), [x], options)
+    text = caplog.text
+    assert "def call(args):" in text and 'extern "C" void ember_kernel' in text
+
+
+def test_debug_dir_gets_generated_code(tmp_path: Path, options: InductorOptions) -> None:
+    import dataclasses
+
+    x = torch.randn(16)
+    opts = dataclasses.replace(options, debug_dir=str(tmp_path))
+    compile_graph(make_fx(lambda x: x.sin())(x), [x], opts)
+    assert list(tmp_path.rglob("output_code.py")) and list(tmp_path.rglob("kernel0.cpp"))
+
+
+def test_wrong_shape_is_a_clear_error(compile_fn: Callable[..., CompiledGraph]) -> None:
+    c = compile_fn(lambda x: x * 2, torch.randn(4, 8))
+    with pytest.raises(
+        InputMismatchError, match=r"input 0 has size \(2, 8\).*compiled for \(4, 8\)"
+    ):
+        c(torch.randn(2, 8))
+
+
+def test_non_contiguous_input_is_accepted(compile_fn: Callable[..., CompiledGraph]) -> None:
+    c = compile_fn(lambda x: x * 2, torch.randn(4, 8))
+    y = torch.randn(8, 4).t()
+    torch.testing.assert_close(c(y), y * 2)
+
+
+def test_non_tensor_input_runs_eagerly(options: InductorOptions) -> None:
+    gm = make_fx(lambda x: x * 2)(torch.randn(3))
+    compiled = compile_graph(gm, [3], options)
+    assert isinstance(compiled, EagerGraph)
+    assert "int" in (compiled.report.eager_reason or "")
+
+
+def test_backend_without_aotgrad_is_inference_only(
+    monkeypatch: pytest.MonkeyPatch, options: InductorOptions
+) -> None:
+    monkeypatch.setitem(sys.modules, "ember.aotgrad", None)  # import raises ImportError
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())
+    x = torch.randn(2, 8)
+    backend = make_backend(options)
+    gm = torch.fx.symbolic_trace(model)
+    with torch.no_grad():
+        compiled = backend(gm, [x])
+        torch.testing.assert_close(compiled(x), model(x))
+    assert isinstance(compiled, CompiledGraph) and compiled.report.kernels == 1
+    with pytest.raises(InductorError, match="ember-aotgrad"):
+        backend(gm, [x.requires_grad_()])
