@@ -67,3 +67,19 @@ def test_predicate() -> None:
         return any(n.target is torch.ops.aten.sigmoid.default for n in gm.graph.nodes)
 
     assert Predicate(has_sigmoid).check(_state()).failed
+
+
+def test_graphs_that_mutate_their_inputs_are_not_misjudged() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        x.add_(1.0)
+        return x * 2
+
+    x = torch.randn(8)
+    gm = make_fx(f)(x.clone())
+    assert any(n.target is torch.ops.aten.add_.Tensor for n in gm.graph.nodes)
+    original = x.clone()
+    state = State(gm, (x,))
+    # each run gets its own copy of the inputs, so the backend's mutation cannot skew eager's
+    assert not Inaccuracy(planted.healthy).check(state).failed
+    assert not BackendError(planted.healthy).check(state).failed
+    assert torch.equal(state.inputs[0], original)

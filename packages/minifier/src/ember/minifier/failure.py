@@ -62,10 +62,18 @@ class Verdict:
     signature: Signature | None = None
 
 
+def fresh_inputs(inputs: Sequence[Any]) -> list[Any]:
+    """Copies of the example inputs: a graph may mutate its inputs in place."""
+    return [
+        x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
+        for x in inputs
+    ]
+
+
 def _run_backend(backend: BackendFn, state: State) -> tuple[str, Any]:
     """Compile and run; returns ``("ok", outputs)`` or ``(phase, exception)``."""
     gm = fresh_module(state.gm)
-    inputs = list(state.inputs)
+    inputs = fresh_inputs(state.inputs)
     try:
         compiled = backend(gm, inputs)
     except Exception as exc:
@@ -178,7 +186,7 @@ class Inaccuracy:
             sig = Signature.of(phase, res)
             return Verdict(False, f"raised instead (not an accuracy failure): {sig}")
         try:
-            eager = run_eager(state.gm, state.inputs)
+            eager = run_eager(state.gm, fresh_inputs(state.inputs))
         except Exception as exc:
             return Verdict(False, f"eager itself fails: {type(exc).__name__}: {exc}")
         ref64 = float64_reference(state.gm, state.inputs)
