@@ -17,7 +17,7 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
-from bytecode import Bytecode, CompilerFlags, Instr, Label
+from bytecode import Bytecode, CompilerFlags, Instr, Label, TryBegin
 
 from .errors import Unsupported
 
@@ -113,16 +113,35 @@ def resume_code(
     new.first_lineno = orig.co_firstlineno
     new.argnames = list(stack_names + argnames)
     new.freevars = list(orig.co_freevars)
+    # The stack inside the resumed code is the original's at the same point,
+    # so the original's stack size and handler depths still hold; taking
+    # them from the original's exception table avoids re-deriving them
+    # through the jump into the middle of a `try`/`with` region.
+    known = exact_handler_depths(orig, bc)
     try:
-        # The stack inside the resumed code is the original's at the same
-        # point, so the original's depths (and handler depths) still hold.
-        code = new.to_code(stacksize=orig.co_stacksize + 1)
+        code = new.to_code(
+            stacksize=orig.co_stacksize + 1, compute_exception_stack_depths=not known
+        )
     except Exception as e:  # the bytecode library rejected the layout
         raise Unsupported(f"cannot build a resume function for `{orig.co_name}`: {e}") from e
     skipped = 2 if orig.co_freevars else 1  # the original's COPY_FREE_VARS/RESUME
     _ORIGIN[code] = ResumeInfo(orig, len(prefix) - skipped, name)
     _CACHE[key] = (code, name)
     return code, name
+
+
+def exact_handler_depths(orig: types.CodeType, bc: Bytecode) -> bool:
+    """Copy each exception-table entry's depth onto its ``TryBegin``."""
+    entries = sorted(
+        getattr(dis.Bytecode(orig), "exception_entries", []), key=lambda e: (e.start, e.end)
+    )
+    begins = [i for i in bc if isinstance(i, TryBegin)]
+    if len(begins) != len(entries):
+        return False
+    for tb, entry in zip(begins, entries, strict=True):
+        tb.stack_depth = entry.depth
+        tb.push_lasti = entry.lasti
+    return True
 
 
 def live_locals(code: types.CodeType, offsets: list[int]) -> set[str]:
