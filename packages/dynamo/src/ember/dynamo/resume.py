@@ -17,7 +17,8 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
-from bytecode import Bytecode, CompilerFlags, Instr, Label, TryBegin
+from bytecode import Bytecode, CompilerFlags, Instr, Label
+from bytecode.instr import TryBegin
 
 from .errors import Unsupported
 
