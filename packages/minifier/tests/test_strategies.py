@@ -90,7 +90,8 @@ def test_remove_outputs_and_dead_code() -> None:
 
 def test_input_consolidation_and_dropping() -> None:
     graph = fx.Graph()
-    x, y, z = graph.placeholder("x"), graph.placeholder("y"), graph.placeholder("z")
+    x, y = graph.placeholder("x"), graph.placeholder("y")
+    graph.placeholder("z")  # never read
     graph.output(graph.call_function(aten.add.Tensor, (x, y)))
     t = torch.randn(4)
     state = State(fx.GraphModule(torch.nn.Module(), graph), (t, t.clone(), torch.randn(2)))
