@@ -1,9 +1,10 @@
 """End to end: a model compiled by ember.dynamo (and through ember.aotgrad) with a
 planted backend bug writes a working repro directory.
 
-The backends are wrapped with ``ember.minifier.wrap_backend`` — the same hook
-``EMBER_REPRO_AFTER=dynamo|aot`` installs once the frontends call the
-``ember.repro`` entry point.
+Both ways in are covered: wrapping a backend by hand with
+``ember.minifier.wrap_backend``, and the environment (``EMBER_REPRO_AFTER=dynamo|aot``,
+``EMBER_REPRO_LEVEL``, ``EMBER_REPRO_DIR``), where ember.dynamo and ember.aotgrad find
+the minifier through the ``ember.repro`` entry point.
 """
 
 from __future__ import annotations
@@ -102,3 +103,26 @@ def test_env_after_aot_level_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     repro = tmp_path / "aot_graph_0" / "minified"
     assert _targets(repro) == [aten.sigmoid.default]
     assert "REPRODUCED builtins.NotImplementedError at compile time" in _repro_runs(repro)
+
+
+def test_env_after_dynamo_level_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ember.dynamo finds the hook through the `ember.repro` entry point; nothing is wrapped by hand
+    monkeypatch.setenv("EMBER_REPRO_AFTER", "dynamo")
+    monkeypatch.setenv("EMBER_REPRO_LEVEL", "2")
+    monkeypatch.setenv("EMBER_REPRO_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    compiled = ember.dynamo.compile(Gated(), backend=planted.raises_on_torch_sigmoid)
+    with pytest.raises(NotImplementedError, match="planted bug"):
+        compiled(torch.randn(4, 16))
+    repro = tmp_path / "dynamo_graph_0" / "minified"
+    assert _targets(repro) == [torch.sigmoid]
+    assert "REPRODUCED builtins.NotImplementedError at compile time" in _repro_runs(repro)
+
+
+def test_env_repro_without_minifier_warns(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ember.dynamo.backends import with_repro_hook
+
+    monkeypatch.setattr("ember.dynamo.backends.entry_points", lambda **kw: [])
+    with pytest.warns(UserWarning, match="ember-minifier is not installed"):
+        compiler = with_repro_hook(planted.raises_on_torch_sigmoid, {"EMBER_REPRO_AFTER": "dynamo"})
+    assert compiler is planted.raises_on_torch_sigmoid

@@ -26,7 +26,7 @@ import torch
 
 from . import cache as cache_mod
 from . import eval_frame_hook
-from .backends import CompilerFn, backend_name, lookup_backend
+from .backends import CompilerFn, backend_name, lookup_backend, with_repro_hook
 from .config import OPTION_NAMES, DynamoOptions, config
 from .debug_dir import debug_dir_from_env
 from .eval_frame import STATE, CompiledFunction, CompiledMethod, Runtime
@@ -101,6 +101,7 @@ def make_runtime(
     dynamo_opts = {k: opts.pop(k) for k in list(opts) if k in OPTION_NAMES}
     compiler = lookup_backend(backend)
     compiler = _backend_options(compiler, None if mode == "default" else mode, opts)
+    compiler = with_repro_hook(compiler)
     return Runtime(compiler, snapshot_options(fullgraph=fullgraph, dynamic=dynamic, **dynamo_opts))
 
 
@@ -203,7 +204,7 @@ def optimize(
     ``@optimize(my_compiler)`` on a function or method, or
     ``optimize("eager")(module)``. ``nopython=True`` is ``fullgraph=True``.
     """
-    compiler = lookup_backend(backend)  # unknown names fail here, not at first call
+    compiler = with_repro_hook(lookup_backend(backend))  # unknown names fail here
 
     def factory() -> Runtime:
         return Runtime(compiler, snapshot_options(fullgraph=nopython, dynamic=dynamic))

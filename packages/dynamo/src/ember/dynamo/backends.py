@@ -13,11 +13,16 @@ ember.dynamo itself ships only ``eager``. Any callable is accepted as is.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import os
+import warnings
+from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
 from typing import Any
 
 import torch
+
+LOG = logging.getLogger("ember.dynamo")
 
 CompilerFn = Callable[[torch.fx.GraphModule, list[torch.Tensor]], Callable[..., Any]]
 
@@ -106,6 +111,35 @@ def lookup_backend(backend: str | CompilerFn) -> CompilerFn:
         f"@ember.dynamo.register_backend({backend!r}), or pass a callable "
         "backend(gm, example_inputs)."
     )
+
+
+REPRO_ENTRY_POINT_GROUP = "ember.repro"
+
+
+def with_repro_hook(compiler: CompilerFn, environ: Mapping[str, str] | None = None) -> CompilerFn:
+    """Let an installed ember.minifier wrap ``compiler`` when ``EMBER_REPRO_AFTER`` is set.
+
+    The minifier is found by entry point (group ``ember.repro``, name
+    ``wrap_backend``), never imported, so ember.dynamo works without it. With
+    ``EMBER_REPRO_AFTER`` unset nothing is looked up (no import cost); with it set
+    and no minifier installed, a warning says what to install.
+    """
+    env = os.environ if environ is None else environ
+    if not env.get("EMBER_REPRO_AFTER"):
+        return compiler
+    for ep in entry_points(group=REPRO_ENTRY_POINT_GROUP, name="wrap_backend"):
+        try:
+            wrapped = ep.load()(compiler, after="dynamo")
+        except Exception as e:  # a broken optional hook must not break compiling
+            LOG.warning("ignoring the ember.repro hook %s: %s: %s", ep.value, type(e).__name__, e)
+            continue
+        return wrapped  # type: ignore[no-any-return]
+    warnings.warn(
+        "EMBER_REPRO_AFTER is set but ember-minifier is not installed, so no repro is "
+        "written; install it with `pip install ember-minifier` (or packages/minifier).",
+        stacklevel=3,
+    )
+    return compiler
 
 
 def backend_name(backend: str | CompilerFn) -> str:
