@@ -267,12 +267,12 @@ def _results() -> list[dict[str, Any]]:
     ]
 
 
-def test_speedups_pair_with_in_process_eager_and_skip_wrong_cells() -> None:
+def test_speedups_against_eager_cell_and_beside_and_none_for_wrong_cells() -> None:
     rs = _results()
     report.add_speedups(rs)
     assert rs[0]["speedup"] == 1.0
-    assert rs[1]["speedup"] == pytest.approx(4.0)  # eager timed beside it: 4 ms
-    assert rs[1]["speedup_vs_eager_cell"] == pytest.approx(2.0)  # eager's own cell: 2 ms
+    assert rs[1]["speedup"] == pytest.approx(2.0)  # eager's own cell: 2 ms
+    assert rs[1]["speedup_beside"] == pytest.approx(4.0)  # eager timed beside it: 4 ms
     assert rs[2]["speedup"] is None and rs[3]["speedup"] is None
 
 
@@ -285,17 +285,17 @@ def test_tables_are_aligned_and_mark_failures() -> None:
     assert header.split()[:3] == ["workload", "compiler", "status"]
     assert len(rule) == len(header)
     fast = next(line for line in lines if " fast " in line)
-    assert "4.00x" in fast and "3.50" in fast and "0.50" in fast and "  4" in fast
+    assert fast.split()[7:9] == ["2.00x", "4.00x"] and "3.50" in fast and "0.50" in fast and "  4" in fast
     bad = next(line for line in lines if " bad " in line)
     assert "WRONG" in bad and "x" not in bad.split("WRONG")[1].replace("e", "")
     assert "w x bad: wrong: WRONG: output 0" in table
     assert "w x gone: unavailable: not here" in table
     matrix = report.speedup_matrix(rs).splitlines()
     assert matrix[0].split() == ["speedup", "vs", "eager", "eager", "fast", "bad", "gone"]
-    assert matrix[2].split() == ["w", "1.00x", "4.00x", "WRONG", "n/a"]
+    assert matrix[2].split() == ["w", "1.00x", "2.00x", "WRONG", "n/a"]
     rs[1]["graphs"] = 0  # the compiler fell back to eager: flagged, not passed off as compiled
     matrix = report.speedup_matrix(rs).splitlines()
-    assert matrix[2].split()[2] == "4.00x*" and matrix[-1].startswith("* compiled no graph")
+    assert matrix[2].split()[2] == "2.00x*" and matrix[-1].startswith("* compiled no graph")
 
 
 def test_json_has_raw_figures_and_machine_info() -> None:
@@ -316,7 +316,7 @@ def test_saved_run_is_reprinted(tmp_path: Path, capsys: pytest.CaptureFixture[st
     saved.write_text(report.to_json(rs, report.machine_info(), "python tools/bench.py --quick"))
     assert cli.main(["--from-json", str(saved)]) == 0
     out = capsys.readouterr().out
-    assert "4.00x" in out and "WRONG" in out and "command: python tools/bench.py --quick" in out
+    assert "2.00x" in out and "WRONG" in out and "command: python tools/bench.py --quick" in out
     saved.write_text('{"format": "other"}')
     with pytest.raises(SystemExit, match="not an ember.bench"):
         cli.main(["--from-json", str(saved)])
@@ -347,7 +347,7 @@ def test_demo_picks_the_best_ember_backend_and_formats_its_table() -> None:
     report.add_speedups(rs)
     lines = demo_table(rs).splitlines()
     assert lines[0].split()[:3] == ["compiler", "graphs", "breaks"]
-    assert lines[3].split() == ["fast", "2", "1", "3.50", "s", "1.000", "4.00x"]
+    assert lines[3].split() == ["fast", "2", "1", "3.50", "s", "1.000", "2.00x"]
     assert lines[4].split()[-1] == "WRONG"
 
 
