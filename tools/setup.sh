@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 VENV="${EMBER_VENV:-.venv}"
 demo=1
+# pip warns about every missing local index directory this machine configures; keep the rest
+pip_quiet() { "$VPY" -m pip install -q "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }; }
 [ "${1:-}" = "--no-demo" ] && demo=0
 
 if [ ! -x "$VENV/bin/python" ]; then
@@ -21,14 +23,14 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     # torch first: a range that 2.13 satisfies takes the local CPU wheel; never pull a CUDA build.
     if ! "$VPY" -c "import torch" 2>/dev/null; then
         echo "[setup] installing torch (CPU wheel)"
-        "$VPY" -m pip install -q "torch==2.13.0"
+        pip_quiet "torch==2.13.0"
     fi
     echo "[setup] installing dev tools"
-    "$VPY" -m pip install -q -r tools/dev-requirements.txt
+    pip_quiet -r tools/dev-requirements.txt
     echo "[setup] installing ember packages (editable)"
     args=()
     for p in ir guards dynamo aotgrad inductor minifier; do args+=(-e "packages/$p"); done
-    "$VPY" -m pip install -q "${args[@]}"
+    pip_quiet "${args[@]}"
     echo "$want" > "$stamp"
 else
     echo "[setup] environment up to date ($VENV)"
