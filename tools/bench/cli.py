@@ -196,5 +196,7 @@ def show_saved(path: Path, plot: Path | None) -> int:
     data = json.loads(path.read_text())
     if data.get("format") != "ember.bench" or data.get("version", [0])[0] != 1:
         raise SystemExit(f"{path} is not an ember.bench version 1 JSON file")
-    show(data["results"], data["machine"], data["command"], plot)
+    results = data["results"]
+    add_speedups(results)  # recomputed from the raw figures
+    show(results, data["machine"], data["command"], plot)
     return 0
