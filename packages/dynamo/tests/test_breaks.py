@@ -753,3 +753,27 @@ def test_break_in_closure_shares_cells() -> None:
             torch.testing.assert_close(c2(x), f2(x))
             torch.testing.assert_close(c3(x), f3(x))
     assert cnt.frame_count == 4  # two graphs per closure value, reused afterwards
+
+
+def break_with_captured_local(x, k=2.0):
+    scale = x.shape[0] * 0.5
+    f = lambda t: t * scale + k  # noqa: E731 - a closure over a local of this frame
+    y = f(x)
+    print("mid")
+    scale = scale + 1
+    return f(y), scale
+
+
+def test_break_in_frame_with_cells() -> None:
+    """Locals captured by an inner function live in cells shared with the
+    resume function; a write after the break is seen by the closure."""
+    ed.reset()
+    cnt = CompileCounter()
+    fn = ed.compile(break_with_captured_local, backend=cnt)
+    with redirect_stdout(io.StringIO()):
+        for _ in range(3):
+            x = r(4)
+            got, want = fn(x), break_with_captured_local(x)
+            torch.testing.assert_close(got[0], want[0])
+            assert got[1] == want[1]
+    assert cnt.frame_count == 2  # a fresh lambda each call does not recompile (guarded by code)

@@ -7,11 +7,9 @@ import dis
 import inspect
 import types
 
-import pytest
 from bytecode import Instr
 
 from ember.dynamo.bytecode_transform import assemble
-from ember.dynamo.errors import Unsupported
 from ember.dynamo.resume import live_locals, origin_of, real_instructions, resume_code
 
 
@@ -102,7 +100,7 @@ def test_resume_keeps_line_numbers():
     assert {first + 2, first + 3} <= lines
 
 
-def test_resume_refuses_captured_locals_but_keeps_closures():
+def test_resume_shares_cells_and_closures():
     def outer(y):
         def inner(x):
             z = x + y
@@ -116,5 +114,8 @@ def test_resume_refuses_captured_locals_but_keeps_closures():
     assert rcode.co_freevars == ("y",)
     fn = types.FunctionType(rcode, globals(), name, None, inner.__closure__)
     assert fn(3) == 6
-    with pytest.raises(Unsupported, match="captured by an inner function"):
-        resume_code(outer.__code__, real_instructions(outer.__code__)[-1].offset, 0, ())
+    # a frame whose locals are captured: its cells become the resume
+    # function's free variables, shared with the inner functions
+    at_ret = real_instructions(outer.__code__)[-1].offset
+    rcode2, name2 = resume_code(outer.__code__, at_ret, 0, ("inner",))
+    assert rcode2.co_freevars == ("y",) and rcode2.co_cellvars == ()

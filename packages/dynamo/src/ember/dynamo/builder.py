@@ -177,10 +177,16 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
             g.add_id(source, value)
         return BuiltinVariable(value)
     if isinstance(value, types.FunctionType):
-        if g is not None and source is not None:
-            g.add_function(source, value)
         if value.__module__ and (value.__module__ in ("operator", "math")):
+            if g is not None and source is not None:
+                g.add_function(source, value)
             return BuiltinVariable(value)
+        if g is not None and source is not None:
+            # By code, not by object: a closure or lambda made afresh on every
+            # call is the same program; what it closes over, its defaults and
+            # globals are guarded where they are read.
+            g.add_type(source, value)
+            g.add_id(AttrSource(source, "__code__"), value.__code__)
         return UserFunctionVariable(value, source)
     if isinstance(value, types.MethodType):
         obj_src = AttrSource(source, "__self__") if source else None

@@ -11,6 +11,7 @@ The 3.11/3.12 differences in call and attribute sequences live here only.
 from __future__ import annotations
 
 import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 from bytecode import Instr
@@ -27,7 +28,14 @@ OUT_LOCAL = "__ember_graph_out"
 
 
 class PyCodegen:
-    def __init__(self, cellvars: tuple[str, ...], freevars: tuple[str, ...], lineno: int) -> None:
+    def __init__(
+        self,
+        cellvars: tuple[str, ...],
+        freevars: tuple[str, ...],
+        lineno: int,
+        code: types.CodeType | None = None,
+    ) -> None:
+        self.code = code  # the frame whose cells LOAD_CLOSURE may reach
         self.instrs: list[Instr] = []
         self.cellvars = cellvars
         self.freevars = freevars

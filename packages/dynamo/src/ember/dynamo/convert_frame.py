@@ -92,7 +92,9 @@ def initial_cells(state: FrameState) -> dict[str, CellVariable]:
             f"{len(code.co_freevars)} free variables"
         )
     for name, cell in zip(code.co_freevars, closure, strict=True):
-        cells[name] = CellVariable(real=cell, source=LocalSource(name, "free"), name=name)
+        cells[name] = CellVariable(
+            real=cell, source=LocalSource(name, "free"), name=name, owner=code
+        )
     return cells
 
 
@@ -116,6 +118,9 @@ def convert_frame(
         options,
         None,
     )
+    for cell in tx.cells.values():
+        if cell.real is not None:
+            output.real_cells[id(cell.real)] = cell
     tx.may_break = not options.fullgraph and hooks is not None
     prior_grad = torch.is_grad_enabled()
     try:

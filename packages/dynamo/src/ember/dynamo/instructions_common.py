@@ -94,7 +94,7 @@ class CommonInstructions(TranslatorCore):
         value = self.symbolic_locals.pop(name, None)
         if isinstance(value, LazyVariable):
             value = value.realize(self)
-        self.cells[name] = CellVariable(value=value, name=name)
+        self.cells[name] = CellVariable(value=value, name=name, owner=self.code)
 
     def LOAD_CLOSURE(self, inst: Inst) -> None:
         self.push(self.cells[inst.argval])

@@ -69,6 +69,8 @@ class OutputGraph:
         #: bumped by every in-place change of a list/dict tracker (a graph
         #: break cannot roll those back)
         self.mutations = 0
+        #: trackers of cells that existed before the frame ran, by id(cell)
+        self.real_cells: dict[int, Any] = {}
         self.guards.add_global_state()
 
     # --- inputs and attributes ----------------------------------------------

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bytecode import Bytecode, CompilerFlags, Instr, Label
-from bytecode.instr import TryBegin
+from bytecode.instr import CellVar, FreeVar, TryBegin
 
 from .errors import Unsupported
 
@@ -67,17 +67,14 @@ def resume_code(
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
-    if orig.co_cellvars:
-        raise Unsupported(
-            "graph break in a function whose locals are captured by an inner function "
-            "is not supported yet"
-        )
     bc = Bytecode.from_code(orig)
     dis_insts = real_instructions(orig)
     target_index = next(i for i, inst in enumerate(dis_insts) if inst.offset == offset)
     label = Label()
     body: list[Any] = []
     seen = 0
+    skipped = 0  # the original's prologue (MAKE_CELL, COPY_FREE_VARS, RESUME)
+    in_prologue = True
     for item in bc:
         if isinstance(item, Instr):
             if seen == target_index:
@@ -85,15 +82,22 @@ def resume_code(
             if dis_insts[seen].opname != item.name:
                 raise Unsupported(f"cannot map bytecode of `{orig.co_name}` for a resume function")
             seen += 1
-            if item.name in ("RESUME", "COPY_FREE_VARS") and seen <= 2:
+            if in_prologue and item.name in ("MAKE_CELL", "COPY_FREE_VARS", "RESUME"):
+                skipped += 1
+                in_prologue = item.name != "RESUME"
                 continue
+            in_prologue = False
+            if isinstance(item.arg, CellVar):
+                # the frame's cells arrive as part of the resume function's closure
+                item = Instr(item.name, FreeVar(item.arg.name), location=item.location)
         body.append(item)
+    closure_names = list(orig.co_freevars) + list(orig.co_cellvars)
     stack_names = tuple(f"___stack{i}" for i in range(nstack))
     line = dis_insts[target_index].positions
     lineno = line.lineno if line is not None and line.lineno is not None else orig.co_firstlineno
     prefix: list[Any] = []
-    if orig.co_freevars:
-        prefix.append(Instr("COPY_FREE_VARS", len(orig.co_freevars), lineno=lineno))
+    if closure_names:
+        prefix.append(Instr("COPY_FREE_VARS", len(closure_names), lineno=lineno))
     prefix.append(Instr("RESUME", 0, lineno=lineno))
     for i, n in enumerate(stack_names):
         prefix.append(Instr("LOAD_FAST", n, lineno=lineno))
@@ -113,7 +117,7 @@ def resume_code(
     new.filename = orig.co_filename
     new.first_lineno = orig.co_firstlineno
     new.argnames = list(stack_names + argnames)
-    new.freevars = list(orig.co_freevars)
+    new.freevars = closure_names
     # The stack inside the resumed code is the original's at the same point,
     # so the original's stack size and handler depths still hold; taking
     # them from the original's exception table avoids re-deriving them
@@ -125,7 +129,6 @@ def resume_code(
         )
     except Exception as e:  # the bytecode library rejected the layout
         raise Unsupported(f"cannot build a resume function for `{orig.co_name}`: {e}") from e
-    skipped = 2 if orig.co_freevars else 1  # the original's COPY_FREE_VARS/RESUME
     _ORIGIN[code] = ResumeInfo(orig, len(prefix) - skipped, name)
     _CACHE[key] = (code, name)
     return code, name

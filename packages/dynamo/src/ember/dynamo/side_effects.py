@@ -33,6 +33,7 @@ class SideEffects:
     globals: dict[str, VariableTracker] = field(default_factory=dict)
     lists: dict[int, ListVariable] = field(default_factory=dict)
     dicts: dict[int, DictVariable] = field(default_factory=dict)
+    cells: dict[str, Any] = field(default_factory=dict)
     # Trackers of containers read from the frame, by identity of the real
     # object, so two paths to one list share one tracker.
     seen: dict[int, tuple[Any, VariableTracker]] = field(default_factory=dict)
@@ -49,6 +50,10 @@ class SideEffects:
     def store_global(self, name: str, value: VariableTracker) -> None:
         self.globals.pop(name, None)
         self.globals[name] = value
+
+    def store_cell(self, cell: Any) -> None:
+        """A write to one of the frame's own free variables (``nonlocal``)."""
+        self.cells[cell.name] = cell
 
     def track_list(self, var: ListVariable) -> None:
         self.lists[id(var)] = var
@@ -71,7 +76,7 @@ class SideEffects:
         return var
 
     def is_empty(self) -> bool:
-        return not (self.attrs or self.globals or self.lists or self.dicts)
+        return not (self.attrs or self.globals or self.lists or self.dicts or self.cells)
 
     def codegen(self, cg: PyCodegen) -> None:
         """Emit the writes. Every value (and target) is computed into a
@@ -85,6 +90,8 @@ class SideEffects:
             plans.append(("dict", None, cg.stash(d, fresh=True), cg.stash_source(d)))
         for name, value in self.globals.items():
             plans.append(("global", name, cg.stash(value), None))
+        for name, cell in self.cells.items():
+            plans.append(("cell", name, cg.stash(cell.value), None))
         for kind, name, value_tmp, target_tmp in plans:
             if kind == "attr":
                 cg.load_local(value_tmp)
@@ -98,6 +105,11 @@ class SideEffects:
             elif kind == "dict":
                 cg.call_method_on_local(target_tmp, "clear", [])  # type: ignore[arg-type]
                 cg.call_method_on_local(target_tmp, "update", [value_tmp])  # type: ignore[arg-type]
+            elif kind == "cell":
+                from bytecode.instr import FreeVar
+
+                cg.load_local(value_tmp)
+                cg.emit("STORE_DEREF", FreeVar(name))
             else:
                 cg.load_local(value_tmp)
                 cg.store_global(name)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from bytecode import Instr, Label
-from bytecode.instr import FreeVar
+from bytecode.instr import CellVar, FreeVar
 
 from .codegen import OUT_LOCAL, PyCodegen
 from .errors import Unsupported
@@ -64,7 +64,8 @@ class Snapshot:
     globals: dict[str, Any]
     mutations: int
     grad_enabled: bool
-    extra: dict[str, Any] = field(default_factory=dict)
+    cells: dict[str, Any]
+    iterators: list[tuple[ListIteratorVariable, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -87,6 +88,12 @@ def take_snapshot(tx: InstructionTranslator) -> Snapshot:
         dict(tx.output.side_effects.globals),
         tx.output.mutations,
         torch.is_grad_enabled(),
+        dict(tx.output.side_effects.cells),
+        [
+            (v, v.index)
+            for v in [*tx.stack, *tx.symbolic_locals.values()]
+            if isinstance(v, ListIteratorVariable)
+        ],
     )
 
 
@@ -110,6 +117,9 @@ def restore(tx: InstructionTranslator, snap: Snapshot) -> None:
     tx.symbolic_locals.update(snap.locals)
     tx.kw_names = snap.kw_names
     tx.output.side_effects.attrs = dict(snap.attrs)
+    tx.output.side_effects.cells = dict(snap.cells)
+    for it, index in snap.iterators:
+        it.index = index
     tx.output.side_effects.globals = dict(snap.globals)
     torch._C._set_grad_enabled(snap.grad_enabled)
 
@@ -117,12 +127,6 @@ def restore(tx: InstructionTranslator, snap: Snapshot) -> None:
 def check_breakable(tx: InstructionTranslator, inst: dis.Instruction) -> None:
     from .variables.torch import ContextMethodVariable, GradModeVariable
 
-    code = tx.code
-    if code.co_cellvars:
-        raise Unsupported(
-            "graph break in a function whose locals are captured by an inner function "
-            "is not supported yet"
-        )
     if inst.opname not in REPLAYABLE and inst.opname not in COND_JUMPS:
         raise Unsupported(f"graph break at {inst.opname} is not supported")
     for v in tx.stack:
@@ -162,21 +166,33 @@ def compile_break(
         raise Unsupported(f"graph break at {inst.opname} in the middle of a call sequence")
     live = sorted(live_locals(code, targets) & set(tx.symbolic_locals))
     stack, call_args = rewrite_call(tx, inst, hooks)
+    # iterators below what the instruction consumes travel as tuples
     iter_slots = tuple(
-        i for i, v in enumerate(stack[:stack_after]) if isinstance(v, ListIteratorVariable)
+        i
+        for i, v in enumerate(tx.stack[: max(min(kept, stack_after), 0)])
+        if isinstance(v, ListIteratorVariable)
     )
 
-    cg = PyCodegen(code.co_cellvars, code.co_freevars, lineno)
-    for v in stack:
+    cg = PyCodegen(code.co_cellvars, code.co_freevars, lineno, code)
+    for i, v in enumerate(stack):
         if isinstance(v, NullVariable):
             cg.push_null()
-        elif isinstance(v, ListIteratorVariable):
-            v.reconstruct_items(cg)
+        elif i in iter_slots:
+            v.reconstruct_items(cg)  # type: ignore[attr-defined]
         else:
             v.reconstruct(cg)
     for name in live:
         tx.symbolic_locals[name].reconstruct(cg)
+    # cells of this frame hold what tracing stored in them; write it to the
+    # real cells, which the resume function (and inner functions) share
+    cells = [n for n in code.co_cellvars if n in tx.cells and tx.cells[n].value is not None]
+    for name in cells:
+        value = tx.cells[name].value
+        assert value is not None
+        value.reconstruct(cg)
     tx.output.side_effects.codegen(cg)
+    for name in reversed(cells):
+        cg.emit("STORE_DEREF", CellVar(name))
     for name in reversed(live):
         cg.store_local(name)
 
@@ -186,7 +202,7 @@ def compile_break(
         # (re)installed on every split: the wrapper belongs to the runtime
         # (backend, cache table) that is capturing now
         cg.emit("BUILD_TUPLE", stack_after)
-        if code.co_freevars:
+        if code.co_freevars or code.co_cellvars:
             # A closure: the resume function shares this frame's cells, so
             # it is made (and handed to the runtime) on each call.
             cg.push_null()
@@ -194,7 +210,9 @@ def compile_break(
             cg.load_const(hooks.wrap_function)
             for name in code.co_freevars:
                 cg.emit("LOAD_CLOSURE", FreeVar(name))
-            cg.emit("BUILD_TUPLE", len(code.co_freevars))
+            for name in code.co_cellvars:
+                cg.emit("LOAD_CLOSURE", CellVar(name))
+            cg.emit("BUILD_TUPLE", len(code.co_freevars) + len(code.co_cellvars))
             cg.load_const(rcode)
             cg.emit("MAKE_FUNCTION", 0x08)
             cg.call(1)

@@ -237,7 +237,14 @@ class TranslatorCore:
             self.output.guards.add_constant(AttrSource(mod.source, "training"), mod.value.training)
 
     def cell_for(self, cell: types.CellType, source: Source | None, name: str) -> CellVariable:
-        return CellVariable(real=cell, source=source, name=name)
+        """The one tracker for a real cell (so a write through one path is
+        seen through every other, e.g. a frame variable and a lambda's closure)."""
+        known: CellVariable | None = self.output.real_cells.get(id(cell))
+        if known is not None and known.real is cell:
+            return known
+        var = CellVariable(real=cell, source=source, name=name)
+        self.output.real_cells[id(cell)] = var
+        return var
 
     # --- calls ---------------------------------------------------------------------------
     def call(self, fn: VariableTracker, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:

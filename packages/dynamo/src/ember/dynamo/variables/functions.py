@@ -13,6 +13,7 @@ from .dicts import DictVariable
 from .lists import TupleVariable
 
 if TYPE_CHECKING:
+    from ..codegen import PyCodegen
     from ..translator_core import TranslatorCore as Tx
 
 
@@ -27,11 +28,14 @@ class CellVariable(VariableTracker):
         real: types.CellType | None = None,
         source: Source | None = None,
         name: str = "",
+        owner: types.CodeType | None = None,
     ) -> None:
         super().__init__(source)
         self.value = value
         self.real = real
         self.name = name
+        #: the code object whose frame holds this cell (None: not a frame cell)
+        self.owner = owner
 
     def describe(self) -> str:
         return f"closure cell `{self.name}`"
@@ -50,6 +54,12 @@ class CellVariable(VariableTracker):
         return self.value
 
     def set(self, tx: Tx, value: VariableTracker) -> None:
+        if self.real is not None and self.owner is tx.root_tx().code:
+            # a free variable of the frame being compiled: written back
+            # (STORE_DEREF) after the graph runs
+            self.value = value
+            tx.output.side_effects.store_cell(self)
+            return
         if self.real is not None:
             raise Unsupported(
                 f"assignment to nonlocal `{self.name}` of an enclosing function cannot be traced"
@@ -184,6 +194,30 @@ class NestedFunctionVariable(BaseFunctionVariable):
 
     def get_globals(self) -> dict[str, Any]:
         return self.f_globals
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        """Re-create the function over the real cells of the frame."""
+        if self._kwdefaults:
+            raise Unsupported(f"rebuilding {self.describe()} with keyword-only defaults")
+        for cell in self.closure:
+            if cg.code is None or cell.owner is not cg.code:
+                raise Unsupported(f"{self.describe()} closes over cells of another frame")
+        flags = 0
+        if self._defaults:
+            for d in self._defaults:
+                d.reconstruct(cg)
+            cg.build(tuple, len(self._defaults))
+            flags |= 0x01
+        if self.closure:
+            from bytecode.instr import CellVar, FreeVar
+
+            for cell in self.closure:
+                ref = CellVar(cell.name) if cell.name in cg.cellvars else FreeVar(cell.name)
+                cg.emit("LOAD_CLOSURE", ref)
+            cg.build(tuple, len(self.closure))
+            flags |= 0x08
+        cg.load_const(self.code)
+        cg.emit("MAKE_FUNCTION", flags)
 
     def defaults(self, tx: Tx) -> tuple[tuple[VariableTracker, ...], dict[str, VariableTracker]]:
         return self._defaults, self._kwdefaults
