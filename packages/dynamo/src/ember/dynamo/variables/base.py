@@ -18,8 +18,14 @@ if TYPE_CHECKING:
     from ..translator_core import TranslatorCore as Tx
 
 
-class NotConstant(Exception):
-    """Raised by ``as_python_constant`` for values only known symbolically."""
+class NotConstant(Unsupported):
+    """Raised by ``as_python_constant`` for values only known symbolically.
+
+    An ``Unsupported``: code that needed a Python value where only a
+    symbolic one exists is a graph break, not an internal error."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what} is used where a Python constant is needed")
 
 
 class VariableTracker:
