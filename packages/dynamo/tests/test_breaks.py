@@ -777,3 +777,28 @@ def test_break_in_frame_with_cells() -> None:
             torch.testing.assert_close(got[0], want[0])
             assert got[1] == want[1]
     assert cnt.frame_count == 2  # a fresh lambda each call does not recompile (guarded by code)
+
+
+def test_unsupported_message_format_is_pinned() -> None:
+    ed.reset()
+    fn = ed.compile(print_middle, backend=CompileCounter(), fullgraph=True)
+    with pytest.raises(ed.Unsupported) as info:
+        fn(r(3))
+    line = print_middle.__code__.co_firstlineno + 2
+    assert str(info.value) == (
+        f"graph break in `print_middle` at {__file__}:{line} "
+        '`print("y computed", y.shape)`: builtin `print` cannot be traced '
+        "(fullgraph=True makes this an error)"
+    )
+    assert info.value.reason == "builtin `print` cannot be traced"
+    assert info.value.user_stack[-1].lineno == line
+
+
+def test_break_inside_inlined_call_names_both_frames() -> None:
+    ed.reset()
+    fn = ed.compile(nested_inlined_break, backend=CompileCounter(), fullgraph=True)
+    with pytest.raises(ed.Unsupported) as info:
+        fn(r(3))
+    names = [f.name for f in info.value.user_stack]
+    assert names == ["nested_inlined_break", "_helper_nested", "_helper_print"]
+    assert "graph break in `_helper_print`" in str(info.value)
