@@ -30,38 +30,53 @@ def _graph_compiler(
     return compile_fn
 
 
+def _needs_grad(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    return any(t.requires_grad for t in tensors) or any(p.requires_grad for p in gm.parameters())
+
+
 def make_backend(
     options: InductorOptions | None = None,
 ) -> Callable[[torch.fx.GraphModule, list[Any]], Any]:
-    """A ``(gm, example_inputs) -> callable`` backend compiling with these options."""
+    """A ``(gm, example_inputs) -> callable`` backend compiling with these options.
+
+    Graphs that need gradients go through ember.aotgrad (forward and backward
+    compiled by inductor). Graphs that do not (grad mode off, or nothing
+    requires grad) are traced to ATen directly: no autograd wrapper at run
+    time. The frontend guards on grad mode, so the choice holds for every call.
+    """
     try:
         import ember.aotgrad as aotgrad
     except ImportError:
         aotgrad = None  # type: ignore[assignment]
     compile_fn = _graph_compiler(options)
+    training: Callable[[torch.fx.GraphModule, list[Any]], Any] | None = None
     if aotgrad is not None:
         from .decompositions import decomposition_table
 
-        return aotgrad.aot_autograd(
+        training = aotgrad.aot_autograd(
             fw_compiler=compile_fn,  # type: ignore[arg-type]
             bw_compiler=compile_fn,  # type: ignore[arg-type]
             decompositions=decomposition_table((options or InductorOptions()).prefer_aten),
         )
 
-    def inference_only(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+    def backend_fn(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         from .aten_trace import trace_to_aten
 
-        if torch.is_grad_enabled() and any(
-            isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
-        ):
-            raise InductorError(
-                "the inductor backend needs ember-aotgrad to compile graphs that need gradients; "
-                "install ember-inductor[training], or run under torch.no_grad()"
-            )
+        symbolic = any(not isinstance(x, torch.Tensor) for x in example_inputs)
+        if _needs_grad(gm, list(example_inputs)) or (symbolic and training is not None):
+            if training is None:
+                raise InductorError(
+                    "the inductor backend needs ember-aotgrad to compile graphs that need gradients; "
+                    "install ember-inductor[training], or run under torch.no_grad()"
+                )
+            return training(gm, example_inputs)
         aten_gm = trace_to_aten(gm, list(example_inputs))
         return compile_fn(aten_gm, list(example_inputs))
 
-    return inference_only
+    return backend_fn
 
 
 def inductor(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:

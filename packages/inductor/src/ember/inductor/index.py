@@ -85,10 +85,10 @@ def contiguous_strides(size: Sequence[int]) -> tuple[int, ...]:
 def linear_index(
     index: Sequence[sympy.Expr], strides: Sequence[int], offset: int = 0
 ) -> sympy.Expr:
-    expr: sympy.Expr = sympy.Integer(offset)
-    for i, s in zip(index, strides):
-        expr = expr + i * s
-    return sympy.expand(expr)
+    terms = [i * s for i, s in zip(index, strides) if s != 0 and i != 0]
+    if offset:
+        terms.append(sympy.Integer(offset))
+    return sympy.Add(*terms) if terms else sympy.Integer(0)
 
 
 def affine_coefficients(
