@@ -140,3 +140,8 @@ def test_creation_ops(check: Check) -> None:
 def test_dtypes_roundtrip(check: Check, dtype: torch.dtype) -> None:
     x = torch.randint(0, 3, (7, 9)).to(dtype)
     check(lambda x: (x.clone(), x.to(torch.float64), x == x), x)
+
+
+def test_graph_constants_are_read(check: Check) -> None:
+    x = torch.randn(3, 4)
+    check(lambda x: x * torch.tensor([1.0, 2.0, 3.0, 4.0]) + 1, x)

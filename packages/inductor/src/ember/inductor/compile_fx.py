@@ -155,6 +155,7 @@ def _compile(
     steps = schedule(lowered, opts)
     dtypes = {b.name: b.layout.dtype for b in lowered.buffers}
     dtypes.update({b.name: b.layout.dtype for b in lowered.inputs})
+    dtypes.update({name: t.dtype for name, t in lowered.constants.items()})
     kernel_sources: dict[str, str] = {}
     kernel_args: dict[str, list[str]] = {}
     for step in steps:
