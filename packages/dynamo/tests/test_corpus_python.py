@@ -448,6 +448,13 @@ def layer_list_python(x, weights, biases):
     return x
 
 
+def autocast_block(x, w):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = x @ w
+        z = F.relu(y)
+    return z.float() + 1, z.dtype, (x @ w).dtype
+
+
 def is_grad_enabled_branch(x):
     if torch.is_grad_enabled():
         return x * 2
@@ -518,6 +525,7 @@ CASES = [
     Case("enumerate_start", enumerate_start, lambda n: ([r(n), r(n)],)),
     Case("layer_list_python", layer_list_python, lambda n: (r(n, 4), [r(4, 4), r(4, 4)], [r(4), r(4)])),
     Case("is_grad_enabled_branch", is_grad_enabled_branch, lambda n: (r(n),)),
+    Case("autocast_block", autocast_block, lambda n: (r(n, 4), r(4, 4)), atol=1e-2),
 ]
 
 

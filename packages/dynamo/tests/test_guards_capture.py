@@ -287,3 +287,12 @@ def test_guard_set_records_expected_kinds():
     assert inspect.signature(fn) == inspect.signature(fwd)
     assert guarded.check_fn({"self": m, "x": x}, globals())
     assert not guarded.check_fn({"self": m, "x": torch.randn(3, 4)}, globals())
+
+
+def test_autocast_state_change_recompiles(cnt):
+    f = compiled(lambda x, w: x @ w, cnt)
+    x, w = torch.randn(2, 3), torch.randn(3, 2)
+    assert f(x, w).dtype == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert f(x, w).dtype == torch.bfloat16
+    assert cnt.frame_count == 2

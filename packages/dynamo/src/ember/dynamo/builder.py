@@ -36,7 +36,12 @@ from .variables.objects import (
     PythonModuleVariable,
     UserObjectVariable,
 )
-from .variables.torch import GradModeExit, TorchFunctionVariable, wrap_grad_mode_exit
+from .variables.torch import (
+    AUTOCAST_CLASSES,
+    GradModeExit,
+    TorchFunctionVariable,
+    wrap_grad_mode_exit,
+)
 
 if TYPE_CHECKING:
     from .translator_core import TranslatorCore as Tx
@@ -53,7 +58,7 @@ TENSOR_BASES = (torch.Tensor, torch._C.TensorBase)
 
 
 def is_torch_callable(value: Any) -> bool:
-    if any(value is g for g in GRAD_MODE):
+    if any(value is g for g in GRAD_MODE) or any(value is a for a in AUTOCAST_CLASSES):
         return True
     if isinstance(value, (types.MethodDescriptorType, types.WrapperDescriptorType)):
         return getattr(value, "__objclass__", None) in TENSOR_BASES

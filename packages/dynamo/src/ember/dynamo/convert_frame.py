@@ -130,6 +130,8 @@ def convert_frame(
             return split(state, tx, output, sig, compiler, hooks)
     finally:
         torch._C._set_grad_enabled(prior_grad)
+        while output.cleanups:
+            output.cleanups.pop()()
     return finish(state, tx, output, result, compiler)
 
 

@@ -23,7 +23,7 @@ from .variables.lazy import LazyVariable
 from .variables.lists import BaseListVariable, ListVariable, TupleVariable
 from .variables.misc import BoundCallVariable, NullVariable
 from .variables.tensor import TensorVariable
-from .variables.torch import ContextMethodVariable, GradModeVariable
+from .variables.torch import AutocastVariable, ContextMethodVariable, GradModeVariable
 
 Inst = dis.Instruction
 
@@ -403,8 +403,10 @@ class CommonInstructions(TranslatorCore):
     # --- with blocks -----------------------------------------------------------------------------------
     def BEFORE_WITH(self, inst: Inst) -> None:
         ctx = self.pop()
-        if not isinstance(ctx, GradModeVariable):
-            raise Unsupported(f"`with` on {ctx.describe()} (only grad-mode contexts are traced)")
+        if not isinstance(ctx, (GradModeVariable, AutocastVariable)):
+            raise Unsupported(
+                f"`with` on {ctx.describe()} (only grad-mode and autocast contexts are traced)"
+            )
         self.push(ContextMethodVariable(ctx, "__exit__"))
         self.push(ContextMethodVariable(ctx, "__enter__").call_function(self, [], {}))
 

@@ -69,6 +69,8 @@ class OutputGraph:
         #: bumped by every in-place change of a list/dict tracker (a graph
         #: break cannot roll those back)
         self.mutations = 0
+        #: undo actions for process state entered while tracing (autocast)
+        self.cleanups: list[Callable[[], Any]] = []
         #: trackers of cells that existed before the frame ran, by id(cell)
         self.real_cells: dict[int, Any] = {}
         self.guards.add_global_state()

@@ -125,15 +125,17 @@ def restore(tx: InstructionTranslator, snap: Snapshot) -> None:
 
 
 def check_breakable(tx: InstructionTranslator, inst: dis.Instruction) -> None:
-    from .variables.torch import ContextMethodVariable, GradModeVariable
+    from .variables.torch import AutocastVariable, ContextMethodVariable, GradModeVariable
 
     if inst.opname not in REPLAYABLE and inst.opname not in COND_JUMPS:
         raise Unsupported(f"graph break at {inst.opname} is not supported")
     for v in tx.stack:
-        if isinstance(v, GradModeVariable) or (
-            isinstance(v, ContextMethodVariable) and (v.name != "__exit__" or not v.ctx.prior)
-        ):
+        if isinstance(v, (GradModeVariable, AutocastVariable)):
             raise Unsupported("graph break while a context manager is being entered")
+        if isinstance(v, ContextMethodVariable) and not (
+            isinstance(v.ctx, GradModeVariable) and v.name == "__exit__" and v.ctx.prior
+        ):
+            raise Unsupported(f"graph break inside a `with {v.ctx.describe()}` block")
 
 
 def compile_break(

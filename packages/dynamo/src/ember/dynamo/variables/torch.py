@@ -81,6 +81,8 @@ class TorchFunctionVariable(VariableTracker):
             raise Unsupported(f"{self.describe()} changes global state and cannot be traced")
         if fn in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled, torch.inference_mode):
             return grad_mode_ctx(tx, fn, args, kwargs)
+        if any(fn is a for a in AUTOCAST_CLASSES):
+            return autocast_ctx(fn, args, kwargs)
         if fn in FOLDABLE or fn is torch.Tensor:
             consts = [*args, *kwargs.values()]
             if all(a.is_python_constant() for a in consts):
@@ -100,6 +102,70 @@ class TorchFunctionVariable(VariableTracker):
 
     def reconstruct(self, cg: PyCodegen) -> None:
         cg.load_const(self.value)
+
+
+# torch.amp's (untyped) enter/exit functions, as graph targets and to run
+ENTER_AUTOCAST: Any = torch.amp.autocast_mode._enter_autocast
+EXIT_AUTOCAST: Any = torch.amp.autocast_mode._exit_autocast
+
+AUTOCAST_CLASSES: tuple[Any, ...] = tuple(
+    c
+    for c in (
+        getattr(torch, "autocast", None),
+        getattr(getattr(torch, "amp", None), "autocast", None),
+    )
+    if c is not None
+)
+
+
+def autocast_ctx(fn: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    """``torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None)``."""
+    if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+        raise Unsupported("torch.autocast with non-constant arguments")
+    names = ["device_type", "dtype", "enabled", "cache_enabled"]
+    values: dict[str, Any] = {"dtype": None, "enabled": True, "cache_enabled": None}
+    values.update({names[i]: a.as_python_constant() for i, a in enumerate(args)})
+    values.update({k: v.as_python_constant() for k, v in kwargs.items()})
+    unknown = set(values) - set(names)
+    if unknown or "device_type" not in values:
+        raise Unsupported(f"torch.autocast arguments {sorted(unknown) or 'without device_type'}")
+    device = values["device_type"]
+    dtype = values["dtype"] or torch.get_autocast_dtype(device)
+    return AutocastVariable((device, dtype, bool(values["enabled"]), values["cache_enabled"]))
+
+
+class AutocastVariable(VariableTracker):
+    """``torch.autocast(...)`` as a ``with`` context: the graph gets
+    ``torch.amp._enter_autocast``/``_exit_autocast`` nodes, and the fake
+    tensors tracing the ops inside run under the same autocast state."""
+
+    def __init__(self, params: tuple[Any, ...]) -> None:
+        super().__init__(None)
+        self.params = params
+        self.nodes: list[Any] = []
+        self.modes: list[Any] = []
+
+    def describe(self) -> str:
+        return f"torch.autocast{self.params}"
+
+    def enter(self, tx: Tx) -> VariableTracker:
+        self.nodes.append(tx.output.graph.call_function(ENTER_AUTOCAST, self.params))
+        mode = ENTER_AUTOCAST(*self.params)
+        self.modes.append(mode)
+        tx.output.cleanups.append(lambda: mode.__exit__(None, None, None))
+        return ConstantVariable(None)
+
+    def exit(self, tx: Tx) -> VariableTracker:
+        tx.output.graph.call_function(EXIT_AUTOCAST, (self.nodes.pop(),))
+        mode = self.modes.pop()
+        EXIT_AUTOCAST(mode)
+        tx.output.cleanups.pop()
+        return ConstantVariable(None)
+
+    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        if name in ("__enter__", "__exit__"):
+            return ContextMethodVariable(self, name)
+        return super().var_getattr(tx, name)
 
 
 def grad_mode_ctx(
@@ -182,7 +248,7 @@ class GradModeExit:
 
 
 class ContextMethodVariable(VariableTracker):
-    def __init__(self, ctx: GradModeVariable, name: str) -> None:
+    def __init__(self, ctx: GradModeVariable | AutocastVariable, name: str) -> None:
         super().__init__(None)
         self.ctx = ctx
         self.name = name
@@ -191,7 +257,7 @@ class ContextMethodVariable(VariableTracker):
         return f"`{self.name}` of {self.ctx.describe()}"
 
     def reconstruct(self, cg: PyCodegen) -> None:
-        if self.name != "__exit__" or not self.ctx.prior:
+        if not isinstance(self.ctx, GradModeVariable) or self.name != "__exit__" or not self.ctx.prior:
             super().reconstruct(cg)
             return
         prior = self.ctx.prior[-1] if self.ctx.target is not None else None
@@ -200,8 +266,11 @@ class ContextMethodVariable(VariableTracker):
     def call_function(
         self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
     ) -> VariableTracker:
+        if isinstance(self.ctx, AutocastVariable):
+            return self.ctx.enter(tx) if self.name == "__enter__" else self.ctx.exit(tx)
+        ctx = self.ctx
         if self.name == "__enter__":
-            if self.ctx.entered_on_call:
+            if ctx.entered_on_call:
                 self.ctx.entered_on_call = False
                 return ConstantVariable(None)
             return self.ctx.enter(tx)
