@@ -50,6 +50,7 @@ class WrapperWriter:
         self.lines: list[str] = []
         self.layouts: dict[str, Layout] = {b.name: b.layout for b in graph.buffers}
         self.layouts.update({b.name: b.layout for b in graph.inputs})
+        self.multi_names = {m.name for s in steps if isinstance(s, ExternCall) for m in s.outputs}
 
     def const(self, value: Any) -> str:
         self.consts.append(value)
@@ -113,6 +114,8 @@ class WrapperWriter:
                     pool.setdefault(
                         (dead.storage_numel() * _itemsize(dead.dtype), dead.dtype), []
                     ).append(name)
+                elif name in self.layouts or name in self.multi_names:
+                    ln.append(f"    del {name}")
         ln.append(f"    return [{', '.join(self._output(o) for o in g.outputs)}]")
         return WrapperCode("\n".join(ln) + "\n", self.consts)
 
