@@ -91,13 +91,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runtime", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--threads", type=int, default=0, help="intra-op threads (0: torch's default)")
+    ap.add_argument("--only", nargs="*", default=WORKLOADS, help="workloads to run")
     opts = ap.parse_args()
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+        os.environ["OMP_NUM_THREADS"] = str(opts.threads)
     rows: dict[str, dict[str, float]] = {}
-    for name in WORKLOADS:
+    for name in opts.only:
         t = bench_many({w: compiled(name, w) for w in ("eager", "ember", "torch")})
         rows[name] = {"eager_ms": t["eager"] * 1e3, "ember_x": t["eager"] / t["ember"], "torch_x": t["eager"] / t["torch"]}
     if not opts.runtime:
-        for name in WORKLOADS:
+        for name in opts.only:
             with tempfile.TemporaryDirectory() as d:
                 env = dict(os.environ, EMBER_CACHE_DIR=f"{d}/ember", TORCHINDUCTOR_CACHE_DIR=f"{d}/torch")
                 rows[name]["ember_cold_s"] = _child(name, "ember", env)

@@ -57,6 +57,20 @@ class CompiledGraph:
         self._call = call
         self._expect = [(b.layout.size, b.layout.stride, b.layout.dtype) for b in graph.inputs]
         self._out_spec = graph.out_spec
+        # Flat list/tuple outputs (what ATen graphs return) skip pytree on every call.
+        leaves: list[Any] = [object() for _ in graph.outputs]
+        self._out_kind = (
+            next(
+                (
+                    kind
+                    for kind in (list, tuple)
+                    if tree_unflatten(leaves, graph.out_spec) == kind(leaves)
+                ),
+                None,
+            )
+            if graph.out_spec is not None
+            else None
+        )
         self._eager = eager
         self.report = report
 
@@ -75,6 +89,10 @@ class CompiledGraph:
                     fixed = list(args)
                 fixed[i] = torch.empty_strided(size, stride, dtype=dtype).copy_(a)
         outs = self._call(list(args) if fixed is None else fixed)
+        if self._out_kind is list:
+            return outs
+        if self._out_kind is tuple:
+            return tuple(outs)
         return tree_unflatten(outs, self._out_spec)
 
 
