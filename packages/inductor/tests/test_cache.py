@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from ember.inductor.cache import KernelCache
+
 SCRIPT = """
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -31,6 +35,7 @@ def test_second_process_does_not_compile(tmp_path: Path) -> None:
     assert _run(tmp_path) == ["0", "1"]
 
 
+@pytest.mark.slow
 def test_truncated_library_is_rebuilt_not_loaded(tmp_path: Path) -> None:
     _run(tmp_path)
     (lib,) = tmp_path.rglob("*.so")
@@ -39,8 +44,35 @@ def test_truncated_library_is_rebuilt_not_loaded(tmp_path: Path) -> None:
     assert _run(tmp_path) == ["0", "1"]
 
 
+@pytest.mark.slow
 def test_corrupted_sidecar_is_a_miss(tmp_path: Path) -> None:
     _run(tmp_path)
     (meta,) = tmp_path.rglob("*.json")
     meta.write_text("{not json")
     assert _run(tmp_path) == ["1", "0"]
+
+
+def _stored(tmp_path: Path) -> tuple[KernelCache, Path]:
+    cache = KernelCache(tmp_path)
+    built = cache.workdir("ab" * 32) / "built.so"
+    built.write_bytes(b"\x7fELF" + bytes(range(256)) * 8)
+    return cache, cache.store("ab" * 32, built)
+
+
+def test_cache_lookup_verifies_size_and_digest(tmp_path: Path) -> None:
+    cache, lib = _stored(tmp_path)
+    assert cache.lookup("ab" * 32) == lib
+    data = bytearray(lib.read_bytes())
+    data[100] ^= 0xFF  # same size, different content
+    lib.write_bytes(bytes(data))
+    assert cache.lookup("ab" * 32) is None
+    assert not lib.exists()  # the corrupted file is removed so it gets rebuilt
+
+
+def test_cache_lookup_rejects_truncation_and_bad_sidecar(tmp_path: Path) -> None:
+    cache, lib = _stored(tmp_path)
+    lib.write_bytes(lib.read_bytes()[:10])
+    assert cache.lookup("ab" * 32) is None
+    cache, lib = _stored(tmp_path)
+    lib.with_suffix(".json").write_text("{not json")
+    assert cache.lookup("ab" * 32) is None
