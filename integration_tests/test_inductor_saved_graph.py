@@ -35,6 +35,7 @@ def test_saved_aten_graph_compiles_and_matches(tmp_path: Path) -> None:
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_cli_compiles_saved_graph(tmp_path: Path) -> None:
     x, w = torch.randn(4, 16), torch.randn(16, 8)
     gm = make_fx(lambda x, w: torch.relu(x @ w) + 1)(x, w)
@@ -61,3 +62,14 @@ def test_cli_compiles_saved_graph(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "output_code.py").exists() and (
         tmp_path / "out" / "kernel0.cpp"
     ).exists()
+
+
+def test_cli_main_in_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ember.inductor.__main__ import main
+
+    x = torch.randn(4, 16)
+    gm = make_fx(lambda x: (x.sin() * 2).sum(-1))(x)
+    eir.save(eir.from_fx(gm, [x]), tmp_path / "g")
+    assert main(["compile", str(tmp_path / "g"), "--cache-dir", str(tmp_path / "cache")]) == 0
+    out = capsys.readouterr().out
+    assert "1 kernels, 0 extern calls" in out and "matches eager on random inputs: yes" in out
