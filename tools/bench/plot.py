@@ -37,7 +37,7 @@ def plot_speedups(results: list[dict[str, Any]], path: Path, title: str = "") ->
     ax.set_ylabel("speedup over eager (log scale)")
     ax.set_xticks(range(len(workloads)))
     ax.set_xticklabels(workloads, rotation=30, ha="right")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: never over a bar
     if title:
         wrapped = "\n".join(textwrap.fill(line, 120) for line in title.splitlines())
         ax.set_title(wrapped, fontsize=8)
