@@ -18,6 +18,7 @@ for p in ir guards dynamo aotgrad inductor minifier; do
 done
 targets+=(tools/check_imports.py)
 "$VPY" -m mypy "${targets[@]}"
+MYPYPATH=tools "$VPY" -m mypy tools/bench
 echo "[test] pytest"
 marker="not slow"
 [ "${EMBER_SLOW:-0}" = 1 ] && marker=""
