@@ -123,6 +123,47 @@ def test_gather_embedding_index(check: Check) -> None:
     check(f, w, idx, g)
 
 
+@pytest.mark.parametrize("op", ["embedding", "index", "index_select"])
+def test_out_of_range_index_raises_like_eager(
+    compile_fn: Callable[..., CompiledGraph], op: str
+) -> None:
+    # eager raises on an out-of-range index; a generated kernel must too, never read past the end
+    w = torch.randn(50, 8)
+    fns: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+        "embedding": lambda w, i: torch.nn.functional.embedding(i, w) * 2,
+        "index": lambda w, i: w[i] + 1,
+        "index_select": lambda w, i: torch.index_select(w, 0, i.flatten()) + 1,
+    }
+    fn = fns[op]
+    good = torch.randint(0, 50, (4, 6))
+    compiled = compile_fn(fn, w, good)
+    assert compiled.report.extern_calls == 0  # the index is read by generated code, not ATen
+    assert any("ember_check_index(" in src for src in compiled.report.kernel_sources.values())
+    torch.testing.assert_close(compiled(w, good), fn(w, good))
+    bad = good.clone()
+    bad[2, 3] = 50
+    with pytest.raises((IndexError, RuntimeError)):
+        fn(w, bad)
+    with pytest.raises(IndexError, match="out of range"):
+        compiled(w, bad)
+    torch.testing.assert_close(compiled(w, good), fn(w, good))  # the flag was reset
+
+
+def test_out_of_range_gather_raises(compile_fn: Callable[..., CompiledGraph]) -> None:
+    w = torch.randn(50, 8)
+    fn = lambda w, g: torch.gather(w, 1, g) + 1  # noqa: E731
+    good = torch.randint(0, 8, (50, 3))
+    compiled = compile_fn(fn, w, good)
+    assert compiled.report.extern_calls == 0
+    torch.testing.assert_close(compiled(w, good), fn(w, good))
+    bad = good.clone()
+    bad[7, 1] = 8
+    with pytest.raises(RuntimeError):
+        fn(w, bad)
+    with pytest.raises(RuntimeError, match="out of range"):
+        compiled(w, bad)
+
+
 def test_creation_ops(check: Check) -> None:
     x = torch.randn(5, 4)
     check(

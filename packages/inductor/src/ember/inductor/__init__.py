@@ -12,7 +12,13 @@ from __future__ import annotations
 from .backends import backend, inductor, make_backend
 from .compile_fx import CompiledGraph, CompileReport, EagerGraph, compile_graph
 from .decompositions import decomposition_table
-from .errors import CppCompileError, InductorError, InputMismatchError, LoweringError
+from .errors import (
+    CppCompileError,
+    InductorError,
+    InputMismatchError,
+    KernelIndexError,
+    LoweringError,
+)
 from .lowering import register_lowering
 from .options import InductorOptions
 
@@ -24,6 +30,7 @@ __all__ = [
     "InductorError",
     "InductorOptions",
     "InputMismatchError",
+    "KernelIndexError",
     "LoweringError",
     "backend",
     "compile_graph",

@@ -22,7 +22,7 @@ from torch.utils._pytree import tree_unflatten
 from .codegen.cpp import generate_kernel
 from .codegen.wrapper import WrapperWriter, namespace
 from .cpp_build import BuildStats, build_kernels, full_source
-from .errors import InputMismatchError
+from .errors import InputMismatchError, KernelIndexError
 from .graph import GraphLowering, LoweredGraph
 from .logs import configure_from_env, log, output_code, perf_hints
 from .options import InductorOptions, options_from_env
@@ -226,8 +226,27 @@ def _build(
             fn = getattr(libs[f"unit{u}"], f"ember_kernel_{j}")
             fn.argtypes = [ctypes.c_void_p] * len(kernel_args[name])
             fn.restype = None
-            kernels[name] = fn
+            if "ember_check_index(" in sources[name]:
+                take = libs[f"unit{u}"].ember_take_index_error
+                take.argtypes, take.restype = [], ctypes.c_int
+                kernels[name] = _index_checked(name, fn, take)
+            else:
+                kernels[name] = fn
     return kernels
+
+
+def _index_checked(name: str, fn: Any, take_error: Any) -> Any:
+    """``fn`` followed by a check of the kernel's out-of-range-index flag."""
+
+    def call(*args: Any) -> None:
+        fn(*args)
+        if take_error():
+            raise KernelIndexError(
+                f"index out of range in generated kernel {name} (an indirect index from "
+                "gather/index/index_select/embedding was outside its dimension)"
+            )
+
+    return call
 
 
 def _emit_debug(report: CompileReport, opts: InductorOptions) -> None:

@@ -28,6 +28,17 @@ class CppCompileError(InductorError):
     """
 
 
+class KernelIndexError(InductorError, IndexError, RuntimeError):
+    """A generated kernel met an index out of range (gather, index, index_select, embedding).
+
+    Eager raises here too (IndexError or RuntimeError depending on the op), so this
+    is both. Example::
+
+        KernelIndexError: index out of range in generated kernel buf3 (an indirect
+        index from gather/index/index_select/embedding was outside its dimension)
+    """
+
+
 class InputMismatchError(InductorError):
     """A compiled graph was called with inputs unlike its example inputs.
 

@@ -206,7 +206,7 @@ class CppOps(DefaultOps):
 
     def indirect_indexing(self, x: CppVar, size: int) -> sympy.Expr:
         v = self._emit(f"static_cast<int64_t>({x})", torch.int64)
-        w = self._emit(f"{v} < 0 ? {v} + {size} : {v}", torch.int64)
+        w = self._emit(f"ember_check_index({v}, {size})", torch.int64)
         return sympy.Symbol(w.expr, integer=True)
 
     def _op(self, name: str, *args: Any) -> CppVar:

@@ -32,6 +32,22 @@ _HELPERS = r"""
 #include <cstdint>
 #include <limits>
 
+// Indirect indices (gather, index, embedding) are checked: an index outside
+// [-size, size) sets this flag and reads element 0 instead; the Python side
+// raises IndexError after the kernel returns (ember.inductor.KernelIndexError).
+static int ember_index_error = 0;
+extern "C" int ember_take_index_error() {
+  int e = __atomic_exchange_n(&ember_index_error, 0, __ATOMIC_RELAXED);
+  return e;
+}
+static inline int64_t ember_check_index(int64_t v, int64_t size) {
+  int64_t w = v < 0 ? v + size : v;
+  if (w < 0 || w >= size) {
+    __atomic_store_n(&ember_index_error, 1, __ATOMIC_RELAXED);
+    return 0;
+  }
+  return w;
+}
 template <typename T> static inline T ember_maximum(T a, T b) {
   return (a < b || b != b) ? b : a;
 }
