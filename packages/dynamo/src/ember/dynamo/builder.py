@@ -82,6 +82,18 @@ def is_member(value: Any, group: frozenset[Any]) -> bool:
         return False
 
 
+#: torch's own "am I being compiled?" queries: True while ember traces, as
+#: under TorchDynamo, so libraries take their compile-friendly paths
+TORCH_IS_COMPILING = tuple(
+    f
+    for f in (
+        getattr(torch.compiler, "is_compiling", None),
+        getattr(torch.compiler, "is_dynamo_compiling", None),
+    )
+    if f is not None
+)
+
+
 def control_kind(value: Any) -> str | None:
     """How the runtime's registries say a callable must be treated."""
     if not callable(value) or isinstance(value, (type, torch.nn.Module)):
@@ -93,7 +105,7 @@ def control_kind(value: Any) -> str | None:
         return "compiled"
     if value is api.graph_break:
         return "graph_break"
-    if value is api.is_compiling:
+    if value is api.is_compiling or any(value is f for f in TORCH_IS_COMPILING):
         return "is_compiling"
     try:
         if api.is_disabled(value):

@@ -25,7 +25,7 @@ from .errors import Unsupported
 from .eval_frame import FrameHooks
 from .output_graph import CapturedGraph, CompilerFn, OutputGraph
 from .source_tracking import LocalSource
-from .symbolic_convert import BreakSignal, InstructionTranslator
+from .symbolic_convert import BreakSignal, InstructionTranslator, RestartAnalysis
 from .variables.base import VariableTracker
 from .variables.functions import CellVariable
 from .variables.lazy import LazyVariable
@@ -108,6 +108,30 @@ def convert_frame(
     code = state.code
     if code.co_flags & UNSUPPORTED_FLAGS:
         raise Unsupported(f"`{code.co_name}` is a generator or coroutine")
+    break_before: dict[int, Unsupported] = {}
+    while True:
+        try:
+            return _convert_once(state, compiler, options, hooks, break_before)
+        except RestartAnalysis as restart:
+            if restart.offset in break_before or len(break_before) >= MAX_RESTARTS:
+                raise restart.reason from restart
+            # Nothing of the failed attempt is kept: a fresh trace that
+            # stops before the call it could not roll back.
+            break_before[restart.offset] = restart.reason
+
+
+#: how many times one frame may be traced again to move a break earlier
+MAX_RESTARTS = 8
+
+
+def _convert_once(
+    state: FrameState,
+    compiler: CompilerFn,
+    options: DynamoOptions,
+    hooks: FrameHooks,
+    break_before: dict[int, Unsupported],
+) -> GuardedCode:
+    code = state.code
     output = OutputGraph(state.f_globals)
     tx = InstructionTranslator(
         code,
@@ -122,6 +146,7 @@ def convert_frame(
         if cell.real is not None:
             output.real_cells[id(cell.real)] = cell
     tx.may_break = not options.fullgraph and hooks is not None
+    tx.break_before = break_before
     prior_grad = torch.is_grad_enabled()
     try:
         try:

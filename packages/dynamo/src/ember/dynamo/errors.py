@@ -53,6 +53,12 @@ class Unsupported(Exception):
         return self.message()
 
 
+class MissingKey(Unsupported):
+    """A traced lookup of a key a traced dict does not hold (a ``KeyError``
+    at run time). Still a graph break, unless the caller models the
+    ``except KeyError`` itself (``Mapping.__contains__``)."""
+
+
 class InternalCaptureError(Exception):
     """A bug in ember's capture, not in the user's program.
 

@@ -176,15 +176,30 @@ def compile_break(
     )
 
     cg = PyCodegen(code.co_cellvars, code.co_freevars, lineno, code)
+    shared_tmp: dict[int, str] = {}
+    shared = shared_containers(
+        [v for i, v in enumerate(stack) if i not in iter_slots]
+        + [tx.symbolic_locals[name] for name in live]
+    )
+    for v in shared.values():
+        shared_tmp[id(v)] = cg.stash(v)
+
+    def rebuild(v: VariableTracker) -> None:
+        tmp = shared_tmp.get(id(v))
+        if tmp is not None:
+            cg.load_local(tmp)  # one object, however many places hold it
+        else:
+            v.reconstruct(cg)
+
     for i, v in enumerate(stack):
         if isinstance(v, NullVariable):
             cg.push_null()
         elif i in iter_slots:
             v.reconstruct_items(cg)  # type: ignore[attr-defined]
         else:
-            v.reconstruct(cg)
+            rebuild(v)
     for name in live:
-        tx.symbolic_locals[name].reconstruct(cg)
+        rebuild(tx.symbolic_locals[name])
     # cells of this frame hold what tracing stored in them; write it to the
     # real cells, which the resume function (and inner functions) share
     cells = [n for n in code.co_cellvars if n in tx.cells and tx.cells[n].value is not None]
@@ -289,6 +304,22 @@ def native_effect(inst: dis.Instruction) -> int:
     return dis.stack_effect(inst.opcode, arg(inst) if inst.opcode >= dis.HAVE_ARGUMENT else None, jump=False)
 
 
+def shared_containers(values: list[VariableTracker]) -> dict[int, VariableTracker]:
+    """Containers made while tracing (rebuilt, not loaded from a source) that
+    sit in more than one stack slot or local: they must be rebuilt once and
+    shared, or a mutation through one alias would miss the others."""
+    from .variables.dicts import DictVariable
+    from .variables.lists import ListVariable
+
+    seen: dict[int, int] = {}
+    by_id: dict[int, VariableTracker] = {}
+    for v in values:
+        if isinstance(v, (ListVariable, DictVariable)) and v.source is None:
+            seen[id(v)] = seen.get(id(v), 0) + 1
+            by_id[id(v)] = v
+    return {k: by_id[k] for k, n in seen.items() if n > 1}
+
+
 def rewrite_call(
     tx: InstructionTranslator, inst: dis.Instruction, hooks: Any
 ) -> tuple[list[VariableTracker], int]:
@@ -296,6 +327,16 @@ def rewrite_call(
     runtime (``hooks.wrap_function``) so its own frame is captured; returns
     the stack to rebuild and the call's argument count."""
     stack = list(tx.stack)
+    if inst.opname == "CALL_FUNCTION_EX":
+        # f(*args, **kwargs): [NULL, f, args(, kwargs)] on 3.11 and 3.12
+        n_in = 3 if (arg(inst) or 0) & 1 else 2
+        if len(stack) < n_in + 1 or not isinstance(stack[-n_in - 1], NullVariable):
+            return stack, arg(inst) or 0
+        target = callee_function(tx, stack[-n_in])
+        if target is None or target[1] is not None:
+            return stack, arg(inst) or 0
+        stack[-n_in] = ConstantVariable(hooks.wrap_function(target[0]))
+        return stack, arg(inst) or 0
     if inst.opname != "CALL":
         return stack, arg(inst) or 0
     n = arg(inst)

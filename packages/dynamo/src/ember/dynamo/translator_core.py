@@ -10,6 +10,7 @@ The opcode handlers themselves are mixins over it (``instructions_*``);
 from __future__ import annotations
 
 import dis
+import inspect
 import traceback
 import types
 from typing import Any
@@ -182,6 +183,11 @@ class TranslatorCore:
         if isinstance(obj, (BaseListVariable, DictVariable)):
             return obj.getitem(self, key)
         if isinstance(obj, NNModuleVariable):
+            return obj.call_method(self, "__getitem__", [key], {})
+        if isinstance(obj, UserObjectVariable) and isinstance(
+            inspect.getattr_static(type(obj.value), "__getitem__", None), types.FunctionType
+        ):
+            # a Python-level __getitem__: inline it like any other method
             return obj.call_method(self, "__getitem__", [key], {})
         if obj.is_python_constant() and key.is_python_constant():
             return _fold_getitem(obj, key)

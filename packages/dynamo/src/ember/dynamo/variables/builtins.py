@@ -127,6 +127,56 @@ def contains(tx: Tx, container: VariableTracker, item: VariableTracker) -> Varia
         return fold(operator.contains, [container, item])
     if isinstance(container, TensorVariable):
         return tx.output.create_op("call_method", "__contains__", [container, item], {})
+    from .objects import UserObjectVariable
+
+    if isinstance(container, UserObjectVariable):
+        return user_contains(tx, container, item)
+    raise Unsupported(f"`in` test on {container.describe()}")
+
+
+def user_contains(tx: Tx, container: Any, item: VariableTracker) -> VariableTracker:
+    """``item in obj`` for a Python class: its own ``__contains__`` inlined,
+    or ``Mapping.__contains__`` (``obj[item]`` without ``KeyError``) modelled
+    over an inlined Python ``__getitem__``."""
+    import collections.abc
+    import inspect
+    import types
+
+    from ..errors import MissingKey
+
+    cls = type(container.value)
+    has = inspect.getattr_static(cls, "__contains__", None)
+    get = inspect.getattr_static(cls, "__getitem__", None)
+    if isinstance(has, types.FunctionType) and has is not collections.abc.Mapping.__contains__:
+        result = container.call_method(tx, "__contains__", [item], {})
+        return ConstantVariable(result.truth(tx))
+    if has is collections.abc.Mapping.__contains__ and isinstance(get, types.FunctionType):
+        fx = tx.output.side_effects
+
+        def state() -> tuple[Any, ...]:
+            return (
+                tx.output.mutations,
+                dict(fx.attrs),
+                dict(fx.globals),
+                dict(fx.cells),
+                torch.is_grad_enabled(),
+            )
+
+        before = state()
+        try:
+            container.call_method(tx, "__getitem__", [item], {})
+        except MissingKey as e:
+            after = state()
+            if after[0] != before[0] or after[4] != before[4] or any(
+                a.keys() != b.keys() or any(a[k] is not b[k] for k in a)
+                for a, b in zip(after[1:4], before[1:4], strict=True)
+            ):
+                raise Unsupported(
+                    f"`in` test on {container.describe()}: its __getitem__ changed state "
+                    "before raising KeyError"
+                ) from e
+            return ConstantVariable(False)
+        return ConstantVariable(True)
     raise Unsupported(f"`in` test on {container.describe()}")
 
 
@@ -238,6 +288,29 @@ def guard_hasattr(tx: Tx, source: Any, real: Any) -> None:
             g.add_dict_keys(AttrSource(source, sub), getattr(real, sub))
 
 
+def class_text(tx: Tx, var: Any, fn: Any) -> VariableTracker:
+    """``str(cls)`` of a plain class: ``<class 'mod.Qual'>``.
+
+    The class is pinned by its ID guard, but ``__module__`` and
+    ``__qualname__`` are writable, so they are guarded by value too; a
+    metaclass with its own ``__repr__``/``__str__``, or a class reached
+    without a source, is a graph break."""
+    from ..source_tracking import AttrSource
+
+    cls = var.value
+    meta: Any = type(cls)
+    plain: Any = (type.__repr__, object.__str__)
+    if var.source is None or meta.__repr__ is not plain[0] or meta.__str__ is not plain[1]:
+        raise Unsupported(f"`{fn.__name__}()` of {var.describe()} cannot be traced")
+    g = tx.output.guards
+    for attr in ("__module__", "__qualname__"):
+        value = getattr(cls, attr, None)
+        if not isinstance(value, str):
+            raise Unsupported(f"`{fn.__name__}()` of {var.describe()} cannot be traced")
+        g.add_constant(AttrSource(var.source, attr), value)
+    return ConstantVariable(fn(cls))
+
+
 def construct_builtin_type(tx: Tx, cls: Any, args: Args, kwargs: Kwargs) -> VariableTracker:
     if cls in (list, tuple):
         items = iterate(tx, args[0]) if args else []
@@ -254,6 +327,11 @@ def construct_builtin_type(tx: Tx, cls: Any, args: Args, kwargs: Kwargs) -> Vari
         )
     if cls is bool and len(args) == 1 and not kwargs:
         return ConstantVariable(args[0].truth(tx))
+    if cls is str and len(args) == 1 and not kwargs:
+        from .objects import ClassVariable
+
+        if isinstance(args[0], ClassVariable):
+            return class_text(tx, args[0], cls)
     if cls in (int, float, bool, str, complex, range, slice, frozenset, torch.Size, torch.device,
                torch.finfo, torch.iinfo) and all_const(
         [*args, *kwargs.values()]

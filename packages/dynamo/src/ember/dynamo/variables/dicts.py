@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import Unsupported
+from ..errors import MissingKey, Unsupported
 from ..source_tracking import Source
 from .base import NotConstant, VariableTracker
 from .constant import ConstantVariable
@@ -84,7 +84,7 @@ class DictVariable(VariableTracker):
     def getitem(self, tx: Tx, key: VariableTracker) -> VariableTracker:
         k = dict_key(key)
         if k not in self.items:
-            raise Unsupported(f"dict lookup of missing key {k!r} (KeyError)")
+            raise MissingKey(f"dict lookup of missing key {k!r} (KeyError)")
         return self.realize(tx, k)
 
     def reconstruct(self, cg: PyCodegen) -> None:

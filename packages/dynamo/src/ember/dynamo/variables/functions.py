@@ -17,6 +17,30 @@ if TYPE_CHECKING:
     from ..translator_core import TranslatorCore as Tx
 
 
+#: data attributes of a function object that ``getattr`` may read as values
+#: (each guarded through its own source)
+FUNCTION_DATA_ATTRS = frozenset(
+    {
+        "__name__",
+        "__qualname__",
+        "__module__",
+        "__doc__",
+        "__defaults__",
+        "__kwdefaults__",
+        "__wrapped__",
+    }
+)
+
+
+def code_variable(code: types.CodeType, source: Source | None) -> VariableTracker:
+    """A code object: immutable, so every ``co_*`` attribute is a constant.
+    Callers guarantee it is pinned (the ID guard on a sourced function's
+    ``__code__``, or the code being the one traced)."""
+    from .objects import OpaqueConstantVariable
+
+    return OpaqueConstantVariable(code, source)
+
+
 class CellVariable(VariableTracker):
     """A closure cell. Inside the traced region it is a mutable box; a cell
     that existed before the frame ran (``real``) is read lazily (guarded) and
@@ -141,6 +165,29 @@ class UserFunctionVariable(BaseFunctionVariable):
     def get_globals(self) -> dict[str, Any]:
         return self.fn.__globals__
 
+    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        """Plain data attributes of the function object, read as constants.
+
+        ``__code__`` is already pinned by the ID guard every sourced function
+        gets in ``wrap`` (and is what an inlined call assumes anyway); the
+        others are mutable, so they are read through their own source and
+        guarded there. Without a source only ``__code__`` is safe."""
+        from ..builder import wrap
+
+        if name == "__code__":
+            if self.source is None:
+                return code_variable(self.code, None)
+            src = AttrSource(self.source, name)
+            tx.output.guards.add_id(src, self.code)
+            return code_variable(self.code, src)
+        if name in FUNCTION_DATA_ATTRS and self.source is not None:
+            try:
+                value = getattr(self.fn, name)
+            except AttributeError as e:
+                raise Unsupported(f"function `{self.fn_name()}` has no attribute `{name}`") from e
+            return wrap(tx, value, AttrSource(self.source, name))
+        return super().var_getattr(tx, name)
+
     def as_python_constant(self) -> Any:
         return self.fn
 
@@ -194,6 +241,20 @@ class NestedFunctionVariable(BaseFunctionVariable):
 
     def get_globals(self) -> dict[str, Any]:
         return self.f_globals
+
+    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        # Made inside the traced region: nothing outside can have changed these.
+        from .constant import ConstantVariable
+
+        if name == "__code__":
+            return code_variable(self.code, None)
+        if name == "__name__":
+            return ConstantVariable(self.code.co_name)
+        if name == "__qualname__":
+            return ConstantVariable(self.qualname)
+        if name == "__module__" and isinstance(self.f_globals.get("__name__"), str):
+            return ConstantVariable(self.f_globals["__name__"])
+        return super().var_getattr(tx, name)
 
     def reconstruct(self, cg: PyCodegen) -> None:
         """Re-create the function over the real cells of the frame."""

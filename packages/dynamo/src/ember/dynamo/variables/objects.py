@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..errors import Unsupported
-from ..source_tracking import AttrSource, Source
+from ..source_tracking import AttrSource, ItemSource, Source
 from .base import VariableTracker
 from .constant import ConstantVariable
 
@@ -35,17 +35,24 @@ def identity_key(v: VariableTracker) -> Any:
     return value
 
 
+#: ``object.__class__`` (a class overriding it, e.g. a mock, is not read this way)
+OBJECT_CLASS_SLOT = object.__dict__["__class__"]
+
+
 def class_attribute(tx: Tx, obj: VariableTracker, value: Any, name: str) -> VariableTracker | None:
     """Look ``name`` up on ``type(value)`` (methods, properties, class constants)."""
     from ..builder import wrap
     from .functions import UserFunctionVariable, UserMethodVariable
 
     cls = type(value)
+    cls_src = AttrSource(obj.source, "__class__") if obj.source is not None else None
+    if name == "__class__" and inspect.getattr_static(cls, "__class__") is OBJECT_CLASS_SLOT:
+        # the real object's class; with a source it gets its own ID guard
+        return wrap(tx, cls, cls_src)
     try:
         static = inspect.getattr_static(cls, name)
     except AttributeError:
         return None
-    cls_src = AttrSource(obj.source, "__class__") if obj.source is not None else None
     if isinstance(static, staticmethod):
         return wrap(tx, static.__func__, AttrSource(cls_src, name) if cls_src else None)
     if isinstance(static, classmethod):
@@ -220,6 +227,8 @@ class SuperVariable(VariableTracker):
         except ValueError as e:
             raise Unsupported(f"super(): {self.cls.__name__} is not in the MRO") from e
         for klass in mro[start:]:
+            if klass is dict and name in DictBaseMethodVariable.METHODS:
+                return DictBaseMethodVariable(self.obj, name)
             if name in klass.__dict__:
                 found = klass.__dict__[name]
                 if isinstance(found, types.FunctionType) and not is_torch_internal_method(found):
@@ -230,6 +239,55 @@ class SuperVariable(VariableTracker):
                     return wrap(tx, found, None)
                 break
         raise Unsupported(f"attribute `{name}` of {self.describe()} cannot be traced")
+
+
+class DictBaseMethodVariable(VariableTracker):
+    """``super().get(key)`` (and ``__getitem__``, ``__contains__``) on an
+    instance of a ``dict`` subclass: ``dict``'s own lookup, read from the real
+    object under a guard on its keys. Only for subclasses that keep ``dict``'s
+    ``keys`` and ``__getitem__``, which the guards themselves use."""
+
+    METHODS = frozenset({"get", "__getitem__", "__contains__"})
+
+    def __init__(self, obj: VariableTracker, name: str) -> None:
+        super().__init__(None)
+        self.obj = obj
+        self.name = name
+
+    def describe(self) -> str:
+        return f"dict.{self.name} of {self.obj.describe()}"
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        from ..builder import wrap
+        from .constant import ConstantVariable
+
+        real = getattr(self.obj, "value", None)
+        src = self.obj.source
+        cls = type(real)
+        if (
+            not isinstance(real, dict)
+            or src is None
+            or kwargs
+            or not 1 <= len(args) <= (2 if self.name == "get" else 1)
+            or inspect.getattr_static(cls, "keys") is not dict.keys
+            or inspect.getattr_static(cls, "__getitem__") is not dict.__getitem__
+            or not all(type(k) in (str, int) for k in real)
+        ):
+            raise Unsupported(f"calling {self.describe()} cannot be traced")
+        key = args[0].as_python_constant()
+        if type(key) not in (str, int):
+            raise Unsupported(f"calling {self.describe()} with a non-str/int key")
+        tx.output.guards.add_dict_keys(src, real)
+        present = dict.__contains__(real, key)
+        if self.name == "__contains__":
+            return ConstantVariable(present)
+        if present:
+            return wrap(tx, dict.__getitem__(real, key), ItemSource(src, key))
+        if self.name == "get":
+            return args[1] if len(args) > 1 else ConstantVariable(None)
+        raise Unsupported(f"{self.describe()}: key {key!r} is missing (KeyError)")
 
 
 def make_super(tx: Tx, args: list[VariableTracker]) -> VariableTracker:

@@ -1,0 +1,223 @@
+"""The Python patterns Hugging Face transformers wraps its models in, without
+transformers (CI does not install it; see test_hf_capture.py for the real
+thing): decorators reading ``func.__code__``, ``str(model.__class__)``,
+``super().get`` on a ``dict`` subclass, ``Mapping``-style registries, a
+break inside a call that already mutated a container, and a break at
+``func(self, *args, **kwargs)`` inside a closure."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import MutableMapping
+
+import pytest
+import torch
+
+import ember.dynamo as ed
+from ember.dynamo.testing import CompileCounter
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    ed.reset()
+    yield
+    ed.reset()
+
+
+def config_defaults(func):
+    """transformers.utils.generic.merge_with_config_defaults, reduced."""
+
+    @functools.wraps(func)
+    def wrapper(self, *args, **kwargs):
+        for name in ("scale", "missing"):
+            index = None
+            if name in func.__code__.co_varnames:
+                index = func.__code__.co_varnames.index(name) - 1
+            if index is not None and len(args) > index:
+                continue
+            if kwargs.get(name) is None and hasattr(self, name):
+                kwargs[name] = getattr(self, name)
+        assert func.__name__ == "forward" and func.__qualname__.endswith("forward")
+        return func(self, *args, **kwargs)
+
+    return wrapper
+
+
+class Registry(dict):
+    def get(self, model):
+        return super().get(str(model.__class__)) or {}
+
+
+REGISTRY = Registry()
+
+
+class Interface(MutableMapping):
+    """transformers.utils.generic.GeneralInterface, reduced."""
+
+    _global_mapping = {"double": lambda x: x * 2}
+
+    def __init__(self):
+        self._local_mapping = {}
+
+    def __getitem__(self, key):
+        if key in self._local_mapping:
+            return self._local_mapping[key]
+        return self._global_mapping[key]
+
+    def __setitem__(self, key, value):
+        self._local_mapping[key] = value
+
+    def __delitem__(self, key):
+        del self._local_mapping[key]
+
+    def __iter__(self):
+        return iter({**self._global_mapping, **self._local_mapping})
+
+    def __len__(self):
+        return len(self._global_mapping.keys() | self._local_mapping.keys())
+
+
+FUNCS = Interface()
+
+
+class Opaque:
+    def __init__(self, value):
+        self.value = value
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.scale = 3.0
+
+    @config_defaults
+    def forward(self, x, scale=None):
+        flags = REGISTRY.get(self)
+        kwargs = {"a": 1}
+        kwargs.pop("a")
+        y = self.lin(x) * scale
+        if "double" in FUNCS and "nope" not in FUNCS:
+            y = FUNCS["double"](y)
+        if flags.get("plus"):
+            y = y + 1
+        return Opaque(y)  # creating a user object: a graph break at the return
+
+
+def test_function_attributes_read_as_constants() -> None:
+    def deco(fn):
+        def wrapper(x):
+            names = fn.__code__.co_varnames
+            if "x" in names and fn.__name__ == "inner" and fn.__defaults__ == (2,):
+                return fn(x) + len(fn.__module__)
+            return fn(x)
+
+        return wrapper
+
+    @deco
+    def inner(x, k=2):
+        return x * k
+
+    cnt = CompileCounter()
+    f = ed.compile(inner, backend=cnt, fullgraph=True)
+    x = torch.randn(3)
+    torch.testing.assert_close(f(x), x * 2 + len(__name__))
+    torch.testing.assert_close(f(x), x * 2 + len(__name__))
+    assert cnt.frame_count == 1
+
+
+def test_function_name_is_guarded() -> None:
+    def target(x):
+        return x + 1
+
+    def caller(x):
+        return target(x) * len(target.__name__)
+
+    cnt = CompileCounter()
+    f = ed.compile(caller, backend=cnt, fullgraph=True)
+    x = torch.randn(3)
+    torch.testing.assert_close(f(x), (x + 1) * 6)
+    target.__name__ = "renamed_target"
+    try:
+        torch.testing.assert_close(f(x), (x + 1) * 14)
+    finally:
+        target.__name__ = "target"
+    assert cnt.frame_count == 2
+
+
+def test_str_of_class_and_dict_subclass_super_get() -> None:
+    REGISTRY[str(Net)] = {"plus": True}
+    try:
+        m = Net().eval()
+        x = torch.randn(2, 4)
+        want = m(x).value
+        cnt = CompileCounter()
+        c = ed.compile(m, backend=cnt)
+        torch.testing.assert_close(c(x).value, want)
+        frames = cnt.frame_count
+        torch.testing.assert_close(c(x).value, want)
+        assert cnt.frame_count == frames  # no recompile
+        assert cnt.op_count >= 3
+    finally:
+        REGISTRY.clear()
+
+
+def test_hf_shaped_module_captures_the_tensor_work() -> None:
+    m = Net().eval()
+    x = torch.randn(2, 4)
+    want = m(x).value
+    info = ed.explain(m)(x)
+    assert info.graph_count >= 1
+    assert info.op_count >= 3
+    reasons = " ".join(str(b.reason) for b in info.break_reasons)
+    assert "__code__" not in reasons
+    assert "Opaque" in reasons
+    cnt = CompileCounter()
+    c = ed.compile(m, backend=cnt)
+    torch.testing.assert_close(c(x).value, want)
+    torch.testing.assert_close(c(x, scale=0.5).value, m(x, scale=0.5).value)
+
+
+def test_break_inside_call_that_mutated_is_split_before_it() -> None:
+    def callee(d, x):
+        d.pop("k")
+        y = x * 2
+        return Opaque(y).value + 1  # fails after mutating `d`
+
+    def outer(x):
+        d = {"k": 1}
+        x = x.sin()
+        r = callee(d, x)
+        return r.cos(), len(d)
+
+    cnt = CompileCounter()
+    f = ed.compile(outer, backend=cnt)
+    x = torch.randn(3)
+    got = f(x)
+    want = outer(x)
+    torch.testing.assert_close(got[0], want[0])
+    assert got[1] == want[1] == 0
+    assert cnt.op_count >= 2  # sin before the call, and the callee's own graph
+
+
+def test_torch_compiler_is_compiling_is_true_while_tracing() -> None:
+    def f(x):
+        if torch.compiler.is_compiling():
+            return x + 1
+        return x - 1
+
+    cnt = CompileCounter()
+    c = ed.compile(f, backend=cnt, fullgraph=True)
+    x = torch.randn(3)
+    torch.testing.assert_close(c(x), x + 1)
+    torch.testing.assert_close(f(x), x - 1)  # eagerly: False
+    assert cnt.frame_count == 1
+
+
+def test_mapping_contains_missing_key_is_false() -> None:
+    def f(x):
+        return x * (2 if "double" in FUNCS else 3) + (1 if "nope" in FUNCS else 0)
+
+    c = ed.compile(f, backend=CompileCounter(), fullgraph=True)
+    x = torch.randn(3)
+    torch.testing.assert_close(c(x), f(x))
