@@ -8,6 +8,7 @@ small fx graph of simpler ATen ops that the graph lowering then lowers.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -169,7 +170,7 @@ def _lookup(target: Any) -> Callable[..., Any] | None:
     return _curated_table().get(target) or _core_table().get(target)
 
 
-class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
+class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Records every ATen call on fake tensors into ``graph``."""
 
     def __init__(self, graph: torch.fx.Graph, env: dict[int, torch.fx.Node]) -> None:
@@ -178,11 +179,14 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.env = env
         self.keep: list[Any] = []
 
+    def _missing(self, x: torch.Tensor) -> torch.fx.Node:
+        """A tensor argument that no recorded node produced (subclasses say what that means)."""
+        raise _Unrecordable(f"decomposition created a constant tensor {tuple(x.shape)}")
+
     def _arg(self, x: Any) -> Any:
         if isinstance(x, torch.Tensor):
-            if id(x) not in self.env:
-                raise _Unrecordable(f"decomposition created a constant tensor {tuple(x.shape)}")
-            return self.env[id(x)]
+            node = self.env.get(id(x))
+            return self._missing(x) if node is None else node
         return x
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -200,7 +204,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         elif isinstance(out, (tuple, list)):
             for i, o in enumerate(out):
                 if isinstance(o, torch.Tensor):
-                    item = self.graph.call_function(__import__("operator").getitem, (node, i))
+                    item = self.graph.call_function(operator.getitem, (node, i))
                     item.meta["val"] = o
                     self.env[id(o)] = item
         return out
@@ -234,7 +238,7 @@ def decompose_node(fx_node: torch.fx.Node, fake_mode: FakeTensorMode) -> torch.f
         lambda a: fakes.get(a, a) if isinstance(a, torch.fx.Node) else a,
         (fx_node.args, fx_node.kwargs),
     )
-    recorder = _Recorder(graph, env)
+    recorder = Recorder(graph, env)
     try:
         with fake_mode, recorder:
             out = fn(*args, **kwargs)
