@@ -519,11 +519,31 @@ def global_tensor_read_break(x):
 GLOBAL_T = torch.ones(4)
 
 
+def nested_alias_dict(x):
+    d = {"a": x + 1}
+    lst = [d]
+    y = x * 2
+    print("break")
+    d["b"] = y  # a mutation through the local must show through the list
+    return lst[0]
+
+
+def nested_alias_list(x):
+    inner = [x + 1]
+    outer = {"k": inner}
+    print("break")
+    inner.append(x * 3)
+    return outer["k"], len(inner)
+
+
 CASES = [
     BreakCase("toy_example_pos", toy_example, lambda: (r(10), r(10).abs()), graphs=2, total=2),
     BreakCase("toy_example_neg", toy_example, lambda: (r(10), -r(10).abs()), graphs=2, total=2),
     BreakCase("toy_print", toy_print, lambda: (r(10), r(10).abs()), graphs=3, total=3),
     BreakCase("print_middle", print_middle, lambda: (r(4),), graphs=2, total=2),
+    # a container reachable directly and through another one keeps its aliasing
+    BreakCase("nested_alias_dict", nested_alias_dict, lambda: (r(3),)),
+    BreakCase("nested_alias_list", nested_alias_list, lambda: (r(3),)),
     BreakCase("two_prints", two_prints, lambda: (r(4),), graphs=3, total=3),
     BreakCase("explicit_break", explicit_break, lambda: (r(4),), graphs=2, total=2),
     BreakCase("item_scalar", item_scalar, lambda: (r(4),)),

@@ -307,17 +307,43 @@ def native_effect(inst: dis.Instruction) -> int:
 def shared_containers(values: list[VariableTracker]) -> dict[int, VariableTracker]:
     """Containers made while tracing (rebuilt, not loaded from a source) that
     sit in more than one stack slot or local: they must be rebuilt once and
-    shared, or a mutation through one alias would miss the others."""
+    shared, or a mutation through one alias would miss the others.
+
+    A shared container reached *through another container* (``lst = [d]`` with
+    ``d`` live too) cannot be shared that way, since nested items are rebuilt by
+    their parent; such a split raises ``Unsupported`` so the frame runs
+    eagerly rather than losing the aliasing."""
     from .variables.dicts import DictVariable
-    from .variables.lists import ListVariable
+    from .variables.lists import BaseListVariable, ListVariable
 
     seen: dict[int, int] = {}
+    nested: set[int] = set()
     by_id: dict[int, VariableTracker] = {}
-    for v in values:
+
+    def visit(v: VariableTracker, depth: int) -> None:
         if isinstance(v, (ListVariable, DictVariable)) and v.source is None:
             seen[id(v)] = seen.get(id(v), 0) + 1
             by_id[id(v)] = v
-    return {k: by_id[k] for k, n in seen.items() if n > 1}
+            if depth:
+                nested.add(id(v))
+            if seen[id(v)] > 1:
+                return  # its items were counted on the first visit
+        if isinstance(v, BaseListVariable) and v.source is None:
+            for item in v.items:
+                visit(item, depth + 1)
+        elif isinstance(v, DictVariable) and v.source is None:
+            for item in v.items.values():
+                visit(item, depth + 1)
+
+    for v in values:
+        visit(v, 0)
+    shared = {k: by_id[k] for k, n in seen.items() if n > 1}
+    if any(k in nested for k in shared):
+        raise Unsupported(
+            "graph break where a list or dict is reachable both directly and through "
+            "another container: splitting the frame would lose that aliasing"
+        )
+    return shared
 
 
 def rewrite_call(
