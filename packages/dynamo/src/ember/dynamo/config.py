@@ -7,7 +7,7 @@ Two objects live here:
   point reads a global; it reads the options it was handed.
 - :data:`config`, the mutable, user-facing settings object
   (``ember.dynamo.config.cache_size_limit = 4``), mirroring
-  ``torch._dynamo.config``. It is read once, when ``compile``/``optimize``
+  TorchDynamo's config module. It is read once, when ``compile``/``optimize``
   builds a compiled callable, and turned into a ``DynamoOptions`` snapshot;
   changing ``config`` later affects callables compiled later.
 """
