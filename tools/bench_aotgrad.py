@@ -21,16 +21,18 @@ from __future__ import annotations
 
 import argparse
 import copy
-import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.fx as fx
 import torch.nn as nn
-import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmark suite's models
+from bench.workloads import ConvBlock, GPTBlock, _mlp
 
 from ember.aotgrad import (
     aot_module,
@@ -38,60 +40,6 @@ from ember.aotgrad import (
     min_cut_rematerialization_partition,
     nop_compiler,
 )
-
-
-class MLP(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(512, 2048)
-        self.fc2 = nn.Linear(2048, 512)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.fc2(F.gelu(self.fc1(x)))
-        return out
-
-
-class GPTBlock(nn.Module):
-    def __init__(self, d: int = 128, heads: int = 4, p: float = 0.1) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(d)
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
-        self.ln2 = nn.LayerNorm(d)
-        self.fc = nn.Linear(d, 4 * d)
-        self.out = nn.Linear(4 * d, d)
-        self.drop = nn.Dropout(p)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
-        q = q.view(b, t, self.heads, d // self.heads).transpose(1, 2)
-        k = k.view(b, t, self.heads, d // self.heads).transpose(1, 2)
-        v = v.view(b, t, self.heads, d // self.heads).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
-        mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
-        att = self.drop(att.masked_fill(~mask, float("-inf")).softmax(dim=-1))
-        y = (att @ v).transpose(1, 2).reshape(b, t, d)
-        x = x + self.drop(self.proj(y))
-        out: torch.Tensor = x + self.drop(self.out(F.gelu(self.fc(self.ln2(x)))))
-        return out
-
-
-class CNNBlock(nn.Module):
-    """Residual conv block: conv-BN-ReLU-conv-BN + skip, ReLU (train-mode BN)."""
-
-    def __init__(self, c: int = 32) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(c, c, 3, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(c)
-        self.conv2 = nn.Conv2d(c, c, 3, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(c)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.relu(self.bn1(self.conv1(x)))
-        out: torch.Tensor = F.relu(self.bn2(self.conv2(y)) + x)
-        return out
 
 
 @dataclass(frozen=True)
@@ -102,9 +50,10 @@ class Workload:
 
 
 WORKLOADS = [
-    Workload("MLP 64x512-2048-512", MLP, lambda: [torch.randn(64, 512)]),
-    Workload("GPT block d=128 seq=64 b=8", GPTBlock, lambda: [torch.randn(8, 64, 128)]),
-    Workload("CNN block 32ch 32x32 b=16", CNNBlock, lambda: [torch.randn(16, 32, 32, 32)]),
+    Workload("MLP 64x512-2048-512", _mlp, lambda: [torch.randn(64, 512)]),
+    Workload("GPT block d=128 seq=64 b=8", lambda: GPTBlock(128, 4, 64, dropout=0.1),
+             lambda: [torch.randn(8, 64, 128)]),
+    Workload("CNN block 32ch 32x32 b=16", lambda: ConvBlock(32), lambda: [torch.randn(16, 32, 32, 32)]),
     Workload("TransformerEncoderLayer d=256", lambda: nn.TransformerEncoderLayer(
         256, 8, dim_feedforward=1024, dropout=0.1, batch_first=True),
         lambda: [torch.randn(8, 64, 256)]),
