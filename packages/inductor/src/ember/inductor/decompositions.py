@@ -53,13 +53,29 @@ ATEN_PREFERRED = frozenset({aten._softmax.default, aten._log_softmax.default})
 def decomposition_table(prefer_aten: bool = True) -> dict[Any, Callable[..., Any]]:
     """ATen overload -> decomposition; also what the ``inductor`` backend gives aotgrad.
 
-    With ``prefer_aten`` the ops in ``ATEN_PREFERRED`` stay whole, so they reach
-    inductor intact and run as ATen calls.
+    Ops inductor has a lowering for are left out, so they reach it whole. With
+    ``prefer_aten`` the ops in ``ATEN_PREFERRED`` stay whole too, so they run as
+    ATen calls.
     """
-    table = _full_table()
+    from .lowering import find_lowering  # lowering imports this module
+
+    # An op inductor lowers itself stays whole: torch's decomposition of it may bottom out
+    # in prims (var_mean -> prims.var/prims.broadcast_in_dim), which would run as externs.
+    lowered_packets = {
+        getattr(k, "overloadpacket", None) for k in _full_table() if find_lowering(k) is not None
+    }
+
+    def keep_whole(op: Any) -> bool:
+        # var_mean.dim is CompositeImplicit: left alone, the tracer reaches var_mean.correction.
+        return find_lowering(op) is not None or (
+            getattr(op, "overloadpacket", None) in lowered_packets
+            and op.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd)
+        )
+
+    table = {k: v for k, v in _full_table().items() if not keep_whole(k)}
     if prefer_aten:
         return {k: v for k, v in table.items() if k not in ATEN_PREFERRED}
-    return dict(table)
+    return table
 
 
 # What the backend hands aotgrad: composite ops inductor wants to see as simpler ATen ops.

@@ -8,6 +8,7 @@ the graph inputs and constants, and the output spec. Everything after this
 from __future__ import annotations
 
 import collections
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +89,7 @@ class GraphLowering:
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
         self.env: dict[torch.fx.Node, Any] = {}
         self._depth = 0
+        self._shared: dict[int, tuple[IRNode, Buffer]] = {}  # see _realize_shared
 
     # -- naming and realization -------------------------------------------------
     def _name(self) -> str:
@@ -117,6 +119,45 @@ class GraphLowering:
             data = Pointwise(size, dtype, node.make_loader())
         return self.register(ComputedBuffer(self._name(), layout, data=data))
 
+    def realize_for_extern(self, node: IRNode) -> Buffer | ReinterpretView:
+        """A buffer or strided view for an ATen call (which accepts any strides).
+
+        A view (permute, transpose, slice, expand) of a value not yet computed is
+        realized as its base in the base's own order, and passed as a strided view:
+        ``mm(g.t(), x)`` then reads ``g`` transposed instead of a kernel writing a
+        transposed copy of it, and other users of ``g`` share the same buffer.
+        """
+        if not isinstance(node, View):
+            return self.realize(node)
+        chain: list[View] = []
+        root: IRNode = node
+        while isinstance(root, View):
+            chain.append(root)
+            root = root.base
+        if isinstance(root, (Buffer, ReinterpretView)) or not isinstance(
+            root, (Pointwise, Reduction)
+        ):
+            return self.realize(node)
+        base = self._realize_shared(root)
+        rebuilt: IRNode = base
+        for v in reversed(chain):
+            rebuilt = dataclasses.replace(v, base=rebuilt)
+        view = as_strided_of_buffer(rebuilt)
+        return view if view is not None else self.realize(rebuilt)
+
+    def _realize_shared(self, node: Pointwise | Reduction) -> Buffer:
+        """Realize ``node`` once; every graph value holding it now holds the buffer."""
+        done = self._shared.get(id(node))
+        if done is not None and done[0] is node:
+            return done[1]
+        buf = self.realize(node)
+        assert isinstance(buf, Buffer)
+        self._shared[id(node)] = (node, buf)
+        for k, v in self.env.items():
+            if v is node:
+                self.env[k] = buf
+        return buf
+
     # -- extern fallback --------------------------------------------------------------
     def fallback(self, fx_node: torch.fx.Node, reason: str) -> Any:
         op = fx_node.target
@@ -134,7 +175,9 @@ class GraphLowering:
         def to_ir(a: Any) -> Any:
             if isinstance(a, torch.fx.Node):
                 value = self.env[a]
-                return tree_map(lambda v: self.realize(v) if isinstance(v, IRNode) else v, value)
+                return tree_map(
+                    lambda v: self.realize_for_extern(v) if isinstance(v, IRNode) else v, value
+                )
             return a
 
         args = tuple(to_ir(a) for a in fx_node.args)

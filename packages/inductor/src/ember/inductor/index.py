@@ -9,7 +9,7 @@ integer operands.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import sympy
 
@@ -112,3 +112,77 @@ def affine_coefficients(
 
 def index_symbols(prefix: str, n: int) -> list[sympy.Symbol]:
     return [sympy.Symbol(f"{prefix}{k}", integer=True, nonnegative=True) for k in range(n)]
+
+
+def upper_bound(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -> int | None:
+    """Largest value of a non-negative index ``expr`` when each symbol ``s`` < ``ranges[s]``."""
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Symbol:
+        size = ranges.get(expr)
+        return None if size is None else max(int(size) - 1, 0)
+    if expr.is_Add:
+        total = 0
+        for term in expr.args:
+            b = upper_bound(term, ranges)
+            if b is None or b < 0:
+                return None
+            total += b
+        return total
+    if expr.is_Mul:
+        coeff, rest = expr.as_coeff_Mul()
+        b = upper_bound(rest, ranges)
+        if not coeff.is_Integer or int(coeff) < 0 or b is None:
+            return None
+        return int(coeff) * b
+    if isinstance(expr, FloorDiv) and expr.args[1].is_Integer:
+        b = upper_bound(expr.args[0], ranges)
+        return None if b is None else b // int(expr.args[1])
+    if isinstance(expr, ModIndex) and expr.args[1].is_Integer:
+        b = upper_bound(expr.args[0], ranges)
+        cap = int(expr.args[1]) - 1
+        return cap if b is None else min(b, cap)
+    return None
+
+
+def simplify_index(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -> sympy.Expr:
+    """Undo the div/mod a reshape introduced, using loop ranges.
+
+    ``a % m`` with ``a < m`` is ``a``, and ``c*d*(a // d) + c*(a % d)`` is ``c*a``: a
+    (512, 512) view of an (8, 64, 512) buffer indexed ``512*(i % 64) + 32768*((i // 64) % 8)``
+    becomes ``512*i``, which is affine again (a strided view, a mergeable loop).
+    """
+    if expr.is_Atom or not (expr.has(ModIndex) or expr.has(FloorDiv)):
+        return expr
+    args = tuple(simplify_index(a, ranges) for a in expr.args)
+    if args != expr.args:
+        expr = expr.func(*args)
+    if isinstance(expr, ModIndex) and expr.args[1].is_Integer:
+        b = upper_bound(expr.args[0], ranges)
+        if b is not None and b < int(expr.args[1]):
+            return expr.args[0]
+    if expr.is_Add:
+        return _combine_div_mod(expr)
+    return expr
+
+
+def _combine_div_mod(expr: sympy.Expr) -> sympy.Expr:
+    """``c*(a % d) + c*d*(a // d)`` -> ``c*a`` inside a sum, repeatedly."""
+    terms = list(expr.args)
+    changed = True
+    while changed:
+        changed = False
+        for i, t in enumerate(terms):
+            c, rest = t.as_coeff_Mul()
+            if not isinstance(rest, ModIndex) or not rest.args[1].is_Integer:
+                continue
+            a, d = rest.args
+            for j, u in enumerate(terms):
+                c2, rest2 = u.as_coeff_Mul()
+                if rest2 == FloorDiv(a, d) and c2 == c * d:
+                    terms = [x for k, x in enumerate(terms) if k not in (i, j)] + [c * a]
+                    changed = True
+                    break
+            if changed:
+                break
+    return sympy.Add(*terms)

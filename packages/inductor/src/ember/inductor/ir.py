@@ -222,7 +222,7 @@ class ReinterpretView(IRNode):
 
 def as_strided_of_buffer(node: IRNode) -> ReinterpretView | None:
     """If ``node`` reads a buffer through affine index math, the equivalent strided view."""
-    from .index import affine_coefficients, index_symbols
+    from .index import affine_coefficients, index_symbols, simplify_index
 
     if isinstance(node, ReinterpretView):
         return node
@@ -251,7 +251,9 @@ def as_strided_of_buffer(node: IRNode) -> ReinterpretView | None:
     node.make_loader()(syms, _Capture())  # type: ignore[arg-type]
     if len(seen) != 1 or seen[0][0] != base.name:
         return None
-    fit = affine_coefficients(seen[0][1], syms)
+    fit = affine_coefficients(
+        simplify_index(seen[0][1], {s: n for s, n in zip(syms, size)}), syms
+    )
     if fit is None:
         return None
     coeffs, offset = fit

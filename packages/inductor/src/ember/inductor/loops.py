@@ -5,16 +5,19 @@ Two adjacent loops ``(v_k, v_k1)`` of sizes ``(s_k, s_k1)`` merge into one loop
 ``c * s_k1 * v_k + c * v_k1`` (same ``c`` per access). Such accesses become
 ``c * w``; any other use of the old symbols (values computed from the index)
 becomes ``w // s_k1`` and ``w % s_k1``.
+
+Accesses are first simplified with the loop ranges (``index.simplify_index``), so the
+div/mod a reshape introduced does not hide an affine access.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import sympy
 
-from .index import FloorDiv, ModIndex, affine_coefficients
+from .index import FloorDiv, ModIndex, affine_coefficients, simplify_index
 
 
 @dataclass(frozen=True)
@@ -23,8 +26,31 @@ class MergedLoops:
     symbols: tuple[sympy.Symbol, ...]
     rewrite: Callable[[sympy.Expr], sympy.Expr]
 
+    @property
+    def ranges(self) -> dict[sympy.Symbol, int]:
+        """Each (merged) loop symbol -> its trip count."""
+        return dict(zip(self.symbols, self.sizes))
+
 
 def merge_loops(
+    sizes: Sequence[int],
+    symbols: Sequence[sympy.Symbol],
+    accesses: Sequence[sympy.Expr],
+    known: Mapping[sympy.Symbol, int] | None = None,
+) -> MergedLoops:
+    """Merge ``symbols``' loops where every access allows; ``known``: ranges of enclosing loops."""
+    before = {**(known or {}), **dict(zip(symbols, sizes))}
+    merged = _merge(sizes, symbols, [simplify_index(e, before) for e in accesses])
+    after = {**(known or {}), **merged.ranges}
+    inner = merged.rewrite
+
+    def rewrite(expr: sympy.Expr) -> sympy.Expr:
+        return simplify_index(inner(simplify_index(expr, before)), after)
+
+    return MergedLoops(merged.sizes, merged.symbols, rewrite)
+
+
+def _merge(
     sizes: Sequence[int], symbols: Sequence[sympy.Symbol], accesses: Sequence[sympy.Expr]
 ) -> MergedLoops:
     sizes = list(sizes)

@@ -48,6 +48,9 @@ class InductorOptions:
     realize_ops_threshold: int = 40
     #: Most ops inlined into one value before it is stored regardless of users.
     max_inline_ops: int = 200
+    #: Emit reductions over a strided dim (``x.sum(0)``) with the loops interchanged, so the
+    #: kept dim is the vectorized inner loop (see ``codegen/cpp_column.py``).
+    column_reductions: bool = True
     #: Most nodes in one fused kernel.
     max_fusion_size: int = 64
     #: ATen ops kept as extern calls even when they have a lowering ("aten::op.overload" names).

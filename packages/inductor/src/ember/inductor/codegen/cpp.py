@@ -23,6 +23,7 @@ from ..loops import MergedLoops, merge_loops
 from ..ops_handler import DefaultOps
 from ..options import InductorOptions
 from ..scheduler import KernelPlan, Loop, SchedNode
+from .cpp_column import column_plan, emit_column_kernel
 from .cpp_prelude import MVEC_FUNCS
 
 CTYPES = {
@@ -303,6 +304,9 @@ def generate_kernel(
         lines.extend(
             _loop_nest(outer, body, parallel=parallel_outer, simd_inner=True, reductions=[])
         )
+    elif options.column_reductions and column_plan(plan, outer, n_outer) is not None:
+        parallel = total_work >= options.parallel_threshold
+        lines.extend(emit_column_kernel(k, plan, outer, n_outer, parallel))
     else:
         body = []
         for loop in plan.loops:
@@ -426,7 +430,7 @@ def _emit_inner_loop(
         accesses.extend(outer.rewrite(e) for _, e in loads)
         if not n.is_reduction:
             accesses.append(outer.rewrite(store))
-    inner = merge_loops(loop.inner, inner_syms, accesses)
+    inner = merge_loops(loop.inner, inner_syms, accesses, outer.ranges)
     k.rewrite = lambda e: inner.rewrite(outer.rewrite(e))
     outer_scope = k.scope
     pre: list[str] = []
