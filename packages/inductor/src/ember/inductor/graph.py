@@ -17,7 +17,7 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from .decompositions import ATEN_PREFERRED, decompose_node
+from .decompositions import ATEN_PREFERRED, NEVER_DECOMPOSE, decompose_node
 from .errors import LoweringError
 from .index import index_symbols
 from .ir import (
@@ -38,6 +38,8 @@ from .logs import perf_hints
 from .lowering import SUPPORTED_DTYPES, find_lowering
 from .ops_handler import DepsOps
 from .options import InductorOptions
+
+aten = torch.ops.aten
 
 _MAX_DECOMPOSE_DEPTH = 8
 
@@ -371,9 +373,12 @@ class GraphLowering:
         users = len(node.users)
         opts = self.options
         if ops > opts.max_inline_ops or (
-            users > 1 and (reads > opts.realize_reads_threshold or ops > opts.realize_ops_threshold)
+            users > 1
+            and (reads > opts.realize_reads_threshold or ops > opts.realize_ops_threshold)
         ):
             self.env[node] = self.realize(value)
+        elif _feeds_extern_and_more(node):
+            self.env[node] = self.realize_for_extern(value)
 
     def _output(self, arg: Any) -> OutputSpec:
         if not isinstance(arg, torch.fx.Node):
@@ -396,6 +401,34 @@ class GraphLowering:
         buf = self.realize(value, stride if dense else None)
         assert isinstance(buf, Buffer)
         return OutputSpec("buffer", name=buf.name, layout=buf.layout)
+
+
+# Ops that only reinterpret their input: looked through when asking where a value goes.
+_VIEW_OPS = frozenset(
+    getattr(aten, name).default
+    for name in ("t", "permute", "transpose", "view", "reshape", "expand", "_unsafe_view")
+    if hasattr(aten, name) and hasattr(getattr(aten, name), "default")
+) | {aten.transpose.int}
+
+
+def _feeds_extern_and_more(node: torch.fx.Node) -> bool:
+    """Whether ``node`` (looking through views) feeds an ATen call such as ``mm`` and another op.
+
+    Such a value is stored for the ATen call anyway, so its other users read that
+    buffer instead of recomputing it (``gelu_backward`` feeds both ``mm`` and the
+    bias-gradient ``sum``).
+    """
+    stack, seen, consumers = list(node.users), set(), []
+    while stack:
+        user = stack.pop()
+        if user in seen:
+            continue
+        seen.add(user)
+        if user.target in _VIEW_OPS:
+            stack.extend(user.users)
+        else:
+            consumers.append(user)
+    return len(consumers) > 1 and any(u.target in NEVER_DECOMPOSE for u in consumers)
 
 
 def _qualified(target: Any) -> str:

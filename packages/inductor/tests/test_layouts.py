@@ -1,0 +1,137 @@
+"""Memory-order decisions: column reductions, views handed to ATen, div/mod simplification.
+
+Each test compares against eager (through the ``check`` fixture) and then asserts the
+property of the generated code that makes it fast.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import pytest
+import sympy
+import torch
+from torch import nn
+
+from ember.inductor import CompiledGraph, InductorOptions, decomposition_table
+from ember.inductor.index import FloorDiv, ModIndex, index_symbols, simplify_index
+
+Check = Callable[..., CompiledGraph]
+
+
+@pytest.mark.parametrize("reduce", ["sum", "amax", "amin", "prod", "mean"])
+@pytest.mark.parametrize("rows,cols", [(64, 2048), (37, 129), (512, 8)])
+def test_column_reduction_matches_eager(check: Check, reduce: str, rows: int, cols: int) -> None:
+    x = torch.randn(rows, cols)
+    if reduce == "prod":
+        x = 1 + x / 100  # keep the product finite
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return getattr(torch, reduce)(x * 2 + 1, 0)
+
+    c = check(f, x, atol=1e-4, rtol=1e-4)
+    src = "\n".join(c.report.kernel_sources.values())
+    if cols >= 8:
+        # the kept dim is the vectorized inner loop: accumulators are a per-tile array
+        assert "_tile = " in src and "#pragma omp simd\n" in src + "\n", src
+
+
+def test_column_reduction_propagates_nan(check: Check) -> None:
+    x = torch.randn(50, 96)
+    x[7, 3] = float("nan")
+    x[20, 90] = float("nan")
+    check(lambda x: x.amax(0), x)
+    check(lambda x: x.amin(0), x)
+
+
+def test_column_reduction_with_epilogue_and_stored_intermediate(check: Check) -> None:
+    x = torch.randn(128, 256)
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x.exp()
+        return y, (y.sum(0) + 3).sqrt()
+
+    check(f, x, atol=1e-4, rtol=1e-4)
+
+
+def test_row_reduction_keeps_the_row_loop(check: Check) -> None:
+    x = torch.randn(256, 512)
+    c = check(lambda x: x.sum(1), x, atol=1e-4, rtol=1e-4)
+    src = "\n".join(c.report.kernel_sources.values())
+    assert "_tile = " not in src and "reduction(+:" in src
+
+
+def test_column_reduction_can_be_turned_off(check: Check) -> None:
+    x = torch.randn(64, 256)
+    opts = InductorOptions(column_reductions=False, fallback_on_error=False)
+    c = check(lambda x: x.sum(0), x, atol=1e-4, rtol=1e-4, options=opts)
+    assert "_tile = " not in "\n".join(c.report.kernel_sources.values())
+
+
+def test_transposed_operand_of_mm_is_a_view_not_a_copy(check: Check) -> None:
+    # Linear's backward: the gradient feeds mm(g, W) and mm(g.t(), x) and the bias sum.
+    g, x, w = torch.randn(64, 256), torch.randn(64, 128), torch.randn(256, 128)
+
+    def f(g: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        h = torch.nn.functional.gelu(g) * 3
+        return h @ w, h.t() @ x, h.sum(0)
+
+    c = check(f, g, x, w, atol=1e-4, rtol=1e-4)
+    src = "\n".join(c.report.kernel_sources.values())
+    # gelu is computed once, stored once (row order), and the sum reads it back
+    assert src.count("ember_erff(") == 1, src
+    assert c.report.wrapper_source.count("empty_strided") == 2  # h and the bias sum
+
+
+def test_layer_norm_training_graph_has_no_prims_externs(caplog: pytest.LogCaptureFixture) -> None:
+    # var_mean has a lowering: torch's decomposition of it must not reach inductor as prims.
+    table = decomposition_table()
+    assert torch.ops.aten.var_mean.correction not in table
+    assert torch.ops.aten.var_mean.dim not in table
+
+    import ember.dynamo as ed
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.LayerNorm(64), nn.GELU(), nn.Linear(64, 8))
+    x = torch.randn(16, 32)
+    compiled = ed.compile(model, backend="inductor")
+    with caplog.at_level(logging.DEBUG, logger="ember.inductor.perf_hints"):
+        compiled(x).square().mean().backward()
+    grads = [p.grad.clone() for p in model.parameters()]  # type: ignore[union-attr]
+    model.zero_grad()
+    model(x).square().mean().backward()
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(g, p.grad, atol=1e-5, rtol=1e-4)
+    externs = [r.getMessage() for r in caplog.records if "extern kernel for" in r.getMessage()]
+    assert externs, "the perf_hints log names every extern call"
+    assert not any("prims::" in m for m in externs), externs
+
+
+def test_simplify_index_undoes_reshape_div_mod() -> None:
+    (i,) = index_symbols("x", 1)
+    (r,) = index_symbols("r", 1)
+    e = i + 512 * ModIndex(r, 64) + 32768 * ModIndex(FloorDiv(r, 64), 8)
+    assert simplify_index(e, {i: 512, r: 512}) == i + 512 * r
+    # out of range: the mod is real and must stay
+    kept = 32 * ModIndex(r, 32) + 2048 * ModIndex(FloorDiv(r, 32), 4)
+    assert simplify_index(kept, {r: 384}) == kept
+    # three-level split of one index
+    e3 = ModIndex(r, 32) + 32 * ModIndex(FloorDiv(r, 32), 4) + 128 * FloorDiv(r, 128)
+    assert simplify_index(e3, {r: 1000}) == r
+    # unknown range: nothing is assumed
+    assert simplify_index(ModIndex(r, 64), {}) == ModIndex(r, 64)
+    assert isinstance(simplify_index(sympy.Integer(3), {}), sympy.Integer)
+
+
+def test_reshape_of_computed_buffer_is_read_in_place(check: Check) -> None:
+    x = torch.randn(8, 64, 512)
+    w = torch.randn(512, 16)
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = x.exp()
+        return y.reshape(512, 512) @ w + y.sum((0, 1))[:16]
+
+    c = check(f, x, w, atol=1e-3, rtol=1e-4)
+    src = "\n".join(c.report.kernel_sources.values())
+    assert "% 64" not in src and "/ 64" not in src, src
