@@ -127,7 +127,7 @@ def sweep(op: Any, dtype: torch.dtype, max_samples: int) -> tuple[str, str]:
         return "skip", f"does not trace: {type(e).__name__}"
     if not any(n.op == "call_function" for n in gm.graph.nodes):
         return "skip", "no ATen ops (pure view of an input)"
-    opts = InductorOptions(cache_dir=CACHE, fallback_on_error=False, prefer_aten=False)
+    opts = InductorOptions(cache_dir=CACHE, fallback_on_error=False)
     compiled = compile_graph(gm, tensors, opts)
     if not isinstance(compiled, CompiledGraph):
         return "skip", f"ran eagerly: {compiled.report.eager_reason}"

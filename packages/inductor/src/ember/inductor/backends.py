@@ -59,7 +59,7 @@ def make_backend(
         training = aotgrad.aot_autograd(
             fw_compiler=compile_fn,  # type: ignore[arg-type]
             bw_compiler=compile_fn,  # type: ignore[arg-type]
-            decompositions=decomposition_table((options or InductorOptions()).prefer_aten),
+            decompositions=decomposition_table(),
         )
 
     def backend_fn(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:

@@ -43,19 +43,10 @@ NEVER_DECOMPOSE = frozenset(
 )
 
 
-# Ops whose ATen kernel beat ember's generated code on the reference CPU (2-core AVX2 EPYC,
-# single thread, 512x1024 float32): softmax 0.62x of ATen (ATen computes exp once and
-# rescales in place; our fused kernel recomputes exp per pass). LayerNorm+GELU is 1.2x
-# *faster* generated, so it is not here. Kept as ATen calls when options.prefer_aten is set.
-ATEN_PREFERRED = frozenset({aten._softmax.default, aten._log_softmax.default})
-
-
-def decomposition_table(prefer_aten: bool = True) -> dict[Any, Callable[..., Any]]:
+def decomposition_table() -> dict[Any, Callable[..., Any]]:
     """ATen overload -> decomposition; also what the ``inductor`` backend gives aotgrad.
 
-    Ops inductor has a lowering for are left out, so they reach it whole. With
-    ``prefer_aten`` the ops in ``ATEN_PREFERRED`` stay whole too, so they run as
-    ATen calls.
+    Ops inductor has a lowering for are left out, so they reach it whole.
     """
     from .lowering import find_lowering  # lowering imports this module
 
@@ -72,10 +63,7 @@ def decomposition_table(prefer_aten: bool = True) -> dict[Any, Callable[..., Any
             and op.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd)
         )
 
-    table = {k: v for k, v in _full_table().items() if not keep_whole(k)}
-    if prefer_aten:
-        return {k: v for k, v in table.items() if k not in ATEN_PREFERRED}
-    return table
+    return {k: v for k, v in _full_table().items() if not keep_whole(k)}
 
 
 # What the backend hands aotgrad: composite ops inductor wants to see as simpler ATen ops.

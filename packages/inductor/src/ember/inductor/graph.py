@@ -17,7 +17,7 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from .decompositions import ATEN_PREFERRED, NEVER_DECOMPOSE, decompose_node
+from .decompositions import NEVER_DECOMPOSE, decompose_node
 from .errors import LoweringError
 from .index import index_symbols
 from .ir import (
@@ -69,10 +69,11 @@ def _op_name(target: Any) -> str:
     return name() if callable(name) else getattr(target, "__name__", str(target))
 
 
-def _body_stats(node: IRNode) -> tuple[int, int]:
+def _body_stats(node: IRNode) -> tuple[int, int, int]:
+    """(distinct buffers read, ops, transcendental ops) of ``node``'s body."""
     deps = DepsOps()
     node.make_loader()(index_symbols("t", len(node.get_size())), deps)
-    return len({n for n, _ in deps.loads}), deps.num_ops
+    return len({n for n, _ in deps.loads}), deps.num_ops, deps.num_heavy
 
 
 class GraphLowering:
@@ -323,8 +324,6 @@ class GraphLowering:
         reason = self._unsupported(node)
         if name in self.options.force_fallback or _qualified(target) in self.options.force_fallback:
             reason = "listed in options.force_fallback"
-        elif self.options.prefer_aten and target in ATEN_PREFERRED and reason is None:
-            reason = "ATen's kernel measured faster than generated code (options.prefer_aten)"
         lowering = find_lowering(target) if reason is None else None
         if lowering is not None:
             args, kwargs = tree_map(self._ir_arg, (node.args, node.kwargs))
@@ -356,6 +355,7 @@ class GraphLowering:
                     self.env[sn] = saved[seen[str(sn.target)]]
                 elif sn.op == "call_function":
                     self.env[sn] = self._lower_call(sn)
+                    self._maybe_realize(sn)
                 elif sn.op == "output":
                     result = tree_map(self._ir_arg, sn.args[0])
             return result
@@ -369,12 +369,18 @@ class GraphLowering:
             return
         if isinstance(value, View) and as_strided_of_buffer(value) is not None:
             return
-        reads, ops = _body_stats(value)
+        reads, ops, heavy = _body_stats(value)
         users = len(node.users)
         opts = self.options
         if ops > opts.max_inline_ops or (
             users > 1
-            and (reads > opts.realize_reads_threshold or ops > opts.realize_ops_threshold)
+            and (
+                reads > opts.realize_reads_threshold
+                or ops > opts.realize_ops_threshold
+                # softmax's exp(x - max) feeds the sum and the division: compute it once
+                # (stored in a kernel-local array when both land in one kernel)
+                or (heavy and _feeds_reduction(node))
+            )
         ):
             self.env[node] = self.realize(value)
         elif _feeds_extern_and_more(node):
@@ -409,6 +415,29 @@ _VIEW_OPS = frozenset(
     for name in ("t", "permute", "transpose", "view", "reshape", "expand", "_unsafe_view")
     if hasattr(aten, name) and hasattr(getattr(aten, name), "default")
 ) | {aten.transpose.int}
+
+
+_REDUCTIONS = frozenset(
+    "sum mean amax amin prod var std var_mean argmax argmin max min any all logsumexp".split()
+)
+
+
+def _feeds_reduction(node: torch.fx.Node) -> bool:
+    """Whether some use of ``node`` (through views) is a reduction."""
+    stack, seen = list(node.users), set()
+    while stack:
+        user = stack.pop()
+        if user in seen:
+            continue
+        seen.add(user)
+        if user.target in _VIEW_OPS:
+            stack.extend(user.users)
+        elif (
+            getattr(getattr(user.target, "overloadpacket", None), "__name__", "") in _REDUCTIONS
+            and user.target not in (aten.max.other, aten.min.other)  # binary, not reductions
+        ):
+            return True
+    return False
 
 
 def _feeds_extern_and_more(node: torch.fx.Node) -> bool:

@@ -402,6 +402,13 @@ class PrintOps(DefaultOps):
         return f"{name}({', '.join(str(a) for a in args)})"
 
 
+#: Ops that cost a libm-style evaluation rather than one instruction.
+HEAVY_OPS = frozenset(
+    "exp exp2 expm1 log log2 log10 log1p erf erfc erfinv tanh sigmoid sin cos tan "
+    "asin acos atan sinh cosh asinh acosh atanh pow atan2 lgamma digamma".split()
+)
+
+
 class DepsOps(DefaultOps):
     """Collects ``(buffer name, index)`` for every load; values are placeholders."""
 
@@ -409,9 +416,13 @@ class DepsOps(DefaultOps):
         self.loads: list[tuple[str, sympy.Expr]] = []
         self.num_ops = 0
         self.num_indirect = 0
+        #: transcendental calls (exp, erf, tanh, ...): what makes recomputing a value costly
+        self.num_heavy = 0
 
     def _op(self, name: str, *args: Any) -> Any:
         self.num_ops += 1
+        if name in HEAVY_OPS:
+            self.num_heavy += 1
         if name == "indirect_indexing":
             self.num_indirect += 1
             return sympy.Symbol(f"indirect{self.num_indirect}", integer=True)

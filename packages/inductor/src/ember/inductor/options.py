@@ -55,8 +55,6 @@ class InductorOptions:
     max_fusion_size: int = 64
     #: ATen ops kept as extern calls even when they have a lowering ("aten::op.overload" names).
     force_fallback: frozenset[str] = field(default_factory=frozenset)
-    #: Keep ATen's own kernels where they measured faster than ours on CPU (see README, "Do no harm").
-    prefer_aten: bool = True
     #: Log the wrapper and kernels under the ``output_code`` logger.
     output_code: bool = False
     #: On an internal error, log it and run the graph eagerly (False: raise; tests use this).

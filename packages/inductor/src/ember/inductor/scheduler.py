@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from .graph import LoweredGraph
-from .index import index_symbols
+from .index import affine_coefficients, index_symbols
 from .ir import Buffer, ComputedBuffer, ExternKernel, Index, MultiOutput, Reduction, ReinterpretView
 from .logs import perf_hints
 from .ops_handler import DepsOps
@@ -98,6 +98,10 @@ class KernelPlan:
     stores: list[str] = field(default_factory=list)
     #: Buffers read from memory (produced elsewhere).
     loads: list[str] = field(default_factory=list)
+    #: Buffers written and read back only within one outer iteration of this kernel
+    #: (softmax's ``exp(x - max)``): name -> elements per outer iteration. A backend keeps
+    #: them in iteration-local storage (a stack array in C++) instead of a graph buffer.
+    private: dict[str, int] = field(default_factory=dict)
 
     @property
     def is_pointwise(self) -> bool:
@@ -191,12 +195,45 @@ def _elide_locals(plan: KernelPlan, external_readers: set[str], outputs: set[str
                     must_store.add(name)
             else:
                 reads.add(name)
+    private = must_store - external_readers - outputs
+    plan.private = {}
+    for name in sorted(private):
+        numel = _private_numel(in_kernel[name], n_outer, loop_of[name].inner)
+        if numel is not None:
+            plan.private[name] = numel
     plan.stores = [
         n.name
         for n in plan.nodes
-        if n.name in must_store or n.name in external_readers or n.name in outputs
+        if n.name not in plan.private
+        and (n.name in must_store or n.name in external_readers or n.name in outputs)
     ]
     plan.loads = sorted(reads)
+
+
+#: Largest iteration-local buffer (bytes) a kernel may keep instead of a graph buffer.
+PRIVATE_BYTES = 64 * 1024
+
+
+def _private_numel(node: SchedNode, n_outer: int, inner: tuple[int, ...]) -> int | None:
+    """Elements per outer iteration if ``node``'s store offsets within one iteration are
+    ``0 <= offset < numel(inner)`` (see :func:`private_offset`); None otherwise."""
+    numel = 1
+    for s in inner:
+        numel *= s
+    if numel * node.buffer.layout.dtype.itemsize > PRIVATE_BYTES:
+        return None
+    _, inner_syms = node.symbols(n_outer)
+    _, store = node.accesses(n_outer)
+    fit = affine_coefficients(private_offset(store, inner_syms), inner_syms)
+    if fit is None or fit[1] != 0 or any(c < 0 for c in fit[0].values()):
+        return None
+    top = sum(c * (size - 1) for c, size in zip((fit[0][s] for s in inner_syms), inner))
+    return numel if top < numel else None
+
+
+def private_offset(index: sympy.Expr, inner_syms: Sequence[sympy.Symbol]) -> sympy.Expr:
+    """``index`` relative to the start of its outer iteration (inner symbols at 0)."""
+    return sympy.expand(index - index.xreplace({s: 0 for s in inner_syms}))
 
 
 def schedule(graph: LoweredGraph, options: InductorOptions) -> list[Step]:

@@ -17,12 +17,12 @@ from typing import Any
 import sympy
 import torch
 
-from ..index import FloorDiv, ModIndex
+from ..index import FloorDiv, ModIndex, index_symbols
 from ..ir import Reduction
 from ..loops import MergedLoops, merge_loops
 from ..ops_handler import DefaultOps
 from ..options import InductorOptions
-from ..scheduler import KernelPlan, Loop, SchedNode
+from ..scheduler import KernelPlan, Loop, SchedNode, private_offset
 from .cpp_column import column_plan, emit_column_kernel
 from .cpp_prelude import MVEC_FUNCS
 
@@ -170,7 +170,7 @@ class CppOps(DefaultOps):
         if local is not None:
             return local
         ptr, dtype = self.k.pointer(name)
-        return self._emit(f"{ptr}[{cexpr(self.k.rewrite(index))}]", dtype)
+        return self._emit(f"{ptr}[{cexpr(self.k.address(name, index))}]", dtype)
 
     def constant(self, value: bool | int | float, dtype: torch.dtype) -> CppVar:
         return CppVar(literal(value, dtype), dtype)
@@ -181,7 +181,7 @@ class CppOps(DefaultOps):
     def to_dtype(self, x: CppVar, dtype: torch.dtype) -> CppVar:
         if x.dtype == dtype:
             return x
-        return self._emit(f"static_cast<{CTYPES[dtype]}>({x})", dtype)
+        return self._emit(convert(str(x), x.dtype, dtype), dtype)
 
     def where(self, cond: CppVar, a: CppVar, b: CppVar) -> CppVar:
         return self._emit(f"{cond} ? {a} : {b}", a.dtype)
@@ -199,8 +199,13 @@ class CppOps(DefaultOps):
         ctype = CTYPES[dtype]
         name = self.k.new_var()
         body_text = " ".join(inner.lines)
+        result = (
+            convert(str(value), value.dtype, dtype)
+            if isinstance(value, CppVar)
+            else f"static_cast<{ctype}>({value})"
+        )
         outer.lines.append(
-            f"{ctype} {name} = [&]() -> {ctype} {{ if ({mask}) {{ {body_text} return static_cast<{ctype}>({value}); }} "
+            f"{ctype} {name} = [&]() -> {ctype} {{ if ({mask}) {{ {body_text} return {result}; }} "
             f"return {literal(other, dtype)}; }}();"
         )
         return CppVar(name, dtype)
@@ -262,6 +267,16 @@ class CppKernel:
         self.counter += 1
         return f"tmp{self.counter}"
 
+    def stored(self, name: str) -> bool:
+        """Whether the kernel writes ``name`` to memory (a graph buffer or a local array)."""
+        return name in self.plan.stores or name in self.plan.private
+
+    def address(self, name: str, index: sympy.Expr) -> sympy.Expr:
+        """Where element ``index`` of buffer ``name`` lives, as emitted in the loops."""
+        if name in self.plan.private:
+            index = private_offset(index, index_symbols("r", len(self.plan.outer) + 8))
+        return self.rewrite(index)
+
     def pointer(self, name: str) -> tuple[str, torch.dtype]:
         return self.pointers[name]
 
@@ -284,6 +299,8 @@ def generate_kernel(
         k.pointers[name] = (f"in_{name}", buffer_dtypes[name])
         params.append(f"const {CTYPES[buffer_dtypes[name]]}* __restrict__ in_{name}")
         args.append(name)
+    for name in plan.private:
+        k.pointers[name] = (f"local_{name}", buffer_dtypes[name])
     for name in plan.stores:
         k.pointers[name] = (f"out_{name}", buffer_dtypes[name])
         params.append(f"{CTYPES[buffer_dtypes[name]]}* __restrict__ out_{name}")
@@ -308,7 +325,11 @@ def generate_kernel(
         parallel = total_work >= options.parallel_threshold
         lines.extend(emit_column_kernel(k, plan, outer, n_outer, parallel))
     else:
-        body = []
+        # iteration-local buffers: declared inside the outer loops, so one per thread
+        body = [
+            f"{CTYPES[buffer_dtypes[name]]} local_{name}[{numel}];"
+            for name, numel in plan.private.items()
+        ]
         for loop in plan.loops:
             body.extend(
                 _emit_inner_loop(
@@ -387,11 +408,25 @@ def _tiled_loop(size: int, var: str, body: list[str], red: str) -> list[str]:
 
 def _store_line(k: CppKernel, node: SchedNode, value: CppVar, index: sympy.Expr) -> str:
     ptr, dtype = k.pointer(node.name)
-    return f"{ptr}[{cexpr(k.rewrite(index))}] = {_cast(value, dtype)};"
+    return f"{ptr}[{cexpr(k.address(node.name, index))}] = {_cast(value, dtype)};"
 
 
 def _cast(value: CppVar, dtype: torch.dtype) -> str:
-    return str(value) if value.dtype == dtype else f"static_cast<{CTYPES[dtype]}>({value})"
+    return str(value) if value.dtype == dtype else convert(str(value), value.dtype, dtype)
+
+
+def convert(expr: str, src: torch.dtype, dst: torch.dtype) -> str:
+    """C++ for ``expr`` (of ``src``) as ``dst``.
+
+    Conversions to and from ``bool`` are written as a comparison and a select: gcc 12
+    does not vectorize ``static_cast<float>(b)``/``static_cast<bool>(f)``, and one such
+    cast leaves the whole loop scalar (a dropout mask in a softmax kernel did).
+    """
+    if dst == torch.bool:
+        return f"({expr} != {literal(0, src)})"
+    if src == torch.bool:
+        return f"({expr} ? {literal(1, dst)} : {literal(0, dst)})"
+    return f"static_cast<{CTYPES[dst]}>({expr})"
 
 
 def _emit_loop_body(
@@ -414,7 +449,7 @@ def _emit_loop_body(
             value = data.inner_fn(idx, ops)
             value = ops.to_dtype(value, n.buffer.get_dtype())
             k.locals[n.name] = value
-            if n.name in k.plan.stores:
+            if k.stored(n.name):
                 k.scope.lines.append(_store_line(k, n, value, n.buffer.layout.index(idx)))
     return k.scope.lines
 
@@ -481,9 +516,10 @@ def _emit_inner_loop(
                 clauses.append(f"reduction({rtype}:{acc})")
                 if dtype.is_floating_point:
                     nan = k.new_var()
-                    pre.append(f"bool {nan} = false;")
-                    k.scope.lines.append(f"{nan} = {nan} || ({value} != {value});")
-                    clauses.append(f"reduction(||:{nan})")
+                    # an int OR vectorizes; a bool || reduction costs ~30% of a max loop
+                    pre.append(f"int {nan} = 0;")
+                    k.scope.lines.append(f"{nan} = {nan} | ({value} != {value});")
+                    clauses.append(f"reduction(|:{nan})")
                     post.append(f"if ({nan}) {acc} = std::numeric_limits<{ctype}>::quiet_NaN();")
             else:
                 pre.append(f"{ctype} {acc} = {literal(_REDUCTION_INIT[rtype], dtype)};")
@@ -504,7 +540,7 @@ def _emit_inner_loop(
             else:
                 results.append((n, value))
                 k.locals[n.name] = value
-            if n.name in k.plan.stores:
+            if k.stored(n.name):
                 k.scope.lines.append(_store_line(k, n, value, n.buffer.layout.index(idx)))
     body = k.scope.lines
     k.scope = outer_scope
@@ -518,7 +554,7 @@ def _emit_inner_loop(
     for n, value in results:
         if isinstance(n.buffer.data, Reduction):
             k.locals[n.name] = value
-            if n.name in k.plan.stores:
+            if k.stored(n.name):
                 k.rewrite = outer.rewrite
                 out.append(
                     _store_line(k, n, value, n.buffer.layout.index(n.full_index(outer_syms)))

@@ -55,7 +55,7 @@ def column_plan(plan: KernelPlan, outer: MergedLoops, n_outer: int) -> Loop | No
     epilogue on the outer index; and more loads contiguous along the last outer dim
     than along the reduction.
     """
-    if not outer.sizes or outer.sizes[-1] < 8:
+    if not outer.sizes or outer.sizes[-1] < 8 or plan.private:
         return None
     first, rest = plan.loops[0], plan.loops[1:]
     if not first.inner or not first.has_reduction or any(loop.inner for loop in rest):
@@ -130,9 +130,9 @@ def emit_column_kernel(
                 k.scope.lines.append(f"{acc} = {acc} {cmp} {value} ? {value} : {acc};")
                 if dtype.is_floating_point:
                     nan = k.new_var()
-                    pre.append(f"bool {nan}[{tile}];")
-                    pre.append(f"for (int64_t i = 0; i < {tile}; ++i) {nan}[i] = false;")
-                    k.scope.lines.append(f"{nan}[{lane}] = {nan}[{lane}] || ({value} != {value});")
+                    pre.append(f"int {nan}[{tile}];")
+                    pre.append(f"for (int64_t i = 0; i < {tile}; ++i) {nan}[i] = 0;")
+                    k.scope.lines.append(f"{nan}[{lane}] = {nan}[{lane}] | ({value} != {value});")
                     post.append(
                         f"if ({nan}[{lane}]) {acc} = std::numeric_limits<{ctype}>::quiet_NaN();"
                     )

@@ -27,6 +27,9 @@ MVEC_FUNCS = (
     "tanh",
 )
 
+#: Functions the helpers define inline (vectorized in place by gcc) instead of calling libm.
+INLINE_MATH = frozenset({"ember_expf"})
+
 _HELPERS = r"""
 #include <cmath>
 #include <cstdint>
@@ -73,6 +76,30 @@ template <typename T> static inline T ember_sign(T x) {
 template <typename T> static inline bool ember_isnan(T x) {
   if constexpr (std::is_floating_point_v<T>) { return x != x; } else { return false; }
 }
+// exp for float, inline so gcc vectorizes it in place (no libmvec call per 8 lanes).
+// exp(x) = 2^k * e^r, k = rint(x / ln 2), |r| <= ln2 / 2; e^r by Cephes' minimax
+// polynomial (about 1 ulp); 2^k applied as two factors so overflow gives inf and
+// results below FLT_MIN become denormals. NaN propagates through the arithmetic.
+static inline float ember_expf(float x) {
+  float xc = x > 89.0f ? 89.0f : (x < -104.0f ? -104.0f : x);
+  float kf = __builtin_rintf(xc * 1.44269504088896341f);
+  float r = xc - kf * 0.693359375f;
+  r = r - kf * -2.12194440e-4f;
+  float z = r * r;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * z + r + 1.0f;
+  int32_t k = static_cast<int32_t>(kf);
+  int32_t k1 = k >> 1;
+  int32_t k2 = k - k1;
+  float s1 = __builtin_bit_cast(float, (k1 + 127) << 23);
+  float s2 = __builtin_bit_cast(float, (k2 + 127) << 23);
+  return p * s1 * s2;
+}
 template <typename T> static inline bool ember_isinf(T x) {
   if constexpr (std::is_floating_point_v<T>) { return std::isinf(x); } else { return false; }
 }
@@ -85,12 +112,15 @@ def prelude(use_mvec: bool) -> str:
     for fn in MVEC_FUNCS:
         if use_mvec:
             for ctype, suffix in (("float", "f"), ("double", "")):
+                if f"ember_{fn}{suffix}" in INLINE_MATH:
+                    continue
                 lines.append("#pragma omp declare simd notinbranch")
                 lines.append(
                     f'extern "C" __attribute__((const, nothrow)) {ctype} ember_{fn}{suffix}({ctype}) '
                     f'__asm__("{fn}{suffix}");'
                 )
         else:
-            lines.append(f"static inline float ember_{fn}f(float x) {{ return std::{fn}(x); }}")
+            if f"ember_{fn}f" not in INLINE_MATH:
+                lines.append(f"static inline float ember_{fn}f(float x) {{ return std::{fn}(x); }}")
             lines.append(f"static inline double ember_{fn}(double x) {{ return std::{fn}(x); }}")
     return "\n".join(lines) + "\n"
