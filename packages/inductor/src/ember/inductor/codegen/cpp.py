@@ -181,7 +181,13 @@ class CppOps(DefaultOps):
     def to_dtype(self, x: CppVar, dtype: torch.dtype) -> CppVar:
         if x.dtype == dtype:
             return x
-        return self._emit(convert(str(x), x.dtype, dtype), dtype)
+        origin = self.k.from_bool.get(x.expr)
+        if origin is not None and dtype == torch.bool:
+            return origin  # bool -> number -> bool is the identity
+        out = self._emit(convert(str(x), x.dtype, dtype), dtype)
+        if x.dtype == torch.bool:
+            self.k.from_bool[out.expr] = x
+        return out
 
     def where(self, cond: CppVar, a: CppVar, b: CppVar) -> CppVar:
         return self._emit(f"{cond} ? {a} : {b}", a.dtype)
@@ -262,6 +268,9 @@ class CppKernel:
     counter: int = 0
     scope: Scope = field(default_factory=lambda: Scope([], {}))
     rewrite: Callable[[sympy.Expr], sympy.Expr] = field(default=lambda e: e)
+    #: numbers converted from a bool -> that bool (a round trip back is dropped: besides
+    #: wasted work, gcc turns ``(f != 0) ? a : b`` on such a value into a branch)
+    from_bool: dict[str, CppVar] = field(default_factory=dict)
 
     def new_var(self) -> str:
         self.counter += 1
