@@ -418,7 +418,23 @@ _VIEW_OPS = frozenset(
 
 
 _REDUCTIONS = frozenset(
-    "sum mean amax amin prod var std var_mean argmax argmin max min any all logsumexp".split()
+    [
+        "sum",
+        "mean",
+        "amax",
+        "amin",
+        "prod",
+        "var",
+        "std",
+        "var_mean",
+        "argmax",
+        "argmin",
+        "max",
+        "min",
+        "any",
+        "all",
+        "logsumexp",
+    ]
 )
 
 

@@ -404,8 +404,35 @@ class PrintOps(DefaultOps):
 
 #: Ops that cost a libm-style evaluation rather than one instruction.
 HEAVY_OPS = frozenset(
-    "exp exp2 expm1 log log2 log10 log1p erf erfc erfinv tanh sigmoid sin cos tan "
-    "asin acos atan sinh cosh asinh acosh atanh pow atan2 lgamma digamma".split()
+    [
+        "exp",
+        "exp2",
+        "expm1",
+        "log",
+        "log2",
+        "log10",
+        "log1p",
+        "erf",
+        "erfc",
+        "erfinv",
+        "tanh",
+        "sigmoid",
+        "sin",
+        "cos",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "sinh",
+        "cosh",
+        "asinh",
+        "acosh",
+        "atanh",
+        "pow",
+        "atan2",
+        "lgamma",
+        "digamma",
+    ]
 )
 
 

@@ -21,7 +21,6 @@ import math
 from typing import TYPE_CHECKING
 
 import sympy
-import torch
 
 from ..ir import Reduction
 from ..loops import MergedLoops, merge_loops
@@ -167,7 +166,9 @@ def emit_column_kernel(
 
     rows: list[str] = []
     for d, (rsize, rsym) in enumerate(zip(inner.sizes, inner.symbols)):
-        rows.append("  " * d + f"for (int64_t {rsym.name} = 0; {rsym.name} < {rsize}; ++{rsym.name}) {{")
+        rows.append(
+            "  " * d + f"for (int64_t {rsym.name} = 0; {rsym.name} < {rsize}; ++{rsym.name}) {{"
+        )
     depth = len(inner.sizes)
     rows.append("  " * depth + "#pragma omp simd")
     rows.append("  " * depth + f"for (int64_t {xs} = {xs}_tile; {xs} < {xs}_end; ++{xs}) {{")
@@ -189,7 +190,9 @@ def emit_column_kernel(
     loops.append((n_tiles, f"{xs}_t"))
     out: list[str] = []
     if parallel and math.prod(s for s, _ in loops) >= 2:
-        out.append("#pragma omp parallel for" + (f" collapse({len(loops)})" if len(loops) > 1 else ""))
+        out.append(
+            "#pragma omp parallel for" + (f" collapse({len(loops)})" if len(loops) > 1 else "")
+        )
     for d, (s, name) in enumerate(loops):
         out.append("  " * d + f"for (int64_t {name} = 0; {name} < {s}; ++{name}) {{")
     out.extend("  " * len(loops) + b for b in tile_body)
