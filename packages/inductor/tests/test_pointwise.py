@@ -186,3 +186,25 @@ def test_dtypes_roundtrip(check: Check, dtype: torch.dtype) -> None:
 def test_graph_constants_are_read(check: Check) -> None:
     x = torch.randn(3, 4)
     check(lambda x: x * torch.tensor([1.0, 2.0, 3.0, 4.0]) + 1, x)
+
+
+def test_inline_expf_special_values_and_accuracy(check: Check) -> None:
+    # the kernels' inline expf: within 1 ulp of the correctly rounded result over the
+    # whole normal range; inf/-inf/nan as eager; results below FLT_MIN flushed to 0
+    x = torch.cat(
+        [
+            torch.linspace(-87.3, 88.7, 200_001),
+            torch.tensor([float("nan"), float("inf"), float("-inf"), 88.8, -100.0, 0.0]),
+        ]
+    )
+    c = check(lambda x: x.exp(), x, atol=1.2e-38, rtol=1.2e-7)
+    got = c(x)
+    ref = x.double().exp()
+    f32 = torch.finfo(torch.float32)
+    normal = torch.isfinite(ref) & (ref >= f32.tiny) & (ref <= f32.max)
+    near = ref[normal].float()
+    spacing = (torch.nextafter(near, torch.tensor(float("inf"))) - near).double()
+    ulps = (got[normal].double() - ref[normal]).abs() / spacing
+    assert float(ulps.max()) <= 1.0
+    assert got[-2] == 0.0  # exp(-100) = 3.8e-44 is a denormal: flushed
+    assert torch.isnan(got[-6]) and got[-5] == float("inf") and got[-4] == 0.0
