@@ -438,31 +438,8 @@ _REDUCTIONS = frozenset(
 )
 
 
-def _feeds_reduction(node: torch.fx.Node) -> bool:
-    """Whether some use of ``node`` (through views) is a reduction."""
-    stack, seen = list(node.users), set()
-    while stack:
-        user = stack.pop()
-        if user in seen:
-            continue
-        seen.add(user)
-        if user.target in _VIEW_OPS:
-            stack.extend(user.users)
-        elif (
-            getattr(getattr(user.target, "overloadpacket", None), "__name__", "") in _REDUCTIONS
-            and user.target not in (aten.max.other, aten.min.other)  # binary, not reductions
-        ):
-            return True
-    return False
-
-
-def _feeds_extern_and_more(node: torch.fx.Node) -> bool:
-    """Whether ``node`` (looking through views) feeds an ATen call such as ``mm`` and another op.
-
-    Such a value is stored for the ATen call anyway, so its other users read that
-    buffer instead of recomputing it (``gelu_backward`` feeds both ``mm`` and the
-    bias-gradient ``sum``).
-    """
+def _consumers(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The ops using ``node``'s value, looking through view ops (t, permute, view, ...)."""
     stack, seen, consumers = list(node.users), set(), []
     while stack:
         user = stack.pop()
@@ -473,6 +450,26 @@ def _feeds_extern_and_more(node: torch.fx.Node) -> bool:
             stack.extend(user.users)
         else:
             consumers.append(user)
+    return consumers
+
+
+def _feeds_reduction(node: torch.fx.Node) -> bool:
+    """Whether some use of ``node`` (through views) is a reduction."""
+    return any(
+        getattr(getattr(u.target, "overloadpacket", None), "__name__", "") in _REDUCTIONS
+        and u.target not in (aten.max.other, aten.min.other)  # binary, not reductions
+        for u in _consumers(node)
+    )
+
+
+def _feeds_extern_and_more(node: torch.fx.Node) -> bool:
+    """Whether ``node`` (looking through views) feeds an ATen call such as ``mm`` and another op.
+
+    Such a value is stored for the ATen call anyway, so its other users read that
+    buffer instead of recomputing it (``gelu_backward`` feeds both ``mm`` and the
+    bias-gradient ``sum``).
+    """
+    consumers = _consumers(node)
     return len(consumers) > 1 and any(u.target in NEVER_DECOMPOSE for u in consumers)
 
 

@@ -463,11 +463,9 @@ def _emit_loop_body(
     return k.scope.lines
 
 
-def _emit_inner_loop(
-    k: CppKernel, loop: Loop, outer: MergedLoops, n_outer: int, *, parallel_inner: bool
-) -> list[str]:
-    first = loop.nodes[0]
-    outer_syms, inner_syms = first.symbols(n_outer)
+def merge_inner_loops(k: CppKernel, loop: Loop, outer: MergedLoops, n_outer: int) -> MergedLoops:
+    """Merge ``loop``'s inner dims over every access in it; point ``k.rewrite`` at the result."""
+    _, inner_syms = loop.nodes[0].symbols(n_outer)
     accesses: list[sympy.Expr] = []
     for n in loop.nodes:
         loads, store = n.accesses(n_outer)
@@ -476,6 +474,14 @@ def _emit_inner_loop(
             accesses.append(outer.rewrite(store))
     inner = merge_loops(loop.inner, inner_syms, accesses, outer.ranges)
     k.rewrite = lambda e: inner.rewrite(outer.rewrite(e))
+    return inner
+
+
+def _emit_inner_loop(
+    k: CppKernel, loop: Loop, outer: MergedLoops, n_outer: int, *, parallel_inner: bool
+) -> list[str]:
+    outer_syms, inner_syms = loop.nodes[0].symbols(n_outer)
+    inner = merge_inner_loops(k, loop, outer, n_outer)
     outer_scope = k.scope
     pre: list[str] = []
     post: list[str] = []

@@ -87,18 +87,20 @@ def emit_column_kernel(
     k: CppKernel, plan: KernelPlan, outer: MergedLoops, n_outer: int, parallel: bool
 ) -> list[str]:
     """The whole kernel body for a plan accepted by :func:`column_plan`."""
-    from .cpp import CTYPES, CppOps, CppVar, Scope, _emit_inner_loop, _store_line, literal
+    from .cpp import (
+        CTYPES,
+        CppOps,
+        CppVar,
+        Scope,
+        _emit_inner_loop,
+        _store_line,
+        literal,
+        merge_inner_loops,
+    )
 
     loop = plan.loops[0]
     outer_syms, inner_syms = loop.nodes[0].symbols(n_outer)
-    accesses: list[sympy.Expr] = []
-    for n in loop.nodes:
-        loads, store = n.accesses(n_outer)
-        accesses.extend(outer.rewrite(e) for _, e in loads)
-        if not n.is_reduction:
-            accesses.append(outer.rewrite(store))
-    inner = merge_loops(loop.inner, inner_syms, accesses, outer.ranges)
-    k.rewrite = lambda e: inner.rewrite(outer.rewrite(e))
+    inner = merge_inner_loops(k, loop, outer, n_outer)
     xs = outer.symbols[-1].name
     size = outer.sizes[-1]
     tile = min(TILE, size)
