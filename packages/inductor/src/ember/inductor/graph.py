@@ -36,6 +36,7 @@ from .ir import (
 )
 from .logs import perf_hints
 from .lowering import SUPPORTED_DTYPES, find_lowering
+from .lowering.reduction import REDUCTION_TARGETS
 from .ops_handler import DepsOps
 from .options import InductorOptions
 
@@ -92,7 +93,7 @@ class GraphLowering:
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
         self.env: dict[torch.fx.Node, Any] = {}
         self._depth = 0
-        self._shared: dict[int, tuple[IRNode, Buffer]] = {}  # see _realize_shared
+        self._shared: dict[IRNode, Buffer] = {}  # IR nodes hash by identity; _realize_shared
 
     # -- naming and realization -------------------------------------------------
     def _name(self) -> str:
@@ -137,9 +138,7 @@ class GraphLowering:
         while isinstance(root, View):
             chain.append(root)
             root = root.base
-        if isinstance(root, (Buffer, ReinterpretView)) or not isinstance(
-            root, (Pointwise, Reduction)
-        ):
+        if not isinstance(root, (Pointwise, Reduction)):  # already a buffer: a strided view
             return self.realize(node)
         base = self._realize_shared(root)
         rebuilt: IRNode = base
@@ -150,12 +149,12 @@ class GraphLowering:
 
     def _realize_shared(self, node: Pointwise | Reduction) -> Buffer:
         """Realize ``node`` once; every graph value holding it now holds the buffer."""
-        done = self._shared.get(id(node))
-        if done is not None and done[0] is node:
-            return done[1]
+        done = self._shared.get(node)
+        if done is not None:
+            return done
         buf = self.realize(node)
         assert isinstance(buf, Buffer)
-        self._shared[id(node)] = (node, buf)
+        self._shared[node] = buf
         for k, v in self.env.items():
             if v is node:
                 self.env[k] = buf
@@ -411,30 +410,15 @@ class GraphLowering:
 
 # Ops that only reinterpret their input: looked through when asking where a value goes.
 _VIEW_OPS = frozenset(
-    getattr(aten, name).default
-    for name in ("t", "permute", "transpose", "view", "reshape", "expand", "_unsafe_view")
-    if hasattr(aten, name) and hasattr(getattr(aten, name), "default")
-) | {aten.transpose.int}
-
-
-_REDUCTIONS = frozenset(
-    [
-        "sum",
-        "mean",
-        "amax",
-        "amin",
-        "prod",
-        "var",
-        "std",
-        "var_mean",
-        "argmax",
-        "argmin",
-        "max",
-        "min",
-        "any",
-        "all",
-        "logsumexp",
-    ]
+    {
+        aten.t.default,
+        aten.permute.default,
+        aten.transpose.int,
+        aten.view.default,
+        aten.reshape.default,
+        aten.expand.default,
+        aten._unsafe_view.default,
+    }
 )
 
 
@@ -455,11 +439,7 @@ def _consumers(node: torch.fx.Node) -> list[torch.fx.Node]:
 
 def _feeds_reduction(node: torch.fx.Node) -> bool:
     """Whether some use of ``node`` (through views) is a reduction."""
-    return any(
-        getattr(getattr(u.target, "overloadpacket", None), "__name__", "") in _REDUCTIONS
-        and u.target not in (aten.max.other, aten.min.other)  # binary, not reductions
-        for u in _consumers(node)
-    )
+    return any(u.target in REDUCTION_TARGETS for u in _consumers(node))
 
 
 def _feeds_extern_and_more(node: torch.fx.Node) -> bool:

@@ -283,7 +283,8 @@ class CppKernel:
     def address(self, name: str, index: sympy.Expr) -> sympy.Expr:
         """Where element ``index`` of buffer ``name`` lives, as emitted in the loops."""
         if name in self.plan.private:
-            index = private_offset(index, index_symbols("r", len(self.plan.outer) + 8))
+            depth = max(len(loop.inner) for loop in self.plan.loops)
+            index = private_offset(index, index_symbols("r", depth))
         return self.rewrite(index)
 
     def pointer(self, name: str) -> tuple[str, torch.dtype]:

@@ -7,7 +7,7 @@ scheduler fuses into one kernel with two inner loops.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sympy
@@ -15,7 +15,14 @@ import torch
 
 from ..ir import Index, IRNode, Pointwise, Reduction
 from ..ops_handler import OpsHandler
-from . import LoweringContext, as_int_list, normalize_dim, out_dtype, register_lowering
+from . import (
+    LoweringContext,
+    LoweringFn,
+    as_int_list,
+    normalize_dim,
+    out_dtype,
+    register_lowering,
+)
 from .views import reshape
 
 aten = torch.ops.aten
@@ -63,12 +70,19 @@ def reduce(
     return ctx.realize(Reduction(outer, dtype, src, ranges, reduction_type, inner))
 
 
-def _sum_dtype(x: IRNode, node: torch.fx.Node) -> torch.dtype:
-    return out_dtype(node)
+#: Every ATen overload lowered to a ``Reduction`` here (graph lowering asks whether a
+#: value feeds a reduction when deciding to store it).
+REDUCTION_TARGETS: set[Any] = set()
 
 
-@register_lowering(aten.sum.dim_IntList, aten.sum.default)
-def _sum(
+def reduction_lowering(*ops: Any) -> Callable[[LoweringFn], LoweringFn]:
+    """``register_lowering`` that also lists ``ops`` in ``REDUCTION_TARGETS``."""
+    REDUCTION_TARGETS.update(ops)
+    return register_lowering(*ops)
+
+
+@reduction_lowering(aten.sum.dim_IntList, aten.sum.default, aten.prod.dim_int, aten.prod.default)
+def _sum_prod(
     ctx: LoweringContext,
     node: torch.fx.Node,
     x: IRNode,
@@ -77,22 +91,9 @@ def _sum(
     *,
     dtype: Any = None,
 ) -> IRNode:
+    kind = "sum" if node.target in (aten.sum.dim_IntList, aten.sum.default) else "prod"
     out = out_dtype(node)
-    return reduce(ctx, x, _dims(x, dims), keepdim, "sum", out, out)
-
-
-@register_lowering(aten.prod.dim_int, aten.prod.default)
-def _prod(
-    ctx: LoweringContext,
-    node: torch.fx.Node,
-    x: IRNode,
-    dim: Any = None,
-    keepdim: bool = False,
-    *,
-    dtype: Any = None,
-) -> IRNode:
-    out = out_dtype(node)
-    return reduce(ctx, x, _dims(x, dim), keepdim, "prod", out, out)
+    return reduce(ctx, x, _dims(x, dims), keepdim, kind, out, out)
 
 
 def divide_by(ctx: LoweringContext, total: IRNode, count: float, dtype: torch.dtype) -> Pointwise:
@@ -104,7 +105,7 @@ def divide_by(ctx: LoweringContext, total: IRNode, count: float, dtype: torch.dt
     return Pointwise(total.get_size(), dtype, inner)
 
 
-@register_lowering(aten.mean.dim, aten.mean.default)
+@reduction_lowering(aten.mean.dim, aten.mean.default)
 def _mean(
     ctx: LoweringContext,
     node: torch.fx.Node,
@@ -123,7 +124,7 @@ def _mean(
     return divide_by(ctx, total, count, out)
 
 
-@register_lowering(aten.amax.default, aten.amin.default)
+@reduction_lowering(aten.amax.default, aten.amin.default)
 def _amax(
     ctx: LoweringContext, node: torch.fx.Node, x: IRNode, dims: Any = (), keepdim: bool = False
 ) -> IRNode:
@@ -131,13 +132,13 @@ def _amax(
     return reduce(ctx, x, _dims(x, dims), keepdim, kind, out_dtype(node))
 
 
-@register_lowering(aten.max.default, aten.min.default)
+@reduction_lowering(aten.max.default, aten.min.default)
 def _max_all(ctx: LoweringContext, node: torch.fx.Node, x: IRNode) -> IRNode:
     kind = "max" if node.target is aten.max.default else "min"
     return reduce(ctx, x, _dims(x, None), False, kind, out_dtype(node))
 
 
-@register_lowering(aten.argmax.default, aten.argmin.default)
+@reduction_lowering(aten.argmax.default, aten.argmin.default)
 def _argmax(
     ctx: LoweringContext, node: torch.fx.Node, x: IRNode, dim: Any = None, keepdim: bool = False
 ) -> IRNode:
@@ -149,7 +150,7 @@ def _argmax(
     return reduce(ctx, x, _dims(x, dim), keepdim, kind, torch.int64, x.get_dtype())
 
 
-@register_lowering(aten.max.dim, aten.min.dim)
+@reduction_lowering(aten.max.dim, aten.min.dim)
 def _max_dim(
     ctx: LoweringContext, node: torch.fx.Node, x: IRNode, dim: int, keepdim: bool = False
 ) -> tuple[IRNode, IRNode]:
@@ -162,7 +163,7 @@ def _max_dim(
     return values, indices
 
 
-@register_lowering(
+@reduction_lowering(
     aten.any.default, aten.any.dim, aten.any.dims, aten.all.default, aten.all.dim, aten.all.dims
 )
 def _any(
@@ -210,7 +211,7 @@ def _nan_like(total: IRNode, dtype: torch.dtype) -> Pointwise:
     )
 
 
-@register_lowering(aten.var.correction, aten.var.dim, aten.var.default)
+@reduction_lowering(aten.var.correction, aten.var.dim, aten.var.default)
 def _var_lower(
     ctx: LoweringContext,
     node: torch.fx.Node,
@@ -235,7 +236,7 @@ def _correction(node: torch.fx.Node, unbiased: Any, correction: Any) -> float:
     return 0.0 if unbiased is False else 1.0
 
 
-@register_lowering(aten.std.correction, aten.std.dim, aten.std.default)
+@reduction_lowering(aten.std.correction, aten.std.dim, aten.std.default)
 def _std(
     ctx: LoweringContext,
     node: torch.fx.Node,
@@ -252,7 +253,7 @@ def _std(
     return Pointwise(var.get_size(), dtype, lambda idx, ops: ops.sqrt(load(idx, ops)))
 
 
-@register_lowering(aten.var_mean.correction)
+@reduction_lowering(aten.var_mean.correction)
 def _var_mean(
     ctx: LoweringContext,
     node: torch.fx.Node,
