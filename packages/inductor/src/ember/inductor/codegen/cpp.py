@@ -256,6 +256,33 @@ class CppOps(DefaultOps):
 
 _REDUCTION_INIT = {"sum": 0, "prod": 1, "any": False, "all": True}
 _OMP_CLAUSE = {"sum": "+", "prod": "*", "max": "max", "min": "min", "any": "||", "all": "&&"}
+_COMBINE = {"sum": "+", "prod": "*", "any": "||", "all": "&&"}
+
+
+def reduction_init(rtype: str, dtype: torch.dtype) -> str:
+    """The identity of reduction ``rtype`` (sum/prod/max/min/any/all) as a C++ literal."""
+    if rtype not in ("max", "min"):
+        return literal(_REDUCTION_INIT[rtype], dtype)
+    if dtype.is_floating_point:
+        return literal(-math.inf if rtype == "max" else math.inf, dtype)
+    return f"std::numeric_limits<{CTYPES[dtype]}>::{'lowest' if rtype == 'max' else 'max'}()"
+
+
+def reduction_update(rtype: str, acc: str, value: CppVar) -> str:
+    """The statement folding ``value`` into accumulator ``acc``."""
+    if rtype in ("max", "min"):
+        cmp = "<" if rtype == "max" else ">"
+        return f"{acc} = {acc} {cmp} {value} ? {value} : {acc};"
+    return f"{acc} = {acc} {_COMBINE[rtype]} {value};"
+
+
+def nan_update(flag: str, value: CppVar) -> str:
+    """Float max/min: remember a NaN input (the comparison above skips it)."""
+    return f"{flag} = {flag} | ({value} != {value});"
+
+
+def nan_fixup(flag: str, acc: str, dtype: torch.dtype) -> str:
+    return f"if ({flag}) {acc} = std::numeric_limits<{CTYPES[dtype]}>::quiet_NaN();"
 
 
 @dataclass
@@ -518,35 +545,16 @@ def _emit_inner_loop(
                 results.append((n, CppVar(acc, torch.int64)))
                 continue
             value = ops.to_dtype(value, dtype)
-            if rtype in ("max", "min"):
-                init = (
-                    literal(-math.inf if rtype == "max" else math.inf, dtype)
-                    if dtype.is_floating_point
-                    else (
-                        f"std::numeric_limits<{ctype}>::{'lowest' if rtype == 'max' else 'max'}()"
-                    )
-                )
-                pre.append(f"{ctype} {acc} = {init};")
-                op = "<" if rtype == "max" else ">"
-                k.scope.lines.append(f"{acc} = {acc} {op} {value} ? {value} : {acc};")
-                clauses.append(f"reduction({rtype}:{acc})")
-                if dtype.is_floating_point:
-                    nan = k.new_var()
-                    # an int OR vectorizes; a bool || reduction costs ~30% of a max loop
-                    pre.append(f"int {nan} = 0;")
-                    k.scope.lines.append(f"{nan} = {nan} | ({value} != {value});")
-                    clauses.append(f"reduction(|:{nan})")
-                    post.append(f"if ({nan}) {acc} = std::numeric_limits<{ctype}>::quiet_NaN();")
-            else:
-                pre.append(f"{ctype} {acc} = {literal(_REDUCTION_INIT[rtype], dtype)};")
-                update = {
-                    "sum": f"{acc} + {value}",
-                    "prod": f"{acc} * {value}",
-                    "any": f"{acc} || {value}",
-                    "all": f"{acc} && {value}",
-                }[rtype]
-                k.scope.lines.append(f"{acc} = {update};")
-                clauses.append(f"reduction({_OMP_CLAUSE[rtype]}:{acc})")
+            pre.append(f"{ctype} {acc} = {reduction_init(rtype, dtype)};")
+            k.scope.lines.append(reduction_update(rtype, acc, value))
+            clauses.append(f"reduction({_OMP_CLAUSE[rtype]}:{acc})")
+            if rtype in ("max", "min") and dtype.is_floating_point:
+                # the NaN flag is an int: a bool || reduction costs ~30% of a max loop
+                nan = k.new_var()
+                pre.append(f"int {nan} = 0;")
+                k.scope.lines.append(nan_update(nan, value))
+                clauses.append(f"reduction(|:{nan})")
+                post.append(nan_fixup(nan, acc, dtype))
             results.append((n, CppVar(acc, dtype)))
         else:
             idx = n.full_index(list(outer_syms) + list(inner_syms))

@@ -94,8 +94,11 @@ def emit_column_kernel(
         Scope,
         _emit_inner_loop,
         _store_line,
-        literal,
         merge_inner_loops,
+        nan_fixup,
+        nan_update,
+        reduction_init,
+        reduction_update,
     )
 
     loop = plan.loops[0]
@@ -121,28 +124,17 @@ def emit_column_kernel(
             value = ops.to_dtype(
                 data.inner_fn(n.full_index(outer_syms), n.reduction_index(inner_syms), ops), dtype
             )
-            if rtype in ("max", "min"):
-                init = (
-                    literal(-math.inf if rtype == "max" else math.inf, dtype)
-                    if dtype.is_floating_point
-                    else f"std::numeric_limits<{ctype}>::{'lowest' if rtype == 'max' else 'max'}()"
-                )
-                cmp = "<" if rtype == "max" else ">"
-                k.scope.lines.append(f"{acc} = {acc} {cmp} {value} ? {value} : {acc};")
-                if dtype.is_floating_point:
-                    nan = k.new_var()
-                    pre.append(f"int {nan}[{tile}];")
-                    pre.append(f"for (int64_t i = 0; i < {tile}; ++i) {nan}[i] = 0;")
-                    k.scope.lines.append(f"{nan}[{lane}] = {nan}[{lane}] | ({value} != {value});")
-                    post.append(
-                        f"if ({nan}[{lane}]) {acc} = std::numeric_limits<{ctype}>::quiet_NaN();"
-                    )
-            else:
-                init = literal({"sum": 0, "prod": 1, "any": False, "all": True}[rtype], dtype)
-                update = {"sum": "+", "prod": "*", "any": "||", "all": "&&"}[rtype]
-                k.scope.lines.append(f"{acc} = {acc} {update} {value};")
+            k.scope.lines.append(reduction_update(rtype, acc, value))
+            if rtype in ("max", "min") and dtype.is_floating_point:
+                nan = k.new_var()
+                pre.append(f"int {nan}[{tile}];")
+                pre.append(f"for (int64_t i = 0; i < {tile}; ++i) {nan}[i] = 0;")
+                k.scope.lines.append(nan_update(f"{nan}[{lane}]", value))
+                post.append(nan_fixup(f"{nan}[{lane}]", acc, dtype))
             pre.append(f"{ctype} {arr}[{tile}];")
-            pre.append(f"for (int64_t i = 0; i < {tile}; ++i) {arr}[i] = {init};")
+            pre.append(
+                f"for (int64_t i = 0; i < {tile}; ++i) {arr}[i] = {reduction_init(rtype, dtype)};"
+            )
             accs.append((n, CppVar(acc, dtype)))
         else:
             idx = n.full_index(list(outer_syms) + list(inner_syms))
