@@ -77,3 +77,28 @@ def test_backend_without_aotgrad_is_inference_only(
     assert isinstance(compiled, CompiledGraph) and compiled.report.kernels == 1
     with pytest.raises(InductorError, match="ember-aotgrad"):
         backend(gm, [x.requires_grad_()])
+
+
+def test_backend_trusts_frontend_guards_for_layouts() -> None:
+    # The inference path skips the compiled graph's own input check because the frontend
+    # guards sizes and strides: a transposed input, a re-strided parameter and a new batch
+    # size must each still give eager's result (by recompiling, not by reading wrong strides).
+    ed = pytest.importorskip("ember.dynamo")
+    import ember.inductor
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())
+    for compiled in (
+        ed.compile(model, backend="inductor"),
+        torch.compile(model, backend=ember.inductor.backend),
+    ):
+        with torch.no_grad():
+            x = torch.randn(4, 8)
+            torch.testing.assert_close(compiled(x), model(x))
+            xt = torch.randn(8, 4).t()
+            torch.testing.assert_close(compiled(xt), model(xt))
+            x6 = torch.randn(6, 8)
+            torch.testing.assert_close(compiled(x6), model(x6))
+            w = model[0].weight
+            w.data = w.data.t().contiguous().t()
+            torch.testing.assert_close(compiled(x), model(x))

@@ -64,8 +64,8 @@ def reports(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     seen: list[Any] = []
     real = backends.compile_graph
 
-    def spy(gm: Any, inputs: Any, options: Any = None) -> Any:
-        compiled = real(gm, inputs, options)
+    def spy(gm: Any, inputs: Any, options: Any = None, **kw: Any) -> Any:
+        compiled = real(gm, inputs, options, **kw)
         seen.append(compiled)
         return compiled
 

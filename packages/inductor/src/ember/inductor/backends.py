@@ -74,7 +74,10 @@ def make_backend(
                 )
             return training(gm, example_inputs)
         aten_gm = trace_to_aten(gm, list(example_inputs))
-        return compile_fn(aten_gm, list(example_inputs))
+        # With static shapes the calling frontend guards the sizes, strides and dtypes of
+        # these inputs, so the compiled graph need not check them again on every call.
+        static = all(all(type(d) is int for d in x.shape) for x in example_inputs)
+        return compile_graph(aten_gm, list(example_inputs), options, inputs_guarded=static)
 
     return backend_fn
 
