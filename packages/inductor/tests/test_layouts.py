@@ -135,3 +135,20 @@ def test_reshape_of_computed_buffer_is_read_in_place(check: Check) -> None:
     c = check(f, x, w, atol=1e-3, rtol=1e-4)
     src = "\n".join(c.report.kernel_sources.values())
     assert "% 64" not in src and "/ 64" not in src, src
+
+
+def test_bool_buffers_are_bytes_and_match_eager(check: Check) -> None:
+    # bool tensors are loaded and stored as uint8_t (0/1 bytes): a C++ bool load kept
+    # gcc from vectorizing the causal-masked softmax loop next to it
+    torch.manual_seed(0)
+    x = torch.randn(4, 64, 64)
+    mask = torch.tril(torch.ones(64, 64, dtype=torch.bool))
+    keep = torch.rand(4, 64, 64) > 0.1
+
+    def f(x: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        att = torch.softmax(x.masked_fill(~mask, float("-inf")), -1)
+        return att * keep / 0.9, keep & (x > 0), (~keep).any(-1), mask.sum(0)
+
+    c = check(f, x, mask, keep, atol=1e-6, rtol=1e-5)
+    src = "\n".join(c.report.kernel_sources.values())
+    assert "const uint8_t* __restrict__ in_arg1" in src and "bool*" not in src
