@@ -47,7 +47,7 @@ def test_truncated_library_is_rebuilt_not_loaded(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_corrupted_sidecar_is_a_miss(tmp_path: Path) -> None:
     _run(tmp_path)
-    (meta,) = tmp_path.rglob("*.json")
+    (meta,) = (tmp_path / "kernels").rglob("*.json")
     meta.write_text("{not json")
     assert _run(tmp_path) == ["1", "0"]
 

@@ -19,11 +19,13 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_unflatten
 
+from . import graph_cache
 from .codegen.cpp import generate_kernel
 from .codegen.wrapper import WrapperWriter, namespace
 from .cpp_build import BuildStats, build_kernels, full_source
 from .errors import InputMismatchError, KernelIndexError
-from .graph import GraphLowering, LoweredGraph
+from .graph import GraphLowering, op_name
+from .graph_cache import GraphArtifact
 from .logs import configure_from_env, log, output_code, perf_hints
 from .options import InductorOptions, options_from_env
 from .scheduler import KernelPlan, schedule
@@ -42,6 +44,8 @@ class CompileReport:
     kernel_sources: dict[str, str] = field(default_factory=dict)
     wrapper_source: str = ""
     eager_reason: str | None = None
+    #: the wrapper and kernel sources came from the on-disk graph cache (no lowering ran)
+    graph_cached: bool = False
 
 
 class CompiledGraph:
@@ -50,27 +54,27 @@ class CompiledGraph:
     def __init__(
         self,
         call: Callable[[list[Any]], list[Any]],
-        graph: LoweredGraph,
+        art: GraphArtifact,
         report: CompileReport,
         eager: Callable[..., Any],
         inputs_guarded: bool = False,
     ) -> None:
         self._call = call
         self._check_inputs = not inputs_guarded
-        self._expect = [(b.layout.size, b.layout.stride, b.layout.dtype) for b in graph.inputs]
-        self._out_spec = graph.out_spec
+        self._expect = list(art.input_layouts)
+        self._out_spec = art.out_spec
         # Flat list/tuple outputs (what ATen graphs return) skip pytree on every call.
-        leaves: list[Any] = [object() for _ in graph.outputs]
+        leaves: list[Any] = [object() for _ in range(art.n_outputs)]
         self._out_kind = (
             next(
                 (
                     kind
                     for kind in (list, tuple)
-                    if tree_unflatten(leaves, graph.out_spec) == kind(leaves)
+                    if tree_unflatten(leaves, art.out_spec) == kind(leaves)
                 ),
                 None,
             )
-            if graph.out_spec is not None
+            if art.out_spec is not None
             else None
         )
         self._eager = eager
@@ -97,6 +101,7 @@ class CompiledGraph:
             return outs
         if self._out_kind is tuple:
             return tuple(outs)
+        assert self._out_spec is not None
         return tree_unflatten(outs, self._out_spec)
 
 
@@ -186,6 +191,40 @@ def _compile(
     inputs_guarded: bool = False,
 ) -> CompiledGraph:
     start = time.perf_counter()
+    assert opts.cache_dir is not None
+    key = graph_cache.graph_key(gm, example_inputs, opts.cache_key_fields()) if opts.graph_cache else None
+    art = graph_cache.lookup(opts.cache_dir, key) if key is not None else None
+    hit = art is not None
+    if art is None:
+        art = _generate(gm, example_inputs, opts)
+        if key is not None:
+            graph_cache.store(opts.cache_dir, key, art)
+    else:
+        for op, reason in art.externs:
+            perf_hints.debug("extern kernel for %s: %s", op, reason)
+    report = CompileReport(
+        kernels=len(art.kernel_sources),
+        extern_calls=art.extern_calls,
+        fallbacks=dict(art.fallbacks),
+        kernel_sources=dict(art.kernel_sources),
+        wrapper_source=art.wrapper_source,
+        graph_cached=hit,
+    )
+    _emit_debug(report, opts)
+    stats = BuildStats()
+    kernels = _build(art.kernel_sources, art.kernel_args, opts, stats)
+    constants = {name: _attr(gm, target) for name, target in art.constant_targets.items()}
+    ns = namespace(kernels, constants, art.consts)
+    exec(compile(art.wrapper_source, "<ember.inductor wrapper>", "exec"), ns)
+    report.compiled, report.cached = stats.compiled, stats.cached
+    report.seconds = time.perf_counter() - start
+    return CompiledGraph(ns["call"], art, report, gm, inputs_guarded)
+
+
+def _generate(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], opts: InductorOptions
+) -> GraphArtifact:
+    """Lower, schedule and generate code: everything a compiled graph is rebuilt from."""
     lowered = GraphLowering(gm, example_inputs, opts).run()
     steps = schedule(lowered, opts)
     dtypes = {b.name: b.layout.dtype for b in lowered.buffers}
@@ -193,27 +232,37 @@ def _compile(
     dtypes.update({name: t.dtype for name, t in lowered.constants.items()})
     kernel_sources: dict[str, str] = {}
     kernel_args: dict[str, list[str]] = {}
+    externs: list[tuple[str, str]] = []
     for step in steps:
         if isinstance(step, KernelPlan):
             src, args = generate_kernel(step, dtypes, opts)
             kernel_sources[step.name] = src
             kernel_args[step.name] = args
+        else:
+            externs.append((op_name(step.kernel.op), step.kernel.reason))
     wrapper = WrapperWriter(lowered, steps, kernel_args).write()
-    report = CompileReport(
-        kernels=len(kernel_sources),
-        extern_calls=sum(not isinstance(s, KernelPlan) for s in steps),
-        fallbacks=dict(lowered.fallbacks),
-        kernel_sources=kernel_sources,
+    return GraphArtifact(
         wrapper_source=wrapper.source,
+        kernel_sources=kernel_sources,
+        kernel_args=kernel_args,
+        consts=wrapper.constants,
+        constant_targets=dict(lowered.constant_targets),
+        input_layouts=[(b.layout.size, b.layout.stride, b.layout.dtype) for b in lowered.inputs],
+        out_spec=lowered.out_spec,
+        n_outputs=len(lowered.outputs),
+        extern_calls=len(externs),
+        fallbacks=dict(lowered.fallbacks),
+        externs=externs,
     )
-    _emit_debug(report, opts)
-    stats = BuildStats()
-    kernels = _build(kernel_sources, kernel_args, opts, stats)
-    ns = namespace(kernels, lowered.constants, wrapper.constants)
-    exec(compile(wrapper.source, "<ember.inductor wrapper>", "exec"), ns)
-    report.compiled, report.cached = stats.compiled, stats.cached
-    report.seconds = time.perf_counter() - start
-    return CompiledGraph(ns["call"], lowered, report, gm, inputs_guarded)
+
+
+def _attr(gm: torch.fx.GraphModule, target: str) -> torch.Tensor:
+    value: Any = gm
+    for part in target.split("."):
+        value = getattr(value, part)
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"get_attr {target!r} is a {type(value).__name__}, not a tensor")
+    return value
 
 
 def _build(

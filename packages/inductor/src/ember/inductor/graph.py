@@ -63,9 +63,11 @@ class LoweredGraph:
     outputs: list[OutputSpec]
     out_spec: Any
     fallbacks: collections.Counter[str] = field(default_factory=collections.Counter)
+    #: constant name -> the ``get_attr`` target it reads (its data comes from the module at run time)
+    constant_targets: dict[str, str] = field(default_factory=dict)
 
 
-def _op_name(target: Any) -> str:
+def op_name(target: Any) -> str:
     name = getattr(target, "name", None)
     return name() if callable(name) else getattr(target, "__name__", str(target))
 
@@ -89,6 +91,7 @@ class GraphLowering:
         self.buffers: list[Buffer] = []
         self.inputs: list[InputBuffer] = []
         self.constants: dict[str, torch.Tensor] = {}
+        self.constant_targets: dict[str, str] = {}
         self.fallbacks: collections.Counter[str] = collections.Counter()
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
         self.env: dict[torch.fx.Node, Any] = {}
@@ -163,8 +166,8 @@ class GraphLowering:
     # -- extern fallback --------------------------------------------------------------
     def fallback(self, fx_node: torch.fx.Node, reason: str) -> Any:
         op = fx_node.target
-        self.fallbacks[_op_name(op)] += 1
-        perf_hints.debug("extern kernel for %s: %s", _op_name(op), reason)
+        self.fallbacks[op_name(op)] += 1
+        perf_hints.debug("extern kernel for %s: %s", op_name(op), reason)
         schema = getattr(op, "_schema", None)
         mutated_positions = []
         if schema is not None:
@@ -265,7 +268,13 @@ class GraphLowering:
                     f"node {node.name!r}: {node.op} nodes are not ATen-level; run aotgrad first"
                 )
         return LoweredGraph(
-            self.inputs, self.constants, self.buffers, outputs, out_spec, self.fallbacks
+            self.inputs,
+            self.constants,
+            self.buffers,
+            outputs,
+            out_spec,
+            self.fallbacks,
+            self.constant_targets,
         )
 
     def _propagate_meta(self) -> None:
@@ -302,6 +311,7 @@ class GraphLowering:
             )
         name = f"const{len(self.constants)}"
         self.constants[name] = value
+        self.constant_targets[name] = str(node.target)
         return InputBuffer(name, Layout(tuple(value.shape), tuple(value.stride()), value.dtype))
 
     def _unsupported(self, node: torch.fx.Node) -> str | None:
@@ -319,7 +329,7 @@ class GraphLowering:
 
     def _lower_call(self, node: torch.fx.Node) -> Any:
         target = node.target
-        name = _op_name(target)
+        name = op_name(target)
         reason = self._unsupported(node)
         if name in self.options.force_fallback or _qualified(target) in self.options.force_fallback:
             reason = "listed in options.force_fallback"

@@ -61,9 +61,20 @@ class InductorOptions:
     fallback_on_error: bool = True
     #: Write generated code and IR dumps here (None: off).
     debug_dir: str | None = None
+    #: Keep whole compiled graphs (wrapper and kernel sources) in ``cache_dir`` too, so a
+    #: second process skips lowering and codegen (``graph_cache.py``). ``EMBER_GRAPH_CACHE=0``
+    #: turns it off.
+    graph_cache: bool = True
 
     def cache_key_fields(self) -> str:
-        skip = {"cache_dir", "compile_threads", "output_code", "debug_dir", "fallback_on_error"}
+        skip = {
+            "cache_dir",
+            "compile_threads",
+            "output_code",
+            "debug_dir",
+            "fallback_on_error",
+            "graph_cache",
+        }
         return repr(
             sorted(
                 (f.name, repr(getattr(self, f.name))) for f in fields(self) if f.name not in skip
@@ -72,7 +83,8 @@ class InductorOptions:
 
 
 def options_from_env(base: InductorOptions | None = None) -> InductorOptions:
-    """Apply ``EMBER_CACHE_DIR``, ``EMBER_LOGS`` (output_code) and ``EMBER_COMPILE_DEBUG`` once."""
+    """Apply ``EMBER_CACHE_DIR``, ``EMBER_LOGS`` (output_code), ``EMBER_GRAPH_CACHE`` and
+    ``EMBER_COMPILE_DEBUG`` once."""
     from dataclasses import replace
 
     opts = base or InductorOptions()
@@ -82,6 +94,8 @@ def options_from_env(base: InductorOptions | None = None) -> InductorOptions:
         changes["cache_dir"] = default_cache_dir()
     if "output_code" in logs:
         changes["output_code"] = True
+    if os.environ.get("EMBER_GRAPH_CACHE") == "0" and opts.graph_cache:
+        changes["graph_cache"] = False
     if os.environ.get("EMBER_COMPILE_DEBUG") == "1" and opts.debug_dir is None:
         changes["debug_dir"] = str(Path(changes.get("cache_dir", opts.cache_dir) or ".") / "debug")
     return replace(opts, **changes) if changes else opts

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
-from ..graph import LoweredGraph, OutputSpec, _op_name
+from ..graph import LoweredGraph, OutputSpec, op_name
 from ..ir import Buffer, ExternKernel, IRNode, Layout, ReinterpretView
 from ..scheduler import ExternCall, KernelPlan, Step
 
@@ -124,7 +124,7 @@ class WrapperWriter:
         args = [self.arg(a) for a in k.args]
         args += [f"{key}={self.arg(v)}" for key, v in k.kwargs.items()]
         op = self.const(k.op)
-        self.lines.append(f"    {k.name} = {op}({', '.join(args)})  # {_op_name(k.op)}: {k.reason}")
+        self.lines.append(f"    {k.name} = {op}({', '.join(args)})  # {op_name(k.op)}: {k.reason}")
         if not k.tuple_result:
             lay = k.layout
             self.lines.append(f"    {k.name} = _restride({k.name}, {lay.size}, {lay.stride})")

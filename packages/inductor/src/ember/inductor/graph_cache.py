@@ -1,0 +1,250 @@
+"""On-disk cache of whole compiled graphs: a second process skips lowering and codegen.
+
+The kernel cache (``cache.py``) saves the C++ compiler's time; this one saves
+the rest. A graph's key hashes its ember.ir serialization (the ATen graph
+as data, stack traces left out), the sizes, strides and dtypes of its inputs,
+the options that change generated code, the source of ember.inductor itself,
+any lowering registered from outside it, and torch's version. The entry holds
+what ``compile_fx`` needs to run the graph without lowering it again: the
+wrapper's source, each kernel's source and arguments, the wrapper's
+constants (ATen ops by name, dtypes, ...), which ``get_attr`` attribute each
+graph constant reads (its data comes from the live module, never the disk),
+input layouts, output structure and the compile report.
+
+Layout: ``<cache_dir>/graphs/<key[:2]>/<key>.json``; the first line is the
+sha256 of the rest. Files are written under a temporary name and moved into
+place (atomic); a file whose digest does not match is deleted and the graph
+compiled again, never loaded. A graph the IR cannot hold (an op outside its
+allow-list, an unencodable constant) is compiled every time, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx
+from torch.utils._pytree import TreeSpec, treespec_dumps, treespec_loads
+
+from .logs import log
+
+#: Bumped when the entry layout changes.
+FORMAT = 1
+
+
+@dataclass
+class GraphArtifact:
+    """Everything a compiled graph is rebuilt from, without its tensors."""
+
+    wrapper_source: str
+    kernel_sources: dict[str, str]
+    kernel_args: dict[str, list[str]]
+    consts: list[Any]
+    constant_targets: dict[str, str]
+    input_layouts: list[tuple[tuple[int, ...], tuple[int, ...], torch.dtype]]
+    out_spec: TreeSpec | None
+    n_outputs: int
+    extern_calls: int
+    fallbacks: dict[str, int] = field(default_factory=dict)
+    #: (op, reason) of each extern call, replayed to the perf_hints log on a cache hit
+    externs: list[tuple[str, str]] = field(default_factory=list)
+
+
+# --- the key -------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _code_fingerprint() -> str:
+    """sha256 over ember.inductor's own source files: any change to the compiler is a new key."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _outside_lowerings() -> list[str]:
+    """Lowerings registered from outside ember.inductor (``register_lowering`` in user code)."""
+    from .lowering import LOWERINGS
+
+    out = []
+    for op, fn in LOWERINGS.items():
+        module = getattr(fn, "__module__", "") or ""
+        if module.startswith("ember.inductor"):
+            continue
+        code = getattr(fn, "__code__", None)
+        body = hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest() if code else repr(fn)
+        out.append(f"{op}={module}.{getattr(fn, '__qualname__', '?')}:{body}")
+    return sorted(out)
+
+
+def _graph_json(gm: torch.fx.GraphModule) -> str | None:
+    """The graph's ember.ir serialization without stack traces; None when the IR cannot hold it."""
+    from ember.ir import FormatError, from_fx
+    from ember.ir.serialize import to_json
+
+    try:
+        data = to_json(from_fx(gm))
+    except (FormatError, TypeError, ValueError, KeyError) as e:
+        log.debug("ember.inductor: graph not cached (%s: %s)", type(e).__name__, e)
+        return None
+    nodes = data.get("nodes")
+    for node in nodes if isinstance(nodes, list) else []:
+        if isinstance(node, dict):
+            node.pop("stack_trace", None)
+    data.pop("tensors", None)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def graph_key(gm: torch.fx.GraphModule, example_inputs: list[Any], options_key: str) -> str | None:
+    """The cache key of compiling ``gm`` for these inputs with these options, or None (uncacheable)."""
+    graph = _graph_json(gm)
+    if graph is None:
+        return None
+    h = hashlib.sha256()
+    inputs = [
+        (tuple(x.shape), tuple(x.stride()), str(x.dtype), x.device.type)
+        for x in example_inputs
+        if isinstance(x, torch.Tensor)
+    ]
+    for part in (
+        f"ember.inductor graph cache {FORMAT}",
+        _code_fingerprint(),
+        torch.__version__,
+        options_key,
+        repr(_outside_lowerings()),
+        repr(inputs),
+        graph,
+    ):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+# --- entries -------------------------------------------------------------------------------------
+
+
+def _encode_const(value: Any) -> Any:
+    from ember.ir import encode_value
+    from ember.ir.targets import target_name
+
+    if isinstance(value, torch._ops.OpOverload):
+        return {"op": target_name(value)}
+    return {"value": encode_value(value)}
+
+
+def _decode_const(data: Any) -> Any:
+    from ember.ir import decode_value
+    from ember.ir.targets import resolve_target
+
+    if "op" in data:
+        return resolve_target(data["op"])
+    return decode_value(data["value"])
+
+
+def _dump(art: GraphArtifact) -> str:
+    from ember.ir import encode_value
+
+    return json.dumps(
+        {
+            "format": FORMAT,
+            "wrapper_source": art.wrapper_source,
+            "kernels": {
+                name: {"source": src, "args": art.kernel_args[name]}
+                for name, src in art.kernel_sources.items()
+            },
+            "consts": [_encode_const(c) for c in art.consts],
+            "constant_targets": art.constant_targets,
+            "inputs": [[list(s), list(st), encode_value(dt)] for s, st, dt in art.input_layouts],
+            "out_spec": None if art.out_spec is None else treespec_dumps(art.out_spec),
+            "n_outputs": art.n_outputs,
+            "extern_calls": art.extern_calls,
+            "fallbacks": art.fallbacks,
+            "externs": [list(e) for e in art.externs],
+        }
+    )
+
+
+def _load(text: str) -> GraphArtifact:
+    from ember.ir import decode_value
+
+    d = json.loads(text)
+    if d.get("format") != FORMAT:
+        raise ValueError(f"entry format {d.get('format')!r}, expected {FORMAT}")
+    kernels = d["kernels"]
+    inputs = []
+    for size, stride, dtype in d["inputs"]:
+        dt = decode_value(dtype)
+        if not isinstance(dt, torch.dtype):
+            raise ValueError(f"input dtype {dtype!r}")
+        inputs.append((tuple(size), tuple(stride), dt))
+    return GraphArtifact(
+        wrapper_source=d["wrapper_source"],
+        kernel_sources={name: k["source"] for name, k in kernels.items()},
+        kernel_args={name: list(k["args"]) for name, k in kernels.items()},
+        consts=[_decode_const(c) for c in d["consts"]],
+        constant_targets=dict(d["constant_targets"]),
+        input_layouts=inputs,
+        out_spec=None if d["out_spec"] is None else treespec_loads(d["out_spec"]),
+        n_outputs=int(d["n_outputs"]),
+        extern_calls=int(d["extern_calls"]),
+        fallbacks={str(k): int(v) for k, v in d["fallbacks"].items()},
+        externs=[(str(op), str(reason)) for op, reason in d["externs"]],
+    )
+
+
+def _path(cache_dir: str, key: str) -> Path:
+    return Path(cache_dir) / "graphs" / key[:2] / f"{key}.json"
+
+
+def lookup(cache_dir: str, key: str) -> GraphArtifact | None:
+    """The entry for ``key``, or None; a corrupted, truncated or unreadable entry is deleted."""
+    path = _path(cache_dir, key)
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return None
+    digest, _, body = raw.partition(b"\n")
+    try:
+        if hashlib.sha256(body).hexdigest().encode() != digest:
+            raise ValueError("digest does not match the contents")
+        return _load(body.decode())
+    except Exception as e:  # any damage: rebuild, never load
+        log.warning(
+            "ember.inductor: cached graph %s is corrupted or unreadable (%s); compiling it again",
+            path,
+            e,
+        )
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
+
+
+def store(cache_dir: str, key: str, art: GraphArtifact) -> bool:
+    """Write the entry atomically; False (and nothing written) when part of it cannot be encoded."""
+    try:
+        body = _dump(art).encode()
+    except Exception as e:  # an op or constant the IR's value encoding does not know
+        log.debug("ember.inductor: graph not cached (%s: %s)", type(e).__name__, e)
+        return False
+    path = _path(cache_dir, key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json.tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return True
