@@ -39,7 +39,7 @@ def demo_table(results: list[dict[str, Any]]) -> str:
             r["compiler"],
             "-" if r.get("graphs") is None else str(r["graphs"]),
             "-" if r.get("breaks") is None else str(r["breaks"]),
-            f"{r['first_call_s']:.2f} s" if ok and r["compiler"] != "eager" else "-",
+            f"{r.get('compile_s', r['first_call_s']):.2f} s" if ok and r["compiler"] != "eager" else "-",
             f"{r['median_s'] * 1e3:.3f}" if ok else "-",
             f"{r['speedup']:.2f}x" if ok and r.get("speedup") else ("WRONG" if r.get("status") == "wrong" else "-"),
         ])

@@ -155,7 +155,7 @@ def describe(result: dict[str, Any]) -> str:
         eager = (result.get("eager_here") or {}).get("median_s")
         if isinstance(eager, float) and median > 0:
             text += f"  ({eager / median:.2f}x eager beside it)"
-        cold = result.get("first_call_s")
+        cold = result.get("compile_s", result.get("first_call_s"))
         return text + (f"  cold {cold:.1f} s" if isinstance(cold, float) else "")
     return f"{status}: {result.get('error', '')}"[:120]
 
@@ -187,6 +187,7 @@ def run_grid(
                 warm = run_worker(replace(spec, phase="warm"), cache_root, opts.timeout_s, opts.threads)
                 if warm.get("status") == "ok":
                     result["warm_first_call_s"] = warm.get("first_call_s")
+                    result["warm_compile_s"] = warm.get("compile_s", warm.get("first_call_s"))
                 else:
                     result["warm_error"] = warm.get("error")
             progress.finish(describe(result))
