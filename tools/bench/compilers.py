@@ -170,6 +170,38 @@ def _torch_reset() -> None:
         dynamo.reset()
 
 
+def _torch_ember_available() -> str | None:
+    reason = _torch_available("inductor")()
+    if reason is None and importlib.util.find_spec("ember.inductor") is None:
+        reason = "ember.inductor is not installed"
+    return reason
+
+
+def _torch_ember_prepare(model: Any, options: CompileOptions, stats: CompileStats) -> Any:
+    """torch.compile with ember.inductor as its backend: the two inductors behind one frontend."""
+    import ember.inductor
+
+    return torch.compile(
+        model,
+        backend=_counting(ember.inductor.backend, stats),
+        fullgraph=options.fullgraph,
+        dynamic=options.dynamic,
+    )
+
+
+register_compiler(
+    Compiler(
+        name="torch-ember-inductor",
+        description="torch.compile(backend=ember.inductor.backend): TorchDynamo + ember.inductor",
+        prepare=_torch_ember_prepare,
+        available=_torch_ember_available,
+        reset=_torch_reset,
+        disk_cache=True,
+        rng_matches_eager=False,
+    )
+)
+
+
 def torch_break_stats(stats: CompileStats) -> None:
     """Fill break count and reasons from torch._dynamo's counters."""
     from torch._dynamo.utils import counters
