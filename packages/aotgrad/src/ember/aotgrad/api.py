@@ -12,7 +12,9 @@ of inputs only runs the compiled code.
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
@@ -20,15 +22,16 @@ from typing import Any, Protocol
 
 import torch
 import torch.fx as fx
-from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
+from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten, treespec_dumps
 
-from ember.aotgrad import logs
+from ember.aotgrad import logs, plan_cache
 from ember.aotgrad.debug import debug_dir_from_env, write_graphs
 from ember.aotgrad.decompositions import DecompTable, with_required
 from ember.aotgrad.errors import AotGradError
 from ember.aotgrad.exchange import example_inputs, round_trip
 from ember.aotgrad.joint import TracedGraph, trace_graph
 from ember.aotgrad.partition import Partition, min_cut_rematerialization_partition, node_bytes
+from ember.aotgrad.plan_cache import StoredPlan
 from ember.aotgrad.runtime import Compiled, CompiledPlan
 
 LOG = logging.getLogger("ember.aotgrad")
@@ -57,11 +60,17 @@ class AotOptions:
         the compilers see exactly what the file contract carries.
     debug_dir: write every joint/forward/backward graph there (readable code
         and GraphIR). Defaults from ``EMBER_COMPILE_DEBUG=1`` (see debug.py).
+    cache: keep traced and partitioned graphs of FX-graph functions on disk
+        (``plan_cache.py``), so a second process skips tracing; the inductor
+        backend turns it on. ``EMBER_AOT_CACHE=0`` turns it off everywhere.
+    cache_dir: where (default ``EMBER_CACHE_DIR``, else ``~/.cache/ember``).
     """
 
     exchange_dir: str | None = None
     fallback_to_eager: bool = False
     debug_dir: str | None = None
+    cache: bool = False
+    cache_dir: str | None = None
 
 
 def nop_compiler(gm: fx.GraphModule, example_inputs: list[torch.Tensor]) -> Compiled:
@@ -96,6 +105,12 @@ def _autocast_state() -> Hashable:
                  for d in ("cpu", "cuda"))
 
 
+@functools.cache
+def _repro_hooks() -> tuple[Any, ...]:
+    """Installed ``ember.repro`` hooks, looked up once per process (a scan costs ~50 ms)."""
+    return tuple(entry_points(group="ember.repro", name="wrap_backend"))
+
+
 def _with_repro_hook(compiler: GraphCompiler) -> GraphCompiler:
     """Let an installed ember.minifier wrap ``compiler`` (``EMBER_REPRO_AFTER=aot``).
 
@@ -103,7 +118,7 @@ def _with_repro_hook(compiler: GraphCompiler) -> GraphCompiler:
     so aotgrad never imports the minifier; it returns ``compiler`` unchanged
     unless its environment settings ask for the aot stage.
     """
-    for ep in entry_points(group="ember.repro", name="wrap_backend"):
+    for ep in _repro_hooks():
         try:
             wrapped: GraphCompiler = ep.load()(compiler, after="aot")
         except Exception as e:  # a broken optional hook must not break compiling
@@ -124,9 +139,13 @@ class AotFunction:
         partition_fn: PartitionFn = min_cut_rematerialization_partition,
         decompositions: DecompTable | None = None,
         options: AotOptions | None = None,
+        source_graph: fx.GraphModule | None = None,
     ) -> None:
         logs.configure_from_env()
         self.fn = fn
+        #: the FX graph ``fn`` runs, when it is one: what the plan cache key is made from
+        self.source_graph = source_graph
+        self._table_text: str | None = None
         self.fw_compiler = _with_repro_hook(fw_compiler)
         self.bw_compiler = (self.fw_compiler if bw_compiler is None
                             else _with_repro_hook(bw_compiler))
@@ -197,6 +216,39 @@ class AotFunction:
         self, flat: list[Any], positions: list[tuple[int, int]], in_spec: TreeSpec,
         tensors: list[torch.Tensor],
     ) -> tuple[CompiledPlan, TreeSpec]:
+        key = self._persistent_key(flat, positions, in_spec, tensors)
+        stored = plan_cache.lookup(self._cache_dir(), key) if key is not None else None
+        if stored is None:
+            stored = self._trace(flat, positions, in_spec, tensors)
+            if key is not None:
+                plan_cache.store(self._cache_dir(), key, stored)
+        else:
+            LOG.debug("ember.aotgrad: traced graphs of %s loaded from the plan cache",
+                      getattr(self.fn, "__qualname__", "?"))
+        if stored.backward is not None:
+            fw = _compile_graph(self.fw_compiler, stored.forward, "forward", self.options)
+            bw = _compile_graph(self.bw_compiler, stored.backward, "backward", self.options)
+        else:
+            fw = _compile_graph(self.fw_compiler, stored.forward, "inference", self.options)
+            bw = None
+        plan = CompiledPlan(
+            forward=fw,
+            backward=bw,
+            num_inputs=stored.num_inputs,
+            mutated_inputs=stored.mutated_inputs,
+            num_user_outputs=stored.num_user_outputs,
+            outputs=stored.outputs,
+            tangent_mask=stored.tangent_mask,
+            grad_inputs=stored.grad_inputs,
+            num_saved=stored.num_saved,
+        )
+        return plan, stored.out_spec
+
+    def _trace(
+        self, flat: list[Any], positions: list[tuple[int, int]], in_spec: TreeSpec,
+        tensors: list[torch.Tensor],
+    ) -> StoredPlan:
+        """Trace (and partition, when gradients are needed): the graphs and their bookkeeping."""
         out_spec: list[TreeSpec] = []
 
         def flat_fn(*inputs: torch.Tensor) -> Sequence[Any]:
@@ -211,6 +263,7 @@ class AotFunction:
         joint = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
         traced = trace_graph(flat_fn, tensors, self.decompositions, joint=joint)
         self.last_traced = traced
+        backward: fx.GraphModule | None = None
         if traced.is_joint:
             logs.log_graph("joint graph", traced.gm)
             part = self.partition_fn(traced.gm, num_fw_outputs=traced.num_fw_outputs)
@@ -222,18 +275,14 @@ class AotFunction:
             logs.log_graph("backward graph", part.backward)
             self._debug({"joint": traced.gm, "forward": part.forward,
                          "backward": part.backward})
-            fw = _compile_graph(self.fw_compiler, part.forward, "forward", self.options)
-            bw = _compile_graph(self.bw_compiler, part.backward, "backward", self.options)
-            num_saved = len(part.saved)
+            forward, backward, num_saved = part.forward, part.backward, len(part.saved)
         else:
             logs.log_graph("inference graph", traced.gm)
             self._debug({"inference": traced.gm})
-            fw = _compile_graph(self.fw_compiler, traced.gm, "inference", self.options)
-            bw = None
-            num_saved = 0
-        plan = CompiledPlan(
-            forward=fw,
-            backward=bw,
+            forward, num_saved = traced.gm, 0
+        return StoredPlan(
+            forward=forward,
+            backward=backward,
             num_inputs=traced.num_inputs,
             mutated_inputs=traced.mutated_inputs,
             num_user_outputs=traced.num_user_outputs,
@@ -241,8 +290,37 @@ class AotFunction:
             tangent_mask=traced.tangent_mask,
             grad_inputs=traced.grad_inputs,
             num_saved=num_saved,
+            out_spec=out_spec[-1],
         )
-        return plan, out_spec[-1]
+
+    def _cache_dir(self) -> str:
+        return self.options.cache_dir or plan_cache.default_cache_dir()
+
+    def _persistent_key(
+        self, flat: list[Any], positions: list[tuple[int, int]], in_spec: TreeSpec,
+        tensors: list[torch.Tensor],
+    ) -> str | None:
+        """The plan cache key of this call, or None (cache off, or ``fn`` is not an FX graph)."""
+        if (not self.options.cache or self.source_graph is None
+                or os.environ.get("EMBER_AOT_CACHE") == "0"):
+            return None
+        try:
+            spec = treespec_dumps(in_spec)
+        except Exception:  # a container pytree cannot write: no persistent key
+            return None
+        call = repr((
+            spec,
+            positions,
+            [(tuple(t.shape), tuple(t.stride()), t.storage_offset(), str(t.dtype), str(t.device),
+              t.requires_grad, type(t).__qualname__) for t in tensors],
+            [repr(a) for a in flat if not isinstance(a, torch.Tensor)],
+            torch.is_grad_enabled(),
+            _autocast_state(),
+        ))
+        if self._table_text is None:
+            self._table_text = plan_cache.table_fingerprint(self.decompositions)
+        return plan_cache.plan_key(self.source_graph, call, self._table_text,
+                                   plan_cache._fn_name(self.partition_fn))
 
 
 def aot_function(
@@ -297,7 +375,7 @@ def aot_module(
 
     functional.__qualname__ = f"{type(mod).__name__}.forward"
     compiled = AotFunction(functional, fw_compiler, bw_compiler, partition_fn, decompositions,
-                           options)
+                           options, mod if isinstance(mod, fx.GraphModule) else None)
     return AotModule(mod, compiled)
 
 

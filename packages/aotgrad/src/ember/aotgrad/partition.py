@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-import networkx as nx
 import torch
 import torch.fx as fx
 
@@ -203,6 +202,8 @@ def min_cut_rematerialization_partition(
 
 
 def _min_cut(joint: fx.GraphModule, *, num_fw_outputs: int) -> Partition:
+    import networkx as nx  # here, not at module level: its import (~0.5 s) is only paid by a cut
+
     fw_outs, grads = _joint_parts(joint, num_fw_outputs)
     required_fw = _ancestors(fw_outs)
     required_bw = _tangent_dependent(joint) | {g for g in grads if isinstance(g, fx.Node)}

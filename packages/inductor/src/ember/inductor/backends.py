@@ -18,7 +18,7 @@ import torch.fx
 
 from .compile_fx import compile_graph
 from .errors import InductorError
-from .options import InductorOptions
+from .options import InductorOptions, default_cache_dir
 
 
 def _graph_compiler(
@@ -56,10 +56,14 @@ def make_backend(
     if aotgrad is not None:
         from .decompositions import decomposition_table
 
+        # Traced forward/backward graphs are cached on disk next to the compiled ones, so
+        # a second process neither traces nor lowers (aotgrad's plan_cache.py).
+        cache_dir = (options.cache_dir if options is not None else None) or default_cache_dir()
         training = aotgrad.aot_autograd(
             fw_compiler=compile_fn,  # type: ignore[arg-type]
             bw_compiler=compile_fn,  # type: ignore[arg-type]
             decompositions=decomposition_table(),
+            options=aotgrad.AotOptions(fallback_to_eager=True, cache=True, cache_dir=cache_dir),
         )
 
     def backend_fn(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:

@@ -1,0 +1,250 @@
+"""On-disk cache of traced and partitioned graphs: a second process skips tracing.
+
+Used for functions that are FX graphs (``aot_module(gm)``, the dynamo backends)
+when ``AotOptions(cache=True)``. The key hashes the graph's ember.ir
+serialization (stack traces left out), the call signature (input sizes,
+strides, dtypes, devices, requires_grad, non-tensor arguments, argument
+structure), grad mode and autocast state, the decomposition table and
+partitioner, ember.aotgrad's own source files and torch's version. The entry
+holds the forward and backward (or inference) ATen graphs as ember.ir JSON
+and the runtime's bookkeeping (mutated inputs, output slots, tangent mask,
+gradient inputs, saved count, output structure). A hit hands the loaded
+graphs to the compilers as a fresh trace would, with fake example inputs
+rebuilt from the IR's metadata.
+
+Layout: ``<cache_dir>/aot/<key[:2]>/<key>.json``, first line the sha256 of the
+rest; written atomically, deleted and traced again when damaged. Graphs the
+IR cannot hold (user modules, ops outside its allow-list, tensor constants)
+are traced every time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._pytree import TreeSpec, treespec_dumps, treespec_loads
+
+import ember.ir as ir
+from ember.aotgrad.joint import OutputSlot
+
+LOG = logging.getLogger("ember.aotgrad")
+
+#: Bumped when the entry layout changes.
+FORMAT = 1
+
+
+def default_cache_dir() -> str:
+    """``$EMBER_CACHE_DIR`` or ``$XDG_CACHE_HOME/ember`` (``~/.cache/ember``), as ember.inductor."""
+    env = os.environ.get("EMBER_CACHE_DIR")
+    if env:
+        return env
+    return str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ember")
+
+
+@dataclass
+class StoredPlan:
+    """A traced, partitioned graph pair and the runtime's bookkeeping, without compiled code."""
+
+    forward: fx.GraphModule
+    backward: fx.GraphModule | None
+    num_inputs: int
+    mutated_inputs: tuple[int, ...]
+    num_user_outputs: int
+    outputs: tuple[OutputSlot, ...]
+    tangent_mask: tuple[bool, ...]
+    grad_inputs: tuple[int, ...]
+    num_saved: int
+    out_spec: TreeSpec
+
+
+@functools.cache
+def _code_fingerprint() -> str:
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _fn_name(fn: Any) -> str:
+    if isinstance(fn, functools.partial):
+        return f"partial({_fn_name(fn.func)}, {fn.args!r}, {sorted(fn.keywords.items())!r})"
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+
+
+def _code_hash(fn: Any) -> str:
+    """A digest of ``fn``'s bytecode and constants (through wrappers), so an edited body is a new key."""
+    seen = 0
+    while not hasattr(fn, "__code__") and seen < 8:
+        inner = getattr(fn, "__wrapped__", None) or getattr(fn, "func", None)
+        if inner is None:
+            break
+        fn, seen = inner, seen + 1
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return "-"
+    return hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest()[:16]
+
+
+def table_fingerprint(table: dict[Any, Any]) -> str:
+    """The decomposition table as text: each op, the function decomposing it, and its code."""
+    return repr(sorted(f"{op}={_fn_name(fn)}:{_code_hash(fn)}" for op, fn in table.items()))
+
+
+def _graph_json(gm: fx.GraphModule) -> str | None:
+    try:
+        data = ir.serialize.to_json(ir.from_fx(gm))
+    except (ir.FormatError, TypeError, ValueError, KeyError) as e:
+        LOG.debug("ember.aotgrad: graph not cached (%s: %s)", type(e).__name__, e)
+        return None
+    nodes = data.get("nodes")
+    for node in nodes if isinstance(nodes, list) else []:
+        if isinstance(node, dict):
+            node.pop("stack_trace", None)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def plan_key(gm: fx.GraphModule, call: str, decompositions: str, partitioner: str) -> str | None:
+    """Key of tracing ``gm`` for the call described by ``call``; None when uncacheable."""
+    graph = _graph_json(gm)
+    if graph is None:
+        return None
+    h = hashlib.sha256()
+    for part in (f"ember.aotgrad plan cache {FORMAT}", _code_fingerprint(), torch.__version__,
+                 decompositions, partitioner, call, graph):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+# --- entries -------------------------------------------------------------------------------------
+
+
+def _graph_text(gm: fx.GraphModule) -> str:
+    from ember.aotgrad.exchange import to_graph_ir
+
+    graph_ir = to_graph_ir(gm)
+    if graph_ir.tensors:
+        raise ValueError(f"the graph holds tensor constants ({', '.join(sorted(graph_ir.tensors))})")
+    return ir.dumps(graph_ir)
+
+
+def _load_graph(text: str, mode: FakeTensorMode) -> fx.GraphModule:
+    gm = ir.to_fx(ir.loads(text))
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        meta = node.meta.get("ember_meta")
+        if not isinstance(meta, ir.TensorMeta) or not meta.is_static:
+            raise ValueError(f"placeholder {node.name} has no static tensor metadata")
+        with mode:
+            node.meta["val"] = torch.empty_strided(
+                meta.shape, meta.stride, dtype=meta.dtype, device=meta.device  # type: ignore[arg-type]
+            )
+    return gm
+
+
+def _slot_json(slot: OutputSlot) -> dict[str, Any]:
+    return {"kind": slot.kind, "index": slot.index,
+            "layout": None if slot.layout is None else [list(slot.layout[0]), list(slot.layout[1]),
+                                                         slot.layout[2]],
+            "value": ir.encode_value(slot.value)}
+
+
+def _slot(data: dict[str, Any]) -> OutputSlot:
+    lay = data["layout"]
+    layout = None if lay is None else (tuple(lay[0]), tuple(lay[1]), int(lay[2]))
+    return OutputSlot(str(data["kind"]), int(data["index"]), layout, ir.decode_value(data["value"]))
+
+
+def _dump(plan: StoredPlan) -> str:
+    return json.dumps({
+        "format": FORMAT,
+        "forward": _graph_text(plan.forward),
+        "backward": None if plan.backward is None else _graph_text(plan.backward),
+        "num_inputs": plan.num_inputs,
+        "mutated_inputs": list(plan.mutated_inputs),
+        "num_user_outputs": plan.num_user_outputs,
+        "outputs": [_slot_json(s) for s in plan.outputs],
+        "tangent_mask": list(plan.tangent_mask),
+        "grad_inputs": list(plan.grad_inputs),
+        "num_saved": plan.num_saved,
+        "out_spec": treespec_dumps(plan.out_spec),
+    })
+
+
+def _load(text: str) -> StoredPlan:
+    d = json.loads(text)
+    if d.get("format") != FORMAT:
+        raise ValueError(f"entry format {d.get('format')!r}, expected {FORMAT}")
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    return StoredPlan(
+        forward=_load_graph(d["forward"], mode),
+        backward=None if d["backward"] is None else _load_graph(d["backward"], mode),
+        num_inputs=int(d["num_inputs"]),
+        mutated_inputs=tuple(int(i) for i in d["mutated_inputs"]),
+        num_user_outputs=int(d["num_user_outputs"]),
+        outputs=tuple(_slot(s) for s in d["outputs"]),
+        tangent_mask=tuple(bool(b) for b in d["tangent_mask"]),
+        grad_inputs=tuple(int(i) for i in d["grad_inputs"]),
+        num_saved=int(d["num_saved"]),
+        out_spec=treespec_loads(d["out_spec"]),
+    )
+
+
+def _path(cache_dir: str, key: str) -> Path:
+    return Path(cache_dir) / "aot" / key[:2] / f"{key}.json"
+
+
+def lookup(cache_dir: str, key: str) -> StoredPlan | None:
+    """The entry for ``key``, or None; a damaged entry is deleted (and traced again)."""
+    path = _path(cache_dir, key)
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return None
+    digest, _, body = raw.partition(b"\n")
+    try:
+        if hashlib.sha256(body).hexdigest().encode() != digest:
+            raise ValueError("digest does not match the contents")
+        return _load(body.decode())
+    except Exception as e:  # any damage: trace again, never load
+        LOG.warning("ember.aotgrad: cached plan %s is corrupted or unreadable (%s); tracing again",
+                    path, e)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
+
+
+def store(cache_dir: str, key: str, plan: StoredPlan) -> bool:
+    """Write the entry atomically; False (nothing written) when a graph cannot be serialized."""
+    try:
+        body = _dump(plan).encode()
+    except Exception as e:  # an op, constant or output the IR cannot hold
+        LOG.debug("ember.aotgrad: plan not cached (%s: %s)", type(e).__name__, e)
+        return False
+    path = _path(cache_dir, key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json.tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return True
