@@ -233,6 +233,7 @@ def store(cache_dir: str, key: str, plan: StoredPlan) -> bool:
     """Write the entry atomically; False (nothing written) when a graph cannot be serialized."""
     try:
         body = _dump(plan).encode()
+        _load(body.decode())  # an entry that would not load back is not written
     except Exception as e:  # an op, constant or output the IR cannot hold
         LOG.debug("ember.aotgrad: plan not cached (%s: %s)", type(e).__name__, e)
         return False

@@ -138,8 +138,14 @@ def _encode_const(value: Any) -> Any:
     from ember.ir.targets import target_name
 
     if isinstance(value, torch._ops.OpOverload):
-        return {"op": target_name(value)}
-    return {"value": encode_value(value)}
+        name = target_name(value)
+        if _decode_const({"op": name}) is not value:  # must load back as the same op
+            raise ValueError(f"op {name} does not resolve back to itself")
+        return {"op": name}
+    encoded = encode_value(value)
+    if _decode_const({"value": encoded}) != value:
+        raise ValueError(f"constant {value!r} does not decode back to itself")
+    return {"value": encoded}
 
 
 def _decode_const(data: Any) -> Any:
@@ -233,6 +239,7 @@ def store(cache_dir: str, key: str, art: GraphArtifact) -> bool:
     """Write the entry atomically; False (and nothing written) when part of it cannot be encoded."""
     try:
         body = _dump(art).encode()
+        _load(body.decode())  # an entry that would not load back is not written
     except Exception as e:  # an op or constant the IR's value encoding does not know
         log.debug("ember.inductor: graph not cached (%s: %s)", type(e).__name__, e)
         return False
