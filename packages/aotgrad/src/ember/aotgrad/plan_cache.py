@@ -20,13 +20,11 @@ are traced every time.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
 import logging
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,13 @@ from torch.utils._pytree import TreeSpec, treespec_dumps, treespec_loads
 
 import ember.ir as ir
 from ember.aotgrad.joint import OutputSlot
+from ember.ir.cache_entry import (
+    entry_path,
+    graph_key_text,
+    load_entry,
+    source_fingerprint,
+    store_entry,
+)
 
 LOG = logging.getLogger("ember.aotgrad")
 
@@ -69,16 +74,6 @@ class StoredPlan:
     out_spec: TreeSpec
 
 
-@functools.cache
-def _code_fingerprint() -> str:
-    root = Path(__file__).resolve().parent
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        h.update(str(path.relative_to(root)).encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()
-
-
 def _fn_name(fn: Any) -> str:
     if isinstance(fn, functools.partial):
         return f"partial({_fn_name(fn.func)}, {fn.args!r}, {sorted(fn.keywords.items())!r})"
@@ -104,26 +99,14 @@ def table_fingerprint(table: dict[Any, Any]) -> str:
     return repr(sorted(f"{op}={_fn_name(fn)}:{_code_hash(fn)}" for op, fn in table.items()))
 
 
-def _graph_json(gm: fx.GraphModule) -> str | None:
-    try:
-        data = ir.serialize.to_json(ir.from_fx(gm))
-    except (ir.FormatError, TypeError, ValueError, KeyError) as e:
-        LOG.debug("ember.aotgrad: graph not cached (%s: %s)", type(e).__name__, e)
-        return None
-    nodes = data.get("nodes")
-    for node in nodes if isinstance(nodes, list) else []:
-        if isinstance(node, dict):
-            node.pop("stack_trace", None)
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
-
-
 def plan_key(gm: fx.GraphModule, call: str, decompositions: str, partitioner: str) -> str | None:
     """Key of tracing ``gm`` for the call described by ``call``; None when uncacheable."""
-    graph = _graph_json(gm)
+    graph = graph_key_text(gm, LOG)
     if graph is None:
         return None
     h = hashlib.sha256()
-    for part in (f"ember.aotgrad plan cache {FORMAT}", _code_fingerprint(), torch.__version__,
+    for part in (f"ember.aotgrad plan cache {FORMAT}", source_fingerprint(Path(__file__).resolve().parent),
+                 torch.__version__,
                  decompositions, partitioner, call, graph):
         h.update(part.encode())
         h.update(b"\0")
@@ -205,47 +188,16 @@ def _load(text: str) -> StoredPlan:
     )
 
 
-def _path(cache_dir: str, key: str) -> Path:
-    return Path(cache_dir) / "aot" / key[:2] / f"{key}.json"
-
-
 def lookup(cache_dir: str, key: str) -> StoredPlan | None:
     """The entry for ``key``, or None; a damaged entry is deleted (and traced again)."""
-    path = _path(cache_dir, key)
-    try:
-        raw = path.read_bytes()
-    except OSError:
-        return None
-    digest, _, body = raw.partition(b"\n")
-    try:
-        if hashlib.sha256(body).hexdigest().encode() != digest:
-            raise ValueError("digest does not match the contents")
-        return _load(body.decode())
-    except Exception as e:  # any damage: trace again, never load
-        LOG.warning("ember.aotgrad: cached plan %s is corrupted or unreadable (%s); tracing again",
-                    path, e)
-        with contextlib.suppress(OSError):
-            path.unlink()
-        return None
+    return load_entry(entry_path(cache_dir, "aot", key), _load, LOG)
 
 
 def store(cache_dir: str, key: str, plan: StoredPlan) -> bool:
     """Write the entry atomically; False (nothing written) when a graph cannot be serialized."""
     try:
-        body = _dump(plan).encode()
-        _load(body.decode())  # an entry that would not load back is not written
+        text = _dump(plan)
     except Exception as e:  # an op, constant or output the IR cannot hold
         LOG.debug("ember.aotgrad: plan not cached (%s: %s)", type(e).__name__, e)
         return False
-    path = _path(cache_dir, key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json.tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return True
+    return store_entry(entry_path(cache_dir, "aot", key), text, _load, LOG)

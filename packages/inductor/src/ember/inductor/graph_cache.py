@@ -20,12 +20,8 @@ allow-list, an unencodable constant) is compiled every time, as before.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +29,14 @@ from typing import Any
 import torch
 import torch.fx
 from torch.utils._pytree import TreeSpec, treespec_dumps, treespec_loads
+
+from ember.ir.cache_entry import (
+    entry_path,
+    graph_key_text,
+    load_entry,
+    source_fingerprint,
+    store_entry,
+)
 
 from .logs import log
 
@@ -61,17 +65,6 @@ class GraphArtifact:
 # --- the key -------------------------------------------------------------------------------------
 
 
-@functools.cache
-def _code_fingerprint() -> str:
-    """sha256 over ember.inductor's own source files: any change to the compiler is a new key."""
-    root = Path(__file__).resolve().parent
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        h.update(str(path.relative_to(root)).encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()
-
-
 def _outside_lowerings() -> list[str]:
     """Lowerings registered from outside ember.inductor (``register_lowering`` in user code)."""
     from .lowering import LOWERINGS
@@ -87,27 +80,9 @@ def _outside_lowerings() -> list[str]:
     return sorted(out)
 
 
-def _graph_json(gm: torch.fx.GraphModule) -> str | None:
-    """The graph's ember.ir serialization without stack traces; None when the IR cannot hold it."""
-    from ember.ir import FormatError, from_fx
-    from ember.ir.serialize import to_json
-
-    try:
-        data = to_json(from_fx(gm))
-    except (FormatError, TypeError, ValueError, KeyError) as e:
-        log.debug("ember.inductor: graph not cached (%s: %s)", type(e).__name__, e)
-        return None
-    nodes = data.get("nodes")
-    for node in nodes if isinstance(nodes, list) else []:
-        if isinstance(node, dict):
-            node.pop("stack_trace", None)
-    data.pop("tensors", None)
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
-
-
 def graph_key(gm: torch.fx.GraphModule, example_inputs: list[Any], options_key: str) -> str | None:
     """The cache key of compiling ``gm`` for these inputs with these options, or None (uncacheable)."""
-    graph = _graph_json(gm)
+    graph = graph_key_text(gm, log)
     if graph is None:
         return None
     h = hashlib.sha256()
@@ -118,7 +93,7 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs: list[Any], options_key: 
     ]
     for part in (
         f"ember.inductor graph cache {FORMAT}",
-        _code_fingerprint(),
+        source_fingerprint(Path(__file__).resolve().parent),
         torch.__version__,
         options_key,
         repr(_outside_lowerings()),
@@ -208,50 +183,16 @@ def _load(text: str) -> GraphArtifact:
     )
 
 
-def _path(cache_dir: str, key: str) -> Path:
-    return Path(cache_dir) / "graphs" / key[:2] / f"{key}.json"
-
-
 def lookup(cache_dir: str, key: str) -> GraphArtifact | None:
     """The entry for ``key``, or None; a corrupted, truncated or unreadable entry is deleted."""
-    path = _path(cache_dir, key)
-    try:
-        raw = path.read_bytes()
-    except OSError:
-        return None
-    digest, _, body = raw.partition(b"\n")
-    try:
-        if hashlib.sha256(body).hexdigest().encode() != digest:
-            raise ValueError("digest does not match the contents")
-        return _load(body.decode())
-    except Exception as e:  # any damage: rebuild, never load
-        log.warning(
-            "ember.inductor: cached graph %s is corrupted or unreadable (%s); compiling it again",
-            path,
-            e,
-        )
-        with contextlib.suppress(OSError):
-            path.unlink()
-        return None
+    return load_entry(entry_path(cache_dir, "graphs", key), _load, log)
 
 
 def store(cache_dir: str, key: str, art: GraphArtifact) -> bool:
-    """Write the entry atomically; False (and nothing written) when part of it cannot be encoded."""
+    """Write the entry atomically; False (nothing written) when part of it cannot be encoded."""
     try:
-        body = _dump(art).encode()
-        _load(body.decode())  # an entry that would not load back is not written
+        text = _dump(art)
     except Exception as e:  # an op or constant the IR's value encoding does not know
         log.debug("ember.inductor: graph not cached (%s: %s)", type(e).__name__, e)
         return False
-    path = _path(cache_dir, key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json.tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return True
+    return store_entry(entry_path(cache_dir, "graphs", key), text, _load, log)

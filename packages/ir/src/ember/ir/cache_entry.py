@@ -1,0 +1,103 @@
+"""What ember's on-disk compile caches share: graph keys and checksummed entry files.
+
+* :func:`graph_key_text`: a graph's serialization without stack traces, the
+  part of a cache key that says "the same graph" (moving user code around
+  does not change it).
+* :func:`source_fingerprint`: a sha256 over a package's ``.py`` files, so a
+  cache entry made by other compiler code is never reused.
+* :func:`store_entry` / :func:`load_entry`: one file per entry, its first line
+  the sha256 of the rest, written under a temporary name and moved into place
+  (atomic). An entry that is damaged, truncated or unparsable is deleted with
+  a warning naming the file, and the caller rebuilds it; it is never used.
+
+See ``docs/decisions/0007-compile-caches-keyed-by-the-ir.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import torch.fx
+
+from ember.ir.errors import FormatError
+from ember.ir.fx_convert import from_fx
+from ember.ir.serialize import to_json
+
+T = TypeVar("T")
+
+
+def graph_key_text(gm: torch.fx.GraphModule, log: logging.Logger) -> str | None:
+    """``gm``'s ember.ir JSON without stack traces; None (reason logged at DEBUG) when the IR cannot hold it."""
+    try:
+        data = to_json(from_fx(gm))
+    except (FormatError, TypeError, ValueError, KeyError) as e:
+        log.debug("graph not cached (%s: %s)", type(e).__name__, e)
+        return None
+    nodes = data.get("nodes")
+    for node in nodes if isinstance(nodes, list) else []:
+        if isinstance(node, dict):
+            node.pop("stack_trace", None)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+
+
+@functools.cache
+def source_fingerprint(root: Path) -> str:
+    """sha256 over every ``.py`` file below ``root`` (names and contents)."""
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def entry_path(cache_dir: str | os.PathLike[str], kind: str, key: str) -> Path:
+    """``<cache_dir>/<kind>/<key[:2]>/<key>.json``."""
+    return Path(cache_dir) / kind / key[:2] / f"{key}.json"
+
+
+def load_entry(path: Path, parse: Callable[[str], T], log: logging.Logger) -> T | None:
+    """The parsed entry at ``path``; None when missing, or when damaged (then deleted, with a warning)."""
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return None
+    digest, _, body = raw.partition(b"\n")
+    try:
+        if hashlib.sha256(body).hexdigest().encode() != digest:
+            raise ValueError("digest does not match the contents")
+        return parse(body.decode())
+    except Exception as e:  # any damage: rebuild, never use
+        log.warning("cache entry %s is corrupted or unreadable (%s); building it again", path, e)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
+
+
+def store_entry(path: Path, text: str, parse: Callable[[str], object], log: logging.Logger) -> bool:
+    """Write ``text`` atomically if ``parse(text)`` succeeds (an entry that would not load is not written)."""
+    try:
+        parse(text)
+    except Exception as e:  # a value the encoding cannot carry back
+        log.debug("not cached: the entry would not load back (%s: %s)", type(e).__name__, e)
+        return False
+    body = text.encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json.tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return True

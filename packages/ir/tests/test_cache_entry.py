@@ -1,0 +1,75 @@
+"""Checksummed cache entries and graph key text (shared by the inductor and aotgrad caches)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+from ember.ir.cache_entry import (
+    entry_path,
+    graph_key_text,
+    load_entry,
+    source_fingerprint,
+    store_entry,
+)
+
+LOG = logging.getLogger("ember.ir.test")
+
+
+def test_entry_round_trip_and_damage(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = entry_path(tmp_path, "graphs", "ab" * 32)
+    assert path == tmp_path / "graphs" / "ab" / f"{'ab' * 32}.json"
+    assert load_entry(path, json.loads, LOG) is None  # missing: a plain miss
+    assert store_entry(path, json.dumps({"x": [1, 2]}), json.loads, LOG)
+    assert load_entry(path, json.loads, LOG) == {"x": [1, 2]}
+    assert not list(path.parent.glob("*.tmp"))
+    raw = bytearray(path.read_bytes())
+    raw[-3] ^= 0x01
+    path.write_bytes(bytes(raw))
+    with caplog.at_level(logging.WARNING, logger="ember.ir.test"):
+        assert load_entry(path, json.loads, LOG) is None
+    assert "corrupted or unreadable" in caplog.text and not path.exists()
+
+
+def test_unparsable_entries_are_neither_written_nor_used(tmp_path: Path) -> None:
+    path = entry_path(tmp_path, "aot", "cd" * 32)
+    assert not store_entry(path, "{not json", json.loads, LOG)
+    assert not path.exists()
+    store_entry(path, "[1]", json.loads, LOG)
+
+    def reject(text: str) -> object:
+        raise ValueError("format 0, expected 1")
+
+    assert load_entry(path, reject, LOG) is None  # parses badly now (an older format): rebuilt
+    assert not path.exists()
+
+
+def test_graph_key_text_ignores_stack_traces_but_not_the_graph() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x) * 2
+
+    gm1 = torch.fx.symbolic_trace(f)
+    gm2 = torch.fx.symbolic_trace(f)
+    for n in gm2.graph.nodes:
+        n.stack_trace = 'File "elsewhere.py", line 99'
+    text = graph_key_text(gm1, LOG)
+    assert text is not None and text == graph_key_text(gm2, LOG)
+    gm3 = torch.fx.symbolic_trace(lambda x: torch.relu(x) * 3)
+    assert graph_key_text(gm3, LOG) != text
+
+
+def test_source_fingerprint_follows_the_files(tmp_path: Path) -> None:
+    trees = []
+    for name, body in (("one", "x = 1\n"), ("same", "x = 1\n"), ("edited", "x = 2\n")):
+        root = tmp_path / name
+        (root / "sub").mkdir(parents=True)
+        (root / "sub" / "a.py").write_text(body)
+        (root / "notes.txt").write_text(name)  # not source: not hashed
+        trees.append(source_fingerprint(root))
+    one, same, edited = trees
+    assert one == same
+    assert one != edited
