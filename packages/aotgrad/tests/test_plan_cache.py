@@ -157,3 +157,41 @@ def test_decompositions_and_partitioner_are_part_of_the_key() -> None:
     assert key({op: gelu_b}) != base  # same name, another body
     assert key({}) != base
     assert key({op: gelu_a}, aot_api.min_cut_rematerialization_partition) != base
+
+
+CHILD = """
+import sys
+import torch
+from ember.aotgrad import AotOptions, aot_autograd, core_aten_decompositions, nop_compiler
+from ember.aotgrad import api
+traced = []
+real = api.trace_graph
+api.trace_graph = lambda *a, **k: traced.append(1) or real(*a, **k)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+gm = torch.fx.symbolic_trace(model)
+x = torch.randn(4, 16)
+backend = aot_autograd(nop_compiler, decompositions=core_aten_decompositions(),
+                       options=AotOptions(cache=True, cache_dir=sys.argv[1]))
+out = backend(gm, [x])(x)
+out.sum().backward()
+ref = model(x)
+torch.testing.assert_close(out, ref)
+print(len(traced))
+"""
+
+
+def test_a_second_process_loads_the_plan(tmp_path: Path) -> None:
+    # The key must be the same in every process: decompositions with nested functions
+    # (whose repr holds an address) once made each process miss.
+    import subprocess
+    import sys
+
+    def run() -> str:
+        proc = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    assert run() == "1"
+    assert run() == "0"
+    assert len(_entries(tmp_path)) == 1

@@ -73,3 +73,24 @@ def test_source_fingerprint_follows_the_files(tmp_path: Path) -> None:
     one, same, edited = trees
     assert one == same
     assert one != edited
+
+
+def test_code_digest_is_by_content_not_address() -> None:
+    import functools
+
+    from ember.ir.cache_entry import code_digest
+
+    def make(k: int) -> object:
+        def outer(x: int) -> int:
+            def inner(y: int) -> int:  # a nested code object in outer's constants
+                return y * k
+
+            return inner(x) + 1
+
+        return outer
+
+    a, b = make(2), make(3)  # distinct function objects, same code
+    assert code_digest(a) == code_digest(b)
+    assert code_digest(functools.partial(a, 1)) == code_digest(a)
+    assert code_digest(lambda x: x + 1) != code_digest(lambda x: x + 2)
+    assert code_digest(len) == "-"

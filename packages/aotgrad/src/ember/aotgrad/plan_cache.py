@@ -37,6 +37,7 @@ from torch.utils._pytree import TreeSpec, treespec_dumps, treespec_loads
 import ember.ir as ir
 from ember.aotgrad.joint import OutputSlot
 from ember.ir.cache_entry import (
+    code_digest,
     entry_path,
     graph_key_text,
     load_entry,
@@ -80,23 +81,9 @@ def _fn_name(fn: Any) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
 
 
-def _code_hash(fn: Any) -> str:
-    """A digest of ``fn``'s bytecode and constants (through wrappers), so an edited body is a new key."""
-    seen = 0
-    while not hasattr(fn, "__code__") and seen < 8:
-        inner = getattr(fn, "__wrapped__", None) or getattr(fn, "func", None)
-        if inner is None:
-            break
-        fn, seen = inner, seen + 1
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return "-"
-    return hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest()[:16]
-
-
 def table_fingerprint(table: dict[Any, Any]) -> str:
     """The decomposition table as text: each op, the function decomposing it, and its code."""
-    return repr(sorted(f"{op}={_fn_name(fn)}:{_code_hash(fn)}" for op, fn in table.items()))
+    return repr(sorted(f"{op}={_fn_name(fn)}:{code_digest(fn)}" for op, fn in table.items()))
 
 
 def plan_key(gm: fx.GraphModule, call: str, decompositions: str, partitioner: str) -> str | None:

@@ -31,6 +31,7 @@ import torch.fx
 from torch.utils._pytree import TreeSpec, treespec_dumps, treespec_loads
 
 from ember.ir.cache_entry import (
+    code_digest,
     entry_path,
     graph_key_text,
     load_entry,
@@ -74,9 +75,7 @@ def _outside_lowerings() -> list[str]:
         module = getattr(fn, "__module__", "") or ""
         if module.startswith("ember.inductor"):
             continue
-        code = getattr(fn, "__code__", None)
-        body = hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest() if code else repr(fn)
-        out.append(f"{op}={module}.{getattr(fn, '__qualname__', '?')}:{body}")
+        out.append(f"{op}={module}.{getattr(fn, '__qualname__', '?')}:{code_digest(fn)}")
     return sorted(out)
 
 

@@ -4,7 +4,8 @@
   part of a cache key that says "the same graph" (moving user code around
   does not change it).
 * :func:`source_fingerprint`: a sha256 over a package's ``.py`` files, so a
-  cache entry made by other compiler code is never reused.
+  cache entry made by other compiler code is never reused; :func:`code_digest`
+  the same for one function (a user's lowering or decomposition).
 * :func:`store_entry` / :func:`load_entry`: one file per entry, its first line
   the sha256 of the rest, written under a temporary name and moved into place
   (atomic). An entry that is damaged, truncated or unparsable is deleted with
@@ -22,6 +23,7 @@ import json
 import logging
 import os
 import tempfile
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -57,6 +59,39 @@ def source_fingerprint(root: Path) -> str:
         h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()
+
+
+def code_digest(fn: object) -> str:
+    """A digest of a function's bytecode and constants, the same in every process.
+
+    Follows ``__wrapped__`` / ``functools.partial`` to the function underneath;
+    nested code objects (lambdas, inner functions) are hashed by content, never
+    by ``repr`` (which holds a memory address). ``"-"`` for a callable without code.
+    """
+    for _ in range(8):
+        if hasattr(fn, "__code__"):
+            break
+        inner = getattr(fn, "__wrapped__", None) or getattr(fn, "func", None)
+        if inner is None:
+            break
+        fn = inner
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return "-"
+    h = hashlib.sha256()
+    _hash_code(code, h)
+    return h.hexdigest()[:16]
+
+
+def _hash_code(code: types.CodeType, h: hashlib._Hash) -> None:
+    h.update(code.co_code)
+    h.update(repr(code.co_names).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _hash_code(const, h)
+        else:
+            h.update(repr(const).encode())
+        h.update(b"\0")
 
 
 def entry_path(cache_dir: str | os.PathLike[str], kind: str, key: str) -> Path:
