@@ -76,3 +76,15 @@ def test_cache_lookup_rejects_truncation_and_bad_sidecar(tmp_path: Path) -> None
     cache, lib = _stored(tmp_path)
     lib.with_suffix(".json").write_text("{not json")
     assert cache.lookup("ab" * 32) is None
+
+
+def test_kernel_key_names_the_host_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    # -march=native code built on one CPU must not load on another sharing the cache
+    from ember.inductor import cpp_build
+    from ember.inductor.options import InductorOptions
+
+    opts = InductorOptions()
+    here = cpp_build.cache_key("int x;", opts)
+    assert cpp_build.cache_key("int x;", opts) == here
+    monkeypatch.setattr(cpp_build, "host_cpu", lambda: "another cpu")
+    assert cpp_build.cache_key("int x;", opts) != here

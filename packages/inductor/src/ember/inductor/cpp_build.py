@@ -1,8 +1,10 @@
 """The C++ compiler driver: build kernel sources into shared libraries and load them.
 
 Kernels of one graph are compiled in parallel (threads running the compiler).
-Keys hash the full source, the flags and the compiler's version, so a second
-process compiling the same graph loads every kernel from the cache.
+Keys hash the full source, the flags, the compiler's version and the host CPU
+(model and feature flags: ``-march=native``), so a second process compiling the
+same graph on the same machine loads every kernel from the cache, and a cache
+directory shared between machines never hands one CPU another's code.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import ctypes
 import ctypes.util
 import functools
 import hashlib
+import platform
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -46,9 +49,21 @@ def _flags(options: InductorOptions) -> list[str]:
     return flags
 
 
+@functools.cache
+def host_cpu() -> str:
+    """The CPU's model and feature flags: ``-march=native`` builds differ per CPU, and a
+    library built for one must never load on another (a cache directory can be shared)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.machine() + " " + platform.processor()
+    keep = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags", "Features", "CPU part"))]
+    return hashlib.sha256("\n".join(sorted(set(keep))).encode()).hexdigest()
+
+
 def cache_key(source: str, options: InductorOptions) -> str:
     h = hashlib.sha256()
-    for part in (source, " ".join(_flags(options)), compiler_version(options.cxx)):
+    for part in (source, " ".join(_flags(options)), compiler_version(options.cxx), host_cpu()):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
