@@ -231,18 +231,7 @@ class AotFunction:
         else:
             fw = _compile_graph(self.fw_compiler, stored.forward, "inference", self.options)
             bw = None
-        plan = CompiledPlan(
-            forward=fw,
-            backward=bw,
-            num_inputs=stored.num_inputs,
-            mutated_inputs=stored.mutated_inputs,
-            num_user_outputs=stored.num_user_outputs,
-            outputs=stored.outputs,
-            tangent_mask=stored.tangent_mask,
-            grad_inputs=stored.grad_inputs,
-            num_saved=stored.num_saved,
-        )
-        return plan, stored.out_spec
+        return CompiledPlan(forward=fw, backward=bw, **stored.bookkeeping()), stored.out_spec
 
     def _trace(
         self, flat: list[Any], positions: list[tuple[int, int]], in_spec: TreeSpec,

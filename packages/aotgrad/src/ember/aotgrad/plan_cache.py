@@ -25,7 +25,7 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,11 @@ class StoredPlan:
     grad_inputs: tuple[int, ...]
     num_saved: int
     out_spec: TreeSpec
+
+    def bookkeeping(self) -> dict[str, Any]:
+        """The runtime's calling convention: every field but the graphs and the output structure."""
+        skip = {"forward", "backward", "out_spec"}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
 
 
 def _fn_name(fn: Any) -> str:
