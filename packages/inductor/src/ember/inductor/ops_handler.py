@@ -402,35 +402,12 @@ class PrintOps(DefaultOps):
         return f"{name}({', '.join(str(a) for a in args)})"
 
 
-#: Ops that cost a libm-style evaluation rather than one instruction.
-HEAVY_OPS = frozenset(
-    [
-        "exp",
-        "exp2",
-        "expm1",
-        "log",
-        "log2",
-        "log10",
-        "log1p",
-        "sin",
-        "cos",
-        "tan",
-        "asin",
-        "acos",
-        "atan",
-        "sinh",
-        "cosh",
-        "tanh",
-        "asinh",
-        "acosh",
-        "atanh",
-        "erf",
-        "erfc",
-        "sigmoid",
-        "pow",
-        "atan2",
-    ]
-)
+#: Ops that cost a libm-style evaluation rather than one instruction: the transcendental
+#: unary ops (``UNARY_OPS`` up to ``sigmoid``, less the square roots, which are one
+#: instruction each) and ``pow``/``atan2``.
+HEAVY_OPS = (
+    frozenset(UNARY_OPS[: UNARY_OPS.index("sigmoid") + 1]) - {"sqrt", "rsqrt"}
+) | {"pow", "atan2"}
 
 
 class DepsOps(DefaultOps):
