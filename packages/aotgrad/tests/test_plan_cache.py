@@ -147,7 +147,7 @@ def test_decompositions_and_partitioner_are_part_of_the_key() -> None:
 
     def key(table: dict[Any, Any], partitioner: Any = default_partition) -> str | None:
         return plan_cache.plan_key(gm, "call", plan_cache.table_fingerprint(table),
-                                   plan_cache._fn_name(partitioner))
+                                   plan_cache.fn_name(partitioner))
 
     gelu_b.__qualname__ = gelu_a.__qualname__  # only the body differs
     op = torch.ops.aten.gelu.default

@@ -309,7 +309,7 @@ class AotFunction:
         if self._table_text is None:
             self._table_text = plan_cache.table_fingerprint(self.decompositions)
         return plan_cache.plan_key(self.source_graph, call, self._table_text,
-                                   plan_cache._fn_name(self.partition_fn))
+                                   plan_cache.fn_name(self.partition_fn))
 
 
 def aot_function(

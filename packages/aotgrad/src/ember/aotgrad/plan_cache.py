@@ -80,15 +80,15 @@ class StoredPlan:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
 
 
-def _fn_name(fn: Any) -> str:
+def fn_name(fn: Any) -> str:
     if isinstance(fn, functools.partial):
-        return f"partial({_fn_name(fn.func)}, {fn.args!r}, {sorted(fn.keywords.items())!r})"
+        return f"partial({fn_name(fn.func)}, {fn.args!r}, {sorted(fn.keywords.items())!r})"
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
 
 
 def table_fingerprint(table: dict[Any, Any]) -> str:
     """The decomposition table as text: each op, the function decomposing it, and its code."""
-    return repr(sorted(f"{op}={_fn_name(fn)}:{code_digest(fn)}" for op, fn in table.items()))
+    return repr(sorted(f"{op}={fn_name(fn)}:{code_digest(fn)}" for op, fn in table.items()))
 
 
 def plan_key(gm: fx.GraphModule, call: str, decompositions: str, partitioner: str) -> str | None:

@@ -24,7 +24,7 @@ from .codegen.cpp import generate_kernel
 from .codegen.wrapper import WrapperWriter, namespace
 from .cpp_build import BuildStats, build_kernels, full_source
 from .errors import InputMismatchError, KernelIndexError
-from .graph import GraphLowering, op_name
+from .graph import GraphLowering, attr_value, op_name
 from .graph_cache import GraphArtifact
 from .logs import configure_from_env, log, output_code, perf_hints
 from .options import InductorOptions, options_from_env
@@ -83,26 +83,26 @@ class CompiledGraph:
     def __call__(self, *args: Any) -> Any:
         if len(args) == 1 and isinstance(args[0], list) and len(self._expect) != 1:
             args = tuple(args[0])
-        fixed: list[Any] | None = None
-        for i, (a, (size, stride, dtype)) in enumerate(
-            zip(args, self._expect) if self._check_inputs else ()
-        ):
-            if a.shape != size or a.dtype != dtype:
-                raise InputMismatchError(
-                    f"input {i} has size {tuple(a.shape)} and dtype {a.dtype}, the graph was compiled for "
-                    f"{size} and {dtype}. Recompile for the new shapes (ember.dynamo does this automatically)."
-                )
-            if a.stride() != stride and a.numel() > 1:
-                if fixed is None:
-                    fixed = list(args)
-                fixed[i] = torch.empty_strided(size, stride, dtype=dtype).copy_(a)
-        outs = self._call(list(args) if fixed is None else fixed)
+        outs = self._call(self._checked(args) if self._check_inputs else list(args))
         if self._out_kind is list:
             return outs
         if self._out_kind is tuple:
             return tuple(outs)
         assert self._out_spec is not None
         return tree_unflatten(outs, self._out_spec)
+
+    def _checked(self, args: tuple[Any, ...]) -> list[Any]:
+        """``args`` after checking sizes and dtypes; inputs with other strides are copied."""
+        inputs = list(args)
+        for i, (a, (size, stride, dtype)) in enumerate(zip(args, self._expect)):
+            if a.shape != size or a.dtype != dtype:
+                raise InputMismatchError(
+                    f"input {i} has size {tuple(a.shape)} and dtype {a.dtype}, the graph was compiled for "
+                    f"{size} and {dtype}. Recompile for the new shapes (ember.dynamo does this automatically)."
+                )
+            if a.stride() != stride and a.numel() > 1:
+                inputs[i] = torch.empty_strided(size, stride, dtype=dtype).copy_(a)
+        return inputs
 
 
 class EagerGraph:
@@ -204,7 +204,7 @@ def _compile(
             perf_hints.debug("extern kernel for %s: %s", op, reason)
     report = CompileReport(
         kernels=len(art.kernel_sources),
-        extern_calls=art.extern_calls,
+        extern_calls=len(art.externs),
         fallbacks=dict(art.fallbacks),
         kernel_sources=dict(art.kernel_sources),
         wrapper_source=art.wrapper_source,
@@ -250,16 +250,13 @@ def _generate(
         input_layouts=[(b.layout.size, b.layout.stride, b.layout.dtype) for b in lowered.inputs],
         out_spec=lowered.out_spec,
         n_outputs=len(lowered.outputs),
-        extern_calls=len(externs),
         fallbacks=dict(lowered.fallbacks),
         externs=externs,
     )
 
 
 def _attr(gm: torch.fx.GraphModule, target: str) -> torch.Tensor:
-    value: Any = gm
-    for part in target.split("."):
-        value = getattr(value, part)
+    value = attr_value(gm, target)
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"get_attr {target!r} is a {type(value).__name__}, not a tensor")
     return value

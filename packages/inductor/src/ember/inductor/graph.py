@@ -67,6 +67,14 @@ class LoweredGraph:
     constant_targets: dict[str, str] = field(default_factory=dict)
 
 
+def attr_value(gm: torch.nn.Module, target: str) -> Any:
+    """What a ``get_attr`` node with this dotted ``target`` reads from ``gm``."""
+    value: Any = gm
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
 def op_name(target: Any) -> str:
     name = getattr(target, "name", None)
     return name() if callable(name) else getattr(target, "__name__", str(target))
@@ -302,9 +310,7 @@ class GraphLowering:
             interp.run(*fakes)
 
     def _constant(self, node: torch.fx.Node) -> InputBuffer:
-        value = self.gm
-        for part in str(node.target).split("."):
-            value = getattr(value, part)
+        value = attr_value(self.gm, str(node.target))
         if not isinstance(value, torch.Tensor) or isinstance(value, FakeTensor):
             raise LoweringError(
                 f"get_attr {node.target!r} is not a real tensor; compiled code needs its data"

@@ -57,7 +57,6 @@ class GraphArtifact:
     input_layouts: list[tuple[tuple[int, ...], tuple[int, ...], torch.dtype]]
     out_spec: TreeSpec | None
     n_outputs: int
-    extern_calls: int
     fallbacks: dict[str, int] = field(default_factory=dict)
     #: (op, reason) of each extern call, replayed to the perf_hints log on a cache hit
     externs: list[tuple[str, str]] = field(default_factory=list)
@@ -147,7 +146,6 @@ def _dump(art: GraphArtifact) -> str:
             "inputs": [[list(s), list(st), encode_value(dt)] for s, st, dt in art.input_layouts],
             "out_spec": None if art.out_spec is None else treespec_dumps(art.out_spec),
             "n_outputs": art.n_outputs,
-            "extern_calls": art.extern_calls,
             "fallbacks": art.fallbacks,
             "externs": [list(e) for e in art.externs],
         }
@@ -176,7 +174,6 @@ def _load(text: str) -> GraphArtifact:
         input_layouts=inputs,
         out_spec=None if d["out_spec"] is None else treespec_loads(d["out_spec"]),
         n_outputs=int(d["n_outputs"]),
-        extern_calls=int(d["extern_calls"]),
         fallbacks={str(k): int(v) for k, v in d["fallbacks"].items()},
         externs=[(str(op), str(reason)) for op, reason in d["externs"]],
     )
