@@ -24,13 +24,13 @@ import torch
 
 pytest.importorskip("transformers")
 
-import torch._dynamo  # noqa: E402  (to compare with torch.compile)
-import torch._dynamo.testing  # noqa: E402
+import torch._dynamo
+import torch._dynamo.testing
 
-import ember.dynamo as ed  # noqa: E402
-from ember.dynamo.testing import CompileCounter, CompileCounterWithBackend  # noqa: E402
+import ember.dynamo as ed
+from ember.dynamo.testing import CompileCounter, CompileCounterWithBackend
 
-from . import zoo  # noqa: E402
+from . import zoo
 
 #: models ember cannot yet compile with fullgraph=True where torch.compile can
 CAPTURE_GAPS: frozenset[str] = frozenset(m.name for m in zoo.ZOO)
