@@ -45,7 +45,8 @@ def _gpt2(device: str) -> Case:
     from transformers import GPT2LMHeadModel
 
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(_gpt2_config()).to(device).eval()
+    model: nn.Module = GPT2LMHeadModel(_gpt2_config())
+    model = model.to(device).eval()
     ids = torch.randint(0, VOCAB, (4, 64), device=device)
     return Case(model, [(ids,)], inference_step, params=list(model.parameters()))
 
