@@ -45,7 +45,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         description="Benchmark ember's compilers against torch.compile and eager PyTorch. "
         "Each (workload, compiler) cell runs in a fresh process with fresh caches.",
     )
-    p.add_argument("--workloads", help="comma-separated workload names (default: all; --quick: the quick set)")
+    p.add_argument("--workloads", help="comma-separated workload names (default: all; --quick: the quick set; zoo: the transformers zoo)")
     p.add_argument("--compilers", help="comma-separated compiler names (default: all; eager is always added)")
     p.add_argument("--json", type=Path, help="write every raw figure and machine info here")
     p.add_argument("--plot", type=Path, help="write a speedup bar chart (PNG) here")
@@ -67,6 +67,9 @@ def _names(text: str | None, known: dict[str, Any], what: str) -> list[str] | No
     if text is None:
         return None
     names = [n.strip() for n in text.split(",") if n.strip()]
+    if what == "workload" and "zoo" in names:  # the whole transformers zoo
+        i = names.index("zoo")
+        names[i : i + 1] = [n for n in known if n.startswith("zoo_")]
     unknown = [n for n in names if n not in known]
     if unknown:
         raise SystemExit(f"unknown {what} {', '.join(unknown)}; known: {', '.join(known)}")

@@ -130,7 +130,7 @@ def register_compiler(c: Compiler) -> Compiler:
 
 def load_builtins() -> None:
     """Import the built-in workloads and compilers (idempotent)."""
-    from bench import compilers, workloads, workloads_hf  # noqa: F401
+    from bench import compilers, workloads, workloads_hf, workloads_zoo  # noqa: F401
 
 
 def load_plugins(paths: Sequence[str]) -> None:
