@@ -9,11 +9,11 @@ import pytest
 import torch
 
 import ember.dynamo
-from ember.dynamo import eval_frame_hook
+from ember.dynamo import api, frame_hook
 from ember.dynamo.testing import CompileCounter
 
 pytestmark = pytest.mark.skipif(
-    eval_frame_hook.unavailable() is not None, reason=f"frame hook: {eval_frame_hook.unavailable()}"
+    frame_hook.unavailable() is not None, reason=f"frame hook: {frame_hook.unavailable()}"
 )
 
 
@@ -21,8 +21,8 @@ pytestmark = pytest.mark.skipif(
 def _reset() -> Iterator[None]:
     yield
     ember.dynamo.reset()
-    assert eval_frame_hook.ACTIVE == []
-    hook = eval_frame_hook.loaded()
+    assert api.STATE.hook_runtimes == []
+    hook = frame_hook.loaded()
     assert hook is None or hook.get_callback() is None
 
 
@@ -129,9 +129,8 @@ def test_library_code_is_never_captured() -> None:
 
 
 def test_unavailable_hook_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(eval_frame_hook._state, "module", None)
-    monkeypatch.setitem(eval_frame_hook._state, "tried", True)
-    monkeypatch.setitem(eval_frame_hook._state, "error", "RuntimeError: no compiler")
+    monkeypatch.setattr(frame_hook, "load", lambda: None)
+    monkeypatch.setattr(frame_hook, "unavailable", lambda: "RuntimeError: no compiler")
     with (
         pytest.raises(TypeError, match="no compiler.*decorate the function instead"),
         ember.dynamo.optimize("eager"),

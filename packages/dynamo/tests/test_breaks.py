@@ -700,13 +700,13 @@ def test_graph_break_recorded_on_guarded_code() -> None:
 
     from ember.dynamo.config import DynamoOptions
     from ember.dynamo.convert_frame import FrameState, convert_frame
+    from ember.dynamo.resume import ResumeCodes
 
     class Hooks:
+        resume_codes = ResumeCodes()
+
         def wrap_function(self, fn: types.FunctionType) -> Any:
             return fn
-
-        def previous_entries(self, code: types.CodeType) -> list[Any]:
-            return []
 
     a, b = r(10), r(10)
     bound = inspect.signature(toy_example).bind(a, b)

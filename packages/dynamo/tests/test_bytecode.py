@@ -10,7 +10,11 @@ import types
 from bytecode import Instr
 
 from ember.dynamo.bytecode_transform import assemble
-from ember.dynamo.resume import live_locals, origin_of, real_instructions, resume_code
+from ember.dynamo.resume import ResumeCodes, live_locals, real_instructions
+
+RESUME = ResumeCodes()
+resume_code = RESUME.resume_code
+origin_of = RESUME.origin_of
 
 
 def sample(a, b=2, *rest, k=3, **kw):

@@ -18,10 +18,11 @@ import torch
 import ember.dynamo
 import ember.guards
 from ember.dynamo import api
+from ember.dynamo.api import STATE
 from ember.dynamo.cache import RecompileError
 from ember.dynamo.convert_frame import FrameState, GuardedCode
 from ember.dynamo.errors import Unsupported
-from ember.dynamo.eval_frame import STATE, CompiledFunction, Runtime
+from ember.dynamo.function_entry import CompiledFunction, Runtime
 from ember.ir import Guard, GuardKind, GuardSet, Local, encode_value, tensor_payload
 
 
@@ -47,8 +48,14 @@ class FakeConvert:
         return GuardedCode(state.code, check_fn, gs, [], [])
 
 
+def runtime_with(convert: FakeConvert, **options: Any) -> Runtime:
+    return Runtime(
+        ember.dynamo.eager, ember.dynamo.config.to_options(**options), convert=convert, state=STATE
+    )
+
+
 def compiled(fn: Any, convert: FakeConvert, **options: Any) -> CompiledFunction:
-    runtime = Runtime(ember.dynamo.eager, ember.dynamo.config.to_options(**options), convert=convert)
+    runtime = runtime_with(convert, **options)
     return CompiledFunction(fn, runtime)
 
 
@@ -236,7 +243,7 @@ def test_same_code_different_closure_shares_cache_but_not_entries() -> None:
         return scaled
 
     conv = FakeConvert()
-    runtime = Runtime(ember.dynamo.eager, ember.dynamo.config.to_options(), convert=conv)
+    runtime = runtime_with(conv)
     f2, f3 = CompiledFunction(make(2), runtime), CompiledFunction(make(3), runtime)
     x = torch.ones(2)
     torch.testing.assert_close(f2(x), x * 2)
@@ -266,13 +273,13 @@ def test_recursion_guard_inside_compile_runs_eagerly() -> None:
 
 def test_wrap_function_shares_the_cache() -> None:
     conv = FakeConvert()
-    runtime = Runtime(ember.dynamo.eager, ember.dynamo.config.to_options(), convert=conv)
+    runtime = runtime_with(conv)
     a = runtime.wrap_function(add)
     b = runtime.wrap_function(add)
     a(torch.ones(2), torch.ones(2))
     b(torch.ones(2), torch.ones(2))
     assert len(conv.calls) == 1
-    assert len(runtime.previous_entries(add.__code__)) == 1
+    assert len(runtime.table.get(add.__code__).entries) == 1
 
 
 def test_compile_times_are_recorded() -> None:

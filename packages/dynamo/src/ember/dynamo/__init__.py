@@ -29,8 +29,9 @@ from .backends import InvalidBackendError, eager, list_backends, lookup_backend,
 from .cache import RecompileError
 from .config import DynamoOptions, config
 from .errors import Unsupported
-from .eval_frame import CompiledFunction, FrameHooks
 from .explain import ExplainOutput, explain
+from .frame import FrameHooks
+from .function_entry import CompiledFunction
 from .logs import LogSettingsError, get_logger, set_logs
 from .profiler import CompileProfiler
 

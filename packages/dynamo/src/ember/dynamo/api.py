@@ -8,10 +8,12 @@ original module's parameters, buffers, submodules and hooks (so
 ``state_dict()`` keys, ``parameters()``, ``.to()``, ``load_state_dict`` and
 attribute reads/writes all pass through to the original, unprefixed).
 
-Registries the capture engine reads (filled by users, never by capture):
-``disable`` marks functions capture must run eagerly, ``allow_in_graph``
-functions it must put in the graph as one opaque call, ``disallow_in_graph``
-functions it must never put in a graph.
+``disable``, ``allow_in_graph`` and ``disallow_in_graph`` fill the
+registries of ``trace_rules`` (read by capture and the frame hook).
+
+:data:`STATE` is the process's one :class:`RuntimeState` (stances, run mode,
+the recursion guard, timings, active ``with optimize()`` blocks): created
+here, at the public entry, and handed to every runtime.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from typing import Any, TypeVar
 import torch
 
 from . import cache as cache_mod
-from . import eval_frame_hook
-from .backends import CompilerFn, backend_name, lookup_backend, with_repro_hook
-from .config import OPTION_NAMES, DynamoOptions, config
+from . import frame_hook, trace_rules
+from .backends import backend_name, lookup_backend, with_repro_hook
+from .config import OPTION_NAMES, DynamoOptions, config, warn_not_implemented
+from .convert_frame import convert_frame
 from .debug_dir import debug_dir_from_env
-from .eval_frame import STATE, CompiledFunction, CompiledMethod, Runtime
+from .frame import CompilerFn
+from .function_entry import CompiledFunction, CompiledMethod, Runtime, RuntimeState
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -41,10 +45,13 @@ MODES: tuple[str, ...] = (
 )
 STANCES: tuple[str, ...] = ("default", "force_eager", "eager_on_recompile", "fail_on_recompile")
 
-#: id -> function; capture puts these in the graph as one opaque node.
-ALLOWED_IN_GRAPH: dict[int, Any] = {}
-#: id -> function; capture never puts these in a graph (a graph break instead).
-DISALLOWED_IN_GRAPH: dict[int, Any] = {}
+#: The process's runtime switches, handed to every runtime made here.
+STATE = RuntimeState()
+
+
+def new_runtime(backend: CompilerFn, options: DynamoOptions) -> Runtime:
+    """A runtime over ``backend`` with this process's state and ember's capture."""
+    return Runtime(backend, options, convert=convert_frame, state=STATE)
 
 
 class CompileOptionsError(ValueError):
@@ -102,7 +109,9 @@ def make_runtime(
     compiler = lookup_backend(backend)
     compiler = _backend_options(compiler, None if mode == "default" else mode, opts)
     compiler = with_repro_hook(compiler)
-    return Runtime(compiler, snapshot_options(fullgraph=fullgraph, dynamic=dynamic, **dynamo_opts))
+    snapshot = snapshot_options(fullgraph=fullgraph, dynamic=dynamic, **dynamo_opts)
+    warn_not_implemented(snapshot, stacklevel=4)
+    return new_runtime(compiler, snapshot)
 
 
 def snapshot_options(**overrides: Any) -> DynamoOptions:
@@ -115,7 +124,8 @@ def snapshot_options(**overrides: Any) -> DynamoOptions:
     return options
 
 
-def _wrap(target: Any, runtime: Runtime) -> Any:
+def wrap_target(target: Any, runtime: Runtime) -> Any:
+    """``target`` (function, method, module, callable object) compiled with ``runtime``."""
     if isinstance(target, OptimizedModule):
         target = target._orig_mod
     if isinstance(target, torch.nn.Module):
@@ -164,7 +174,7 @@ def compile(
         runtime = make_runtime(
             backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode, options=options
         )
-        return _wrap(target, runtime)
+        return wrap_target(target, runtime)
 
     if model is None:
         return apply
@@ -179,17 +189,17 @@ class OptimizeContext:
         self._entered: list[Runtime] = []
 
     def __call__(self, target: Any) -> Any:
-        return _wrap(target, self._factory())
+        return wrap_target(target, self._factory())
 
     def __enter__(self) -> None:
         """Capture every user function called inside the block (the PEP 523 hook)."""
         runtime = self._factory()
-        eval_frame_hook.enter(runtime)
+        STATE.enter_hook(runtime)
         self._entered.append(runtime)
 
     def __exit__(self, *exc: object) -> None:
         if self._entered:
-            eval_frame_hook.exit(self._entered.pop())
+            STATE.exit_hook(self._entered.pop())
 
 
 def optimize(
@@ -205,9 +215,10 @@ def optimize(
     ``optimize("eager")(module)``. ``nopython=True`` is ``fullgraph=True``.
     """
     compiler = with_repro_hook(lookup_backend(backend))  # unknown names fail here
+    warn_not_implemented(snapshot_options(dynamic=dynamic), stacklevel=3)
 
     def factory() -> Runtime:
-        return Runtime(compiler, snapshot_options(fullgraph=nopython, dynamic=dynamic))
+        return new_runtime(compiler, snapshot_options(fullgraph=nopython, dynamic=dynamic))
 
     if disable:
         return _PassThrough(factory)
@@ -362,12 +373,12 @@ def disable(fn: Any = None, recursive: bool = True) -> Any:
 
     code = getattr(fn, "__code__", None)
     if isinstance(code, types.CodeType):
-        eval_frame_hook.DISABLED_CODES[id(code)] = code
+        trace_rules.disable_code(code)
     if recursive:
 
         @functools.wraps(fn)
         def disabled(*args: Any, **kwargs: Any) -> Any:
-            with eval_frame_hook.suspended():
+            with frame_hook.suspended():
                 return fn(*args, **kwargs)
     else:
 
@@ -376,44 +387,33 @@ def disable(fn: Any = None, recursive: bool = True) -> Any:
             return fn(*args, **kwargs)
 
     disabled._ember_disabled = True  # type: ignore[attr-defined]
-    disabled._ember_disabled_recursive = recursive  # type: ignore[attr-defined]
     return disabled
 
 
-def is_disabled(fn: Any) -> bool:
-    """Whether capture must leave ``fn`` alone (``disable`` was applied to it)."""
-    return bool(getattr(fn, "_ember_disabled", False))
+is_disabled = trace_rules.is_disabled
+is_allowed_in_graph = trace_rules.is_allowed_in_graph
+is_disallowed_in_graph = trace_rules.is_disallowed_in_graph
+graph_break = trace_rules.graph_break
 
 
 def allow_in_graph(fn: F) -> F:
     """Put calls to ``fn`` in the graph as one opaque node instead of tracing into it."""
-    ALLOWED_IN_GRAPH[id(fn)] = fn
-    DISALLOWED_IN_GRAPH.pop(id(fn), None)
+    trace_rules.allow_in_graph(fn)
     return fn
 
 
 def disallow_in_graph(fn: F) -> F:
     """Never put ``fn`` in a graph: a call to it is a graph break."""
-    DISALLOWED_IN_GRAPH[id(fn)] = fn
-    ALLOWED_IN_GRAPH.pop(id(fn), None)
+    trace_rules.disallow_in_graph(fn)
     return fn
-
-
-def is_allowed_in_graph(fn: Any) -> bool:
-    return id(fn) in ALLOWED_IN_GRAPH and ALLOWED_IN_GRAPH[id(fn)] is fn
-
-
-def is_disallowed_in_graph(fn: Any) -> bool:
-    return id(fn) in DISALLOWED_IN_GRAPH and DISALLOWED_IN_GRAPH[id(fn)] is fn
-
-
-def graph_break() -> None:
-    """Force a graph break here when captured; does nothing when run eagerly."""
 
 
 def is_compiling() -> bool:
     """``True`` while ember is capturing (capture folds it to ``True`` in graphs)."""
     return STATE.compiling > 0
+
+
+trace_rules.register_control(is_compiling, "is_compiling")
 
 
 def compile_times(repr: str = "str") -> Any:

@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
-LOG = logging.getLogger("ember.dynamo")
+from .frame import CompilerFn
 
-CompilerFn = Callable[[torch.fx.GraphModule, list[torch.Tensor]], Callable[..., Any]]
+LOG = logging.getLogger("ember.dynamo")
 
 ENTRY_POINT_GROUP = "ember.backends"
 

@@ -3,7 +3,9 @@
 It picks the tracker class for the value's kind and records, through the
 translator's ``GuardCollector``, what the capture now assumes about it.
 Values without a source (created while tracing, or results of folding) get
-no guards: nothing outside the frame can change them.
+no guards: nothing outside the frame can change them. Trackers reach it as
+``tx.wrap(value, source)`` (and ``tx.wrap_constant(value)`` for
+:func:`wrap_constant_result`), so no tracker module imports this one.
 """
 
 from __future__ import annotations
@@ -19,23 +21,21 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ember.ir import Attr, Item, Source
+
+from . import trace_rules
 from .errors import Unsupported
-from .source_tracking import AttrSource, ItemSource, Source
+from .function_entry import CompiledFunction
 from .variables.base import VariableTracker
 from .variables.builtins import BuiltinVariable
-from .variables.constant import ConstantVariable, is_constant_value
+from .variables.constant import ConstantVariable, OpaqueConstantVariable, is_constant_value
 from .variables.dicts import DictVariable
 from .variables.functions import UserFunctionVariable, UserMethodVariable
 from .variables.lazy import LazyVariable
 from .variables.lists import ListVariable, TupleVariable
 from .variables.misc import ControlFunctionVariable
 from .variables.nn_module import NNModuleVariable
-from .variables.objects import (
-    ClassVariable,
-    OpaqueConstantVariable,
-    PythonModuleVariable,
-    UserObjectVariable,
-)
+from .variables.objects import ClassVariable, PythonModuleVariable, UserObjectVariable
 from .variables.torch import (
     AUTOCAST_CLASSES,
     GradModeExit,
@@ -82,41 +82,14 @@ def is_member(value: Any, group: frozenset[Any]) -> bool:
         return False
 
 
-#: torch's own "am I being compiled?" queries: True while ember traces, as
-#: under TorchDynamo, so libraries take their compile-friendly paths
-TORCH_IS_COMPILING = tuple(
-    f
-    for f in (
-        getattr(torch.compiler, "is_compiling", None),
-        getattr(torch.compiler, "is_dynamo_compiling", None),
-    )
-    if f is not None
-)
-
-
 def control_kind(value: Any) -> str | None:
-    """How the runtime's registries say a callable must be treated."""
+    """How the runtime's registries say a callable must be treated (``trace_rules``),
+    or ``"compiled"`` for an ember compiled callable (traced as its original)."""
     if not callable(value) or isinstance(value, (type, torch.nn.Module)):
         return None
-    from . import api
-    from .eval_frame import CompiledFunction
-
     if isinstance(value, CompiledFunction):
         return "compiled"
-    if value is api.graph_break:
-        return "graph_break"
-    if value is api.is_compiling or any(value is f for f in TORCH_IS_COMPILING):
-        return "is_compiling"
-    try:
-        if api.is_disabled(value):
-            return "disabled"
-        if api.is_allowed_in_graph(value):
-            return "allowed"
-        if api.is_disallowed_in_graph(value):
-            return "disallowed"
-    except TypeError:
-        return None
-    return None
+    return trace_rules.control_kind(value)
 
 
 def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
@@ -125,7 +98,7 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
 
     if isinstance(value, torch.Tensor):
         if source is None:
-            return tx.output.register_attr_tensor(value, None, is_param=False)
+            return tx.output.register_attr_tensor(value, None)
         return tx.output.add_input(value, source)
     if isinstance(value, GradModeExit) and source is not None:
         return wrap_grad_mode_exit(tx, value, source)
@@ -147,7 +120,7 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
         if g is not None and source is not None:
             g.add_length(source, value)
         return TupleVariable(
-            [wrap(tx, v, ItemSource(source, i) if source else None) for i, v in enumerate(value)],
+            [wrap(tx, v, Item(source, i) if source else None) for i, v in enumerate(value)],
             source,
         )
     if type(value) is list:
@@ -156,7 +129,7 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
         return tx.output.side_effects.existing_list(
             value,
             lambda: ListVariable(
-                [wrap(tx, v, ItemSource(source, i) if source else None) for i, v in enumerate(value)],
+                [wrap(tx, v, Item(source, i) if source else None) for i, v in enumerate(value)],
                 source,
             ),
         )
@@ -169,7 +142,7 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
             value,
             lambda: DictVariable(
                 {
-                    k: LazyVariable(v, ItemSource(source, k)) if source else wrap(tx, v, None)
+                    k: LazyVariable(v, Item(source, k)) if source else wrap(tx, v, None)
                     for k, v in value.items()
                 },
                 source,
@@ -179,7 +152,7 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
     control = control_kind(value)
     if control is not None:
         if control == "compiled":
-            return wrap(tx, value.__wrapped__, AttrSource(source, "__wrapped__") if source else None)
+            return wrap(tx, value.__wrapped__, Attr(source, "__wrapped__") if source else None)
         return ControlFunctionVariable(value, control)
     if is_torch_callable(value):
         if g is not None and source is not None:
@@ -203,11 +176,11 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
             # call is the same program; what it closes over, its defaults and
             # globals are guarded where they are read.
             g.add_type(source, value)
-            g.add_id(AttrSource(source, "__code__"), value.__code__)
+            g.add_id(Attr(source, "__code__"), value.__code__)
         return UserFunctionVariable(value, source)
     if isinstance(value, types.MethodType):
-        obj_src = AttrSource(source, "__self__") if source else None
-        fn_src = AttrSource(source, "__func__") if source else None
+        obj_src = Attr(source, "__self__") if source else None
+        fn_src = Attr(source, "__func__") if source else None
         fn = value.__func__
         if not isinstance(fn, types.FunctionType):
             raise Unsupported(f"bound method `{getattr(fn, '__name__', fn)}` of a C type")

@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import types
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-#: ``check_fn(f_locals, f_globals) -> bool`` (an ``ember.guards.CheckFn``).
-CheckFnLike = Callable[[dict[str, Any], dict[str, Any]], bool]
+from .resume import ResumeCodes
 
 
 class RecompileError(RuntimeError):
@@ -67,10 +65,12 @@ class CodeCache:
 
 
 class CacheTable:
-    """All code caches of one runtime, keyed by code object identity."""
+    """All code caches of one runtime, keyed by code object identity, and the
+    resume functions its captures made."""
 
     def __init__(self) -> None:
         self._caches: dict[int, CodeCache] = {}
+        self.resume_codes = ResumeCodes()
         _ALL_TABLES.add(self)
 
     def get(self, code: types.CodeType) -> CodeCache:
@@ -84,14 +84,13 @@ class CacheTable:
         cache = self._caches.get(id(code))
         return cache if cache is not None and cache.code is code else None
 
-    def caches(self) -> list[CodeCache]:
-        return list(self._caches.values())
-
     def clear(self) -> None:
         for cache in self._caches.values():
             cache.clear()
+        self.resume_codes.clear()
 
 
+#: Every live table (a registry of weak references), so ``reset()`` reaches them all.
 _ALL_TABLES: weakref.WeakSet[CacheTable] = weakref.WeakSet()
 
 

@@ -4,26 +4,26 @@
 value by ``reconstruct(cg)``: constants by ``LOAD_CONST``, values read from
 the frame by replaying their source (``L['self'].layers[0]``), tensors
 computed by the graph by indexing the graph's output tuple. Tensors asked
-for here become the graph's outputs, in the order first asked.
-The 3.11/3.12 differences in call and attribute sequences live here only.
+for here become the graph's outputs, in the order first asked. How a call or
+an attribute load is spelled on the running Python comes from ``instructions``.
 """
 
 from __future__ import annotations
 
-import sys
 import types
 from typing import TYPE_CHECKING, Any
 
 from bytecode import Instr
 from bytecode.instr import CellVar, FreeVar
 
-from .source_tracking import AttrSource, GlobalSource, ItemSource, LocalSource, Source
-from .variables.base import VariableTracker
+from ember.ir import Attr, Global, Item, Local, Source
+
+from .instructions import emit_call, load_attr_arg
 
 if TYPE_CHECKING:
+    from .variables.base import VariableTracker
     from .variables.tensor import TensorVariable
 
-PY312 = sys.version_info >= (3, 12)
 OUT_LOCAL = "__ember_graph_out"
 
 
@@ -77,7 +77,7 @@ class PyCodegen:
         self.emit("STORE_GLOBAL", name)
 
     def load_attr(self, name: str) -> None:
-        self.emit("LOAD_ATTR", (False, name) if PY312 else name)
+        self.emit("LOAD_ATTR", load_attr_arg(name))
 
     def store_attr(self, name: str) -> None:
         self.emit("STORE_ATTR", name)
@@ -91,11 +91,10 @@ class PyCodegen:
     def push_null(self) -> None:
         self.emit("PUSH_NULL")
 
-    def call(self, nargs: int) -> None:
-        """Call with ``[NULL, callable, *args]`` on the stack."""
-        if not PY312:
-            self.emit("PRECALL", nargs)
-        self.emit("CALL", nargs)
+    def call(self, nargs: int, kw_names: tuple[str, ...] = ()) -> None:
+        """Call with ``[NULL, callable, *args]`` on the stack (``kw_names``: the
+        names of the last ``len(kw_names)`` arguments)."""
+        emit_call(self, nargs, kw_names)
 
     def pop_top(self) -> None:
         self.emit("POP_TOP")
@@ -118,19 +117,19 @@ class PyCodegen:
 
     # --- values --------------------------------------------------------------
     def load_source(self, source: Source) -> None:
-        if isinstance(source, LocalSource):
+        if isinstance(source, Local):
             self.load_local(source.name)
-        elif isinstance(source, GlobalSource):
+        elif isinstance(source, Global):
             self.load_global(source.name)
-        elif isinstance(source, AttrSource):
+        elif isinstance(source, Attr):
             self.load_source(source.base)
-            self.load_attr(source.attr)
-        elif isinstance(source, ItemSource):
+            self.load_attr(source.member)
+        elif isinstance(source, Item):
             self.load_source(source.base)
-            self.load_const(source.key)
+            self.load_const(source.index)
             self.subscr()
         else:
-            raise TypeError(f"cannot load source {source!r}")
+            raise TypeError(f"cannot load source {source.expr()}")
 
     def load_tensor(self, var: TensorVariable) -> None:
         if var.source is not None:

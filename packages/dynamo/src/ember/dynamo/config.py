@@ -15,6 +15,7 @@ Two objects live here:
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -29,16 +30,17 @@ class DynamoOptions:
     #: Raise ``Unsupported`` on the first graph break instead of splitting the
     #: function into several graphs (``nopython=True`` in ``optimize``).
     fullgraph: bool = False
-    #: ``True``: every tensor dimension is symbolic from the first compile;
-    #: ``False``: every dimension is static (a new shape recompiles);
-    #: ``None``: static first, and dimensions whose size changed are made
-    #: symbolic on the recompile (automatic dynamic shapes).
+    #: ``True``: every tensor dimension is symbolic from the first compile
+    #: (not implemented yet: warns, and every new shape recompiles);
+    #: ``False`` and ``None``: every dimension is static (a new shape
+    #: recompiles). Automatic dynamic shapes for ``None`` are not implemented yet.
     dynamic: bool | None = None
     #: Cached entries per code object. Past it, ember warns once (naming the
     #: guard that failed) and runs that code eagerly from then on.
     cache_size_limit: int = 8
     #: Python ``int`` arguments are baked into the graph as constants
-    #: (guarded by value). ``False`` lets automatic dynamic make them symbolic.
+    #: (guarded by value). ``False`` (symbolic ints) is not implemented yet: it
+    #: warns and ints stay specialized.
     specialize_int: bool = True
     #: Trace *through* the ``forward`` of torch.nn built-in modules instead of
     #: emitting one ``call_module`` node per leaf module.
@@ -66,6 +68,24 @@ class DynamoOptions:
 
 
 OPTION_NAMES: frozenset[str] = frozenset(f.name for f in fields(DynamoOptions))
+
+#: Options accepted for torch.compile compatibility whose non-default meaning
+#: is not implemented yet: (name, value that is not implemented, what happens instead).
+NOT_IMPLEMENTED: tuple[tuple[str, Any, str], ...] = (
+    ("dynamic", True, "every tensor dimension stays static and a new shape recompiles"),
+    ("specialize_int", False, "int arguments stay constants in the graph, guarded by value"),
+)
+
+
+def warn_not_implemented(options: DynamoOptions, stacklevel: int = 3) -> None:
+    """Warn for each option set to a value ember does not implement yet."""
+    for name, value, instead in NOT_IMPLEMENTED:
+        if getattr(options, name) == value and type(getattr(options, name)) is type(value):
+            warnings.warn(
+                f"ember.dynamo: {name}={value!r} is not implemented yet; {instead}",
+                UserWarning,
+                stacklevel=stacklevel,
+            )
 
 
 class Config:

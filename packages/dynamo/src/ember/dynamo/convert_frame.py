@@ -1,30 +1,31 @@
 """Turn one running frame into guarded, transformed code.
 
-``convert_frame(state, compiler, options, hooks)`` is the contract with the
-runtime (``eval_frame``): it interprets the frame's bytecode symbolically,
+``convert_frame(state, compiler, options, hooks)`` is capture's side of the
+contract in ``frame.py``: it interprets the frame's bytecode symbolically,
 compiles the captured graph with the backend, and returns a
 :class:`GuardedCode` whose ``code`` has the original signature and, when
 run, calls the compiled graph and rebuilds the function's result and side
-effects.
+effects. At a graph break it hands over to ``split_frame``.
 """
 
 from __future__ import annotations
 
 import inspect
-import traceback
-import types
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from .codegen import OUT_LOCAL, PyCodegen
+from ember import guards
+from ember.ir import Local
+
+from .bytecode_transform import assemble
+from .codegen import PyCodegen
 from .config import DynamoOptions
 from .errors import Unsupported
-from .eval_frame import FrameHooks
-from .output_graph import CapturedGraph, CompilerFn, OutputGraph
-from .source_tracking import LocalSource
+from .frame import CapturedGraph, CompilerFn, FrameHooks, FrameState, GraphBreak, GuardedCode
+from .output_graph import OutputGraph
+from .split_frame import compile_break
 from .symbolic_convert import BreakSignal, InstructionTranslator, RestartAnalysis
 from .variables.base import VariableTracker
 from .variables.functions import CellVariable
@@ -40,34 +41,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class FrameState:
-    """One call about to run: the bound arguments of ``code``."""
-
-    code: types.CodeType
-    f_locals: dict[str, Any]
-    f_globals: dict[str, Any]
-    closure: tuple[types.CellType, ...] | None
-    fn_name: str
-
-
-@dataclass(frozen=True)
-class GraphBreak:
-    reason: str
-    user_stack: list[traceback.FrameSummary]
-
-
-@dataclass
-class GuardedCode:
-    """One cache entry: run ``code`` when ``check_fn(f_locals, f_globals)``."""
-
-    code: types.CodeType
-    check_fn: Any
-    guard_set: Any
-    graphs: list[CapturedGraph] = field(default_factory=list)
-    graph_breaks: list[GraphBreak] = field(default_factory=list)
-
-
 UNSUPPORTED_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
@@ -77,8 +50,7 @@ def initial_locals(state: FrameState) -> dict[str, VariableTracker]:
     for name, value in state.f_locals.items():
         if name not in code.co_varnames and name not in code.co_cellvars:
             continue
-        kind = "cell" if name in code.co_cellvars else "fast"
-        out[name] = LazyVariable(value, LocalSource(name, kind))
+        out[name] = LazyVariable(value, Local(name))
     return out
 
 
@@ -93,7 +65,7 @@ def initial_cells(state: FrameState) -> dict[str, CellVariable]:
         )
     for name, cell in zip(code.co_freevars, closure, strict=True):
         cells[name] = CellVariable(
-            real=cell, source=LocalSource(name, "free"), name=name, owner=code
+            real=cell, source=Local(name), name=name, owner=code
         )
     return cells
 
@@ -168,9 +140,7 @@ def split(
     compiler: CompilerFn,
     hooks: FrameHooks,
 ) -> GuardedCode:
-    """The frame's code split at a graph break (see ``graph_break``)."""
-    from .split_frame import compile_break
-
+    """The frame's code split at a graph break (see ``split_frame``)."""
     try:
         result = compile_break(tx, sig.inst, sig.reason, compiler, hooks, state.fn_name)
     except Unsupported as e:
@@ -191,8 +161,6 @@ def finish(
     result: VariableTracker,
     compiler: CompilerFn,
 ) -> GuardedCode:
-    from .bytecode_transform import assemble
-
     code = state.code
     cg = PyCodegen(code.co_cellvars, code.co_freevars, code.co_firstlineno)
     if output.side_effects.is_empty():
@@ -203,17 +171,8 @@ def finish(
         cg.load_local(ret_tmp)
     cg.return_value()
 
-    graphs: list[CapturedGraph] = []
-    head = PyCodegen(code.co_cellvars, code.co_freevars, code.co_firstlineno)
-    if cg.outputs or output.has_ops():
-        name, captured, inputs = output.compile(cg.outputs, compiler, state.fn_name)
-        graphs.append(captured)
-        head.load_global(name, push_null=True)
-        for inp in inputs:
-            head.load_source(inp.source)
-        head.call(len(inputs))
-        head.store_local(OUT_LOCAL)
-    new_code = assemble(code, head.instrs + cg.instrs)
+    head, graphs = output.call_graph(code, cg, compiler, state.fn_name)
+    new_code = assemble(code, head + cg.instrs)
     guard_set = output.guards.to_guard_set()
     check_fn = compile_guards(guard_set, guard_locals(state), state.f_globals)
     return GuardedCode(new_code, check_fn, guard_set, graphs, [])
@@ -234,7 +193,5 @@ def guard_locals(state: FrameState) -> dict[str, Any]:
 def compile_guards(
     guard_set: Any, f_locals: dict[str, Any], f_globals: dict[str, Any]
 ) -> Callable[..., bool]:
-    from ember import guards
-
     fn: Callable[..., bool] = guards.compile(guard_set, f_locals, f_globals)
     return fn

@@ -27,6 +27,8 @@ import types
 from pathlib import Path
 from typing import Any
 
+from ember import ir
+
 _RUN_DIRS: dict[str, Path] = {}
 _FRAME_COUNTER = itertools.count()
 
@@ -91,7 +93,5 @@ def write_frame(base: str, code: types.CodeType, guarded: Any) -> Path:
 
 
 def _save_graph_ir(captured: Any, path: Path) -> None:
-    from ember import ir
-
     graph_ir = ir.from_fx(captured.gm, captured.example_inputs)
     ir.save(graph_ir, path)

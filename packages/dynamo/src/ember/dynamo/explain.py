@@ -17,8 +17,10 @@ from typing import Any
 
 import torch
 
-from .backends import CompilerFn, lookup_backend
-from .eval_frame import CaptureEvent, Runtime
+from .api import new_runtime, snapshot_options, wrap_target
+from .backends import lookup_backend
+from .frame import CompilerFn
+from .function_entry import CaptureEvent
 from .testing import count_ops
 
 
@@ -91,14 +93,12 @@ def _ops(gm: torch.fx.GraphModule) -> list[str]:
 
 def explain(fn: Any, *, backend: str | CompilerFn = "eager") -> Callable[..., ExplainOutput]:
     """``explain(fn)(*args, **kwargs)`` runs ``fn`` once and reports what capture did."""
-    from .api import _wrap, snapshot_options
-
     target = getattr(fn, "__wrapped__", fn)
     compiler = lookup_backend(backend)
 
     def run(*args: Any, **kwargs: Any) -> ExplainOutput:
         out = ExplainOutput()
-        runtime = Runtime(compiler, snapshot_options())
+        runtime = new_runtime(compiler, snapshot_options())
 
         def listen(event: CaptureEvent) -> None:
             if event.kind == "capture":
@@ -115,7 +115,7 @@ def explain(fn: Any, *, backend: str | CompilerFn = "eager") -> Callable[..., Ex
                 out.break_reasons.append(BreakReason(event.reason, stack))
 
         runtime.listeners.append(listen)
-        compiled = _wrap(target, runtime)
+        compiled = wrap_target(target, runtime)
         start = time.perf_counter()
         out.result = compiled(*args, **kwargs)
         out.compile_time = time.perf_counter() - start

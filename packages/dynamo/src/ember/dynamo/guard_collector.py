@@ -15,8 +15,7 @@ from typing import Any
 import torch
 
 from ember import ir
-
-from .source_tracking import Source, to_ir
+from ember.ir import Source
 
 _CONSTANT_TYPES = (type(None), bool, int, float, str, bytes)
 
@@ -29,7 +28,7 @@ class GuardCollector:
         key = (source.expr() if source is not None else "", kind.value)
         if key in self.guards:
             return
-        self.guards[key] = ir.Guard(to_ir(source) if source is not None else None, kind, payload)
+        self.guards[key] = ir.Guard(source, kind, payload)
 
     def add_tensor(self, source: Source, t: torch.Tensor) -> None:
         self._add(source, ir.GuardKind.TENSOR_MATCH, ir.tensor_payload(t))

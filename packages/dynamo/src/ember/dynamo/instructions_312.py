@@ -1,21 +1,31 @@
-"""Opcode handlers whose meaning is specific to CPython 3.12.
+"""CPython 3.12: its opcode handlers, emission spellings and deliberate breaks.
 
 3.12 dropped PRECALL, folded LOAD_METHOD into LOAD_ATTR (low bit of the
 argument), renamed the conditional jumps, inlined comprehensions
 (LOAD_FAST_AND_CLEAR) and added RETURN_CONST, BINARY_SLICE, STORE_SLICE,
-END_FOR and CALL_INTRINSIC_1.
+END_FOR and CALL_INTRINSIC_1. The parts of this module are described in
+``instructions_311``.
 """
 
 from __future__ import annotations
 
 import dis
+from typing import TYPE_CHECKING, Any
 
+from bytecode import Compare
+
+from . import instructions_311 as previous
+from .bytecode_transform import arg
 from .errors import Unsupported
-from .instructions_common import CommonInstructions
-from .translator_core import arg
 from .variables.constant import ConstantVariable
 from .variables.lists import ListIteratorVariable, TupleVariable
 from .variables.misc import BoundCallVariable, NullVariable
+
+if TYPE_CHECKING:
+    from .codegen import PyCodegen
+    from .instructions_common import CommonInstructions as Handlers
+else:
+    Handlers = object
 
 Inst = dis.Instruction
 
@@ -23,7 +33,9 @@ INTRINSIC_UNARY_POSITIVE = 5
 INTRINSIC_LIST_TO_TUPLE = 6
 
 
-class VersionMixin(CommonInstructions):
+class VersionInstructions(Handlers):
+    """Handlers whose meaning is specific to 3.12 (mixed in before ``CommonInstructions``)."""
+
     def global_pushes_null(self, inst: Inst) -> bool:
         return bool(arg(inst) & 1)
 
@@ -108,3 +120,77 @@ class VersionMixin(CommonInstructions):
         self.jump_to(inst.argval)
         if self.instructions[self.ip].opname == "END_FOR":
             self.ip += 1
+
+
+# -- emitting bytecode ---------------------------------------------------------------
+
+
+def emit_call(cg: PyCodegen, nargs: int, kw_names: tuple[str, ...] = ()) -> None:
+    """Call with ``[NULL, callable, *args]`` (or ``[callable, self, *args]``) on the stack."""
+    if kw_names:
+        cg.emit("KW_NAMES", kw_names)
+    cg.emit("CALL", nargs)
+
+
+def load_attr_arg(name: str) -> Any:
+    """``LOAD_ATTR``'s argument for a plain attribute load (low bit: method)."""
+    return (False, name)
+
+
+def replay_arg(inst: Inst) -> Any:
+    """The argument that re-emits ``inst`` unchanged with the ``bytecode`` library."""
+    if inst.opname == "COMPARE_OP":
+        return Compare(arg(inst) >> 4)
+    if inst.opname == "LOAD_ATTR":
+        return (bool(arg(inst) & 1), inst.argval)
+    return None
+
+
+def native_stack_effect(inst: Inst) -> int | None:
+    """Stack effect of running ``inst`` natively where ``dis.stack_effect`` is
+    wrong for how a split replays it; ``None``: use ``dis.stack_effect``."""
+    if inst.opname == "LOAD_ATTR":
+        return 1 if arg(inst) & 1 else 0
+    return None
+
+
+COND_JUMPS: dict[str, str] = {
+    "POP_JUMP_IF_FALSE": "POP_JUMP_IF_FALSE",
+    "POP_JUMP_IF_TRUE": "POP_JUMP_IF_TRUE",
+}
+
+# -- which opcodes are not traced, and why -------------------------------------------------
+
+_REMOVED_IN_312 = ("ASYNC_GEN_WRAP", "IMPORT_STAR", "LOAD_CLASSDEREF", "PREP_RERAISE_STAR", "PRINT_EXPR")
+
+GRAPH_BREAK_OPCODES: dict[str, str] = {
+    **{k: v for k, v in previous.GRAPH_BREAK_OPCODES.items() if k not in _REMOVED_IN_312},
+    "CLEANUP_THROW": "generators and coroutines are not traced",
+    "END_SEND": "generators and coroutines are not traced",
+    "CALL_INTRINSIC_2": "exception groups and type parameters are not traced",
+    "LOAD_FROM_DICT_OR_DEREF": "module and class bodies are not captured (name-based variable access)",
+    "LOAD_FROM_DICT_OR_GLOBALS": "module and class bodies are not captured (name-based variable access)",
+    "LOAD_LOCALS": "module and class bodies are not captured (name-based variable access)",
+    "INTERPRETER_EXIT": "an interpreter-internal opcode that never appears in user code",
+    "RESERVED": "an interpreter-internal opcode that never appears in user code",
+}
+
+#: Pseudo opcodes: the compiler's own, replaced before a code object is made.
+#: (``INSTRUMENTED_*`` opcodes are never seen either: ``dis`` shows the opcode
+#: they instrument.)
+NOT_TRACED: frozenset[str] = frozenset(
+    {
+        "JUMP_NO_INTERRUPT",
+        "LOAD_METHOD",
+        "LOAD_SUPER_METHOD",
+        "LOAD_ZERO_SUPER_ATTR",
+        "LOAD_ZERO_SUPER_METHOD",
+        "POP_BLOCK",
+        "SETUP_CLEANUP",
+        "SETUP_FINALLY",
+        "SETUP_WITH",
+        "STORE_FAST_MAYBE_NULL",
+    }
+)
+
+KNOWN_MISSING: frozenset[str] = frozenset()

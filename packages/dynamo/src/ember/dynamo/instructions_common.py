@@ -1,19 +1,21 @@
-"""Opcode handlers shared by CPython 3.11 and 3.12.
+"""Opcode handlers every supported CPython version shares.
 
 One method per opcode, named like it. ``self`` is an
-``InstructionTranslatorBase``; families (binary operators, comparisons,
-conditional jumps) come from the small factories at the bottom.
+``InstructionTranslatorBase``; the handlers whose meaning differs between
+versions are in ``instructions_3xx`` and take precedence over these.
 """
 
 from __future__ import annotations
 
 import dis
+import importlib
 import operator
 from collections.abc import Callable
 from typing import Any
 
+from .bytecode_transform import arg
 from .errors import Unsupported
-from .translator_core import TranslatorCore, arg
+from .translator_core import TranslatorCore
 from .variables.base import VariableTracker
 from .variables.builtins import BuiltinVariable
 from .variables.constant import ConstantVariable
@@ -21,7 +23,7 @@ from .variables.dicts import DictVariable, dict_key
 from .variables.functions import CellVariable, NestedFunctionVariable
 from .variables.lazy import LazyVariable
 from .variables.lists import BaseListVariable, ListVariable, TupleVariable
-from .variables.misc import BoundCallVariable, NullVariable
+from .variables.misc import NullVariable
 from .variables.tensor import TensorVariable
 from .variables.torch import AutocastVariable, ContextMethodVariable, GradModeVariable
 
@@ -121,14 +123,10 @@ class CommonInstructions(TranslatorCore):
         level = self.pop().as_python_constant()
         if level != 0:
             raise Unsupported("relative import inside a compiled region")
-        import importlib
-
-        from .builder import wrap
-
         module = importlib.import_module(inst.argval)
         if not fromlist:
             module = importlib.import_module(inst.argval.split(".")[0])
-        self.push(wrap(self, module, None))
+        self.push(self.wrap(module, None))
 
     def IMPORT_FROM(self, inst: Inst) -> None:
         self.push(self.stack[-1].var_getattr(self, inst.argval))
@@ -423,9 +421,3 @@ class CommonInstructions(TranslatorCore):
 
     def LOAD_BUILD_CLASS(self, inst: Inst) -> None:
         raise Unsupported("class definition inside a compiled region")
-
-
-def method_call_var(obj: VariableTracker, name: str) -> VariableTracker:
-    """What ``LOAD_METHOD``/``LOAD_ATTR(method)`` pushes for ``obj.name``."""
-    return BoundCallVariable(obj, name)
-

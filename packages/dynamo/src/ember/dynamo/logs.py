@@ -14,6 +14,8 @@ users may add their own handlers to any ``ember.<area>`` logger as usual.
 
 from __future__ import annotations
 
+import dis
+import io
 import logging
 import os
 import sys
@@ -154,9 +156,6 @@ def enabled(area: str, level: int = logging.INFO) -> bool:
 
 
 def _dis_lines(code: object) -> list[str]:
-    import dis
-    import io
-
     out = io.StringIO()
     dis.dis(code, file=out, depth=0)  # type: ignore[arg-type]
     return out.getvalue().rstrip("\n").splitlines()

@@ -4,46 +4,45 @@ One ``OutputGraph`` per captured graph: an FX graph of torch-level ops, a
 fake-tensor mode that computes every node's metadata, the graph's tensor
 inputs (each read from a frame source and guarded), the parameters and
 buffers it reads (``get_attr`` on a root module), the guards and the side
-effects. ``compile`` hands the finished ``GraphModule`` to the backend.
+effects. :meth:`OutputGraph.call_graph` hands the finished ``GraphModule``
+to the backend and emits the bytecode that calls the result (the one graph
+call emitter, for a whole frame and for a frame split at a break).
 """
 
 from __future__ import annotations
 
 import itertools
 import operator
+import re
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx
+from bytecode import Instr
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils import _pytree as pytree
 
+from ember.ir import Attr, Global, Item, Local, Source
+
+from .builder import wrap_constant_result
+from .codegen import OUT_LOCAL, PyCodegen
 from .errors import Unsupported
+from .frame import CapturedGraph, CompilerFn
 from .guard_collector import GuardCollector
 from .side_effects import SideEffects
-from .source_tracking import Source
 from .variables.base import VariableTracker
-from .variables.constant import ConstantVariable, is_constant_value
+from .variables.constant import ConstantVariable, OpaqueConstantVariable, is_constant_value
 from .variables.dicts import DictVariable
 from .variables.lazy import LazyVariable
 from .variables.lists import BaseListVariable, ListVariable, NamedTupleVariable, TupleVariable
 from .variables.tensor import TensorVariable
 
-CompilerFn = Callable[[torch.fx.GraphModule, list[torch.Tensor]], Callable[..., Any]]
-
+#: Numbers the globals compiled graphs are installed under (``__compiled_fn_<n>``);
+#: process-wide so two runtimes never reuse a name in one module's globals.
 _graph_ids = itertools.count()
-
-
-@dataclass
-class CapturedGraph:
-    """One graph handed to the backend (for counting and ``explain``)."""
-
-    name: str
-    gm: torch.fx.GraphModule
-    example_inputs: list[torch.Tensor]
-    compiled: Callable[..., Any]
 
 
 @dataclass
@@ -52,6 +51,24 @@ class GraphInput:
     value: torch.Tensor
     node: torch.fx.Node
     var: TensorVariable
+
+
+def _path_text(source: Source) -> str:
+    if isinstance(source, (Local, Global)):
+        return source.name
+    if isinstance(source, Attr):
+        return f"{_path_text(source.base)}_{source.member}"
+    if isinstance(source, Item):
+        return f"{_path_text(source.base)}_{source.index}"
+    raise TypeError(f"no name for source {source.expr()}")
+
+
+def name_hint(source: Source) -> str:
+    """An identifier derived from the path, for placeholders and attributes."""
+    text = re.sub(r"[^0-9a-zA-Z_]+", "_", _path_text(source)).strip("_")
+    if not text or text[0].isdigit():
+        text = "v_" + text
+    return text
 
 
 class OutputGraph:
@@ -94,9 +111,9 @@ class OutputGraph:
         first = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
         if first is not None:
             with self.graph.inserting_before(first):
-                node = self.graph.placeholder(source.name_hint())
+                node = self.graph.placeholder(name_hint(source))
         else:
-            node = self.graph.placeholder(source.name_hint())
+            node = self.graph.placeholder(name_hint(source))
         example = self._fake(value)
         node.meta["example_value"] = example
         var = TensorVariable(node, example, source, type(value))
@@ -111,13 +128,11 @@ class OutputGraph:
             name = f"{hint}_{i}"
         raise AssertionError
 
-    def register_attr_tensor(
-        self, value: torch.Tensor, source: Source | None, *, is_param: bool
-    ) -> TensorVariable:
+    def register_attr_tensor(self, value: torch.Tensor, source: Source | None) -> TensorVariable:
         hit = self.attrs.get(id(value))
         if hit is not None:
             return hit
-        name = self._unique_attr(source.name_hint() if source else "_tensor_constant")
+        name = self._unique_attr(name_hint(source) if source else "_tensor_constant")
         if isinstance(value, torch.nn.Parameter):
             self.root.register_parameter(name, value)
         else:
@@ -133,7 +148,7 @@ class OutputGraph:
         hit = self.modules.get(id(module))
         if hit is not None:
             return hit
-        name = self._unique_attr(source.name_hint() if source else "_module")
+        name = self._unique_attr(name_hint(source) if source else "_module")
         self.root.add_module(name, module)
         self.modules[id(module)] = name
         return name
@@ -164,8 +179,6 @@ class OutputGraph:
             value = v.as_python_constant()
             if isinstance(value, slice) or is_constant_value(value) or callable(value):
                 return value, value
-        from .variables.objects import OpaqueConstantVariable
-
         if isinstance(v, OpaqueConstantVariable):
             return v.value, v.value
         raise Unsupported(f"{v.describe()} cannot be passed to a graph op")
@@ -237,8 +250,6 @@ class OutputGraph:
                 self.graph.erase_node(node)
             if is_constant_value(example) or example is None:
                 return ConstantVariable(example)
-            from .builder import wrap_constant_result
-
             return wrap_constant_result(example)
         node.meta["example_value"] = example
         if isinstance(example, (tuple, list)):
@@ -277,6 +288,23 @@ class OutputGraph:
         name = f"__compiled_fn_{next(_graph_ids)}"
         self.f_globals[name] = compiled
         return name, CapturedGraph(name, gm, example_inputs, compiled), inputs
+
+    def call_graph(
+        self, code: types.CodeType, body: PyCodegen, compiler: CompilerFn, fn_name: str
+    ) -> tuple[list[Instr], list[CapturedGraph]]:
+        """Compile the graph with the tensors ``body`` asked for as its outputs,
+        and the instructions to run before ``body``: call it into ``OUT_LOCAL``.
+        Nothing when the graph computes nothing ``body`` needs."""
+        if not body.outputs and not self.has_ops():
+            return [], []
+        name, captured, inputs = self.compile(body.outputs, compiler, fn_name)
+        head = PyCodegen(code.co_cellvars, code.co_freevars, code.co_firstlineno)
+        head.load_global(name, push_null=True)
+        for inp in inputs:
+            head.load_source(inp.source)
+        head.call(len(inputs))
+        head.store_local(OUT_LOCAL)
+        return head.instrs, [captured]
 
     def _drop_unused_inputs(self) -> None:
         for key, inp in list(self.inputs.items()):

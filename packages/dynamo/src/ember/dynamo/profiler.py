@@ -20,8 +20,10 @@ from typing import Any
 
 import torch
 
-from .backends import CompilerFn, lookup_backend
-from .eval_frame import STATE, CaptureEvent
+from .api import STATE
+from .backends import lookup_backend
+from .frame import CompilerFn
+from .function_entry import CaptureEvent
 from .testing import count_ops
 
 

@@ -6,7 +6,7 @@ the original code that pushes the saved stack values and jumps to
 always made from the *original* code (a break inside a resume function maps
 back through :func:`origin_of`), and cached per (code, offset, stack depth,
 arguments), so a loop that breaks on every iteration reuses one resume
-function and one cache entry.
+function and one cache entry (:class:`ResumeCodes`, one per runtime).
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ from bytecode.instr import CellVar, FreeVar, TryBegin
 
 from .errors import Unsupported
 
+#: Numbers resume functions' global names. Process-wide on purpose: two
+#: runtimes splitting functions of one module must never install their resume
+#: functions under the same name in that module's globals.
 _ids = itertools.count(1)
 
 
@@ -33,23 +36,53 @@ class ResumeInfo:
     name: str
 
 
-_ORIGIN: dict[types.CodeType, ResumeInfo] = {}
-_CACHE: dict[tuple[types.CodeType, int, int, tuple[str, ...]], tuple[types.CodeType, str]] = {}
+ResumeKey = tuple[types.CodeType, int, int, tuple[str, ...]]
+
+
+class ResumeCodes:
+    """One runtime's resume functions: made once per (code, offset, stack depth,
+    arguments) and reused, and where each came from. Owned by the runtime's
+    cache table, so ``ember.dynamo.reset()`` drops them with the cache."""
+
+    def __init__(self) -> None:
+        self.origins: dict[types.CodeType, ResumeInfo] = {}
+        self.codes: dict[ResumeKey, tuple[types.CodeType, str]] = {}
+
+    def clear(self) -> None:
+        self.origins.clear()
+        self.codes.clear()
+
+    def origin_of(self, code: types.CodeType, offset: int) -> tuple[types.CodeType, int]:
+        """The original code and offset behind ``offset`` in ``code``."""
+        info = self.origins.get(code)
+        if info is None:
+            return code, offset
+        insts = real_instructions(code)
+        index = next(i for i, inst in enumerate(insts) if inst.offset == offset)
+        orig = real_instructions(info.origin)
+        return info.origin, orig[index - info.shift].offset
+
+    def resume_code(
+        self,
+        orig: types.CodeType,
+        offset: int,
+        nstack: int,
+        argnames: tuple[str, ...],
+        iter_slots: tuple[int, ...] = (),
+    ) -> tuple[types.CodeType, str]:
+        """:func:`resume_code`, made once per key."""
+        key = (orig, offset, nstack, argnames + tuple(f"#iter{i}" for i in iter_slots))
+        hit = self.codes.get(key)
+        if hit is not None:
+            return hit
+        code, name, info = resume_code(orig, offset, nstack, argnames, iter_slots)
+        self.origins[code] = info
+        self.codes[key] = (code, name)
+        return code, name
 
 
 def real_instructions(code: types.CodeType) -> list[dis.Instruction]:
     return [i for i in dis.get_instructions(code) if i.opname not in ("EXTENDED_ARG", "CACHE")]
-
-
-def origin_of(code: types.CodeType, offset: int) -> tuple[types.CodeType, int]:
-    """The original code and offset behind ``offset`` in ``code``."""
-    info = _ORIGIN.get(code)
-    if info is None:
-        return code, offset
-    insts = real_instructions(code)
-    index = next(i for i, inst in enumerate(insts) if inst.offset == offset)
-    orig = real_instructions(info.origin)
-    return info.origin, orig[index - info.shift].offset
 
 
 def resume_code(
@@ -58,15 +91,11 @@ def resume_code(
     nstack: int,
     argnames: tuple[str, ...],
     iter_slots: tuple[int, ...] = (),
-) -> tuple[types.CodeType, str]:
+) -> tuple[types.CodeType, str, ResumeInfo]:
     """Code (and its global name) resuming ``orig`` at ``offset`` with
     ``nstack`` stack values followed by the locals ``argnames``. Stack slots
     in ``iter_slots`` arrive as tuples and are turned back into iterators
     (a ``for`` loop's remaining items)."""
-    key = (orig, offset, nstack, argnames + tuple(f"#iter{i}" for i in iter_slots))
-    hit = _CACHE.get(key)
-    if hit is not None:
-        return hit
     bc = Bytecode.from_code(orig)
     dis_insts = real_instructions(orig)
     target_index = next(i for i, inst in enumerate(dis_insts) if inst.offset == offset)
@@ -129,9 +158,7 @@ def resume_code(
         )
     except Exception as e:  # the bytecode library rejected the layout
         raise Unsupported(f"cannot build a resume function for `{orig.co_name}`: {e}") from e
-    _ORIGIN[code] = ResumeInfo(orig, len(prefix) - skipped, name)
-    _CACHE[key] = (code, name)
-    return code, name
+    return code, name, ResumeInfo(orig, len(prefix) - skipped, name)
 
 
 def exact_handler_depths(orig: types.CodeType, bc: Bytecode) -> bool:

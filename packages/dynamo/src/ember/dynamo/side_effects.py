@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from bytecode.instr import FreeVar
+
 from .variables.base import VariableTracker
 from .variables.dicts import DictVariable
 from .variables.lists import ListVariable
@@ -106,8 +108,6 @@ class SideEffects:
                 cg.call_method_on_local(target_tmp, "clear", [])  # type: ignore[arg-type]
                 cg.call_method_on_local(target_tmp, "update", [value_tmp])  # type: ignore[arg-type]
             elif kind == "cell":
-                from bytecode.instr import FreeVar
-
                 cg.load_local(value_tmp)
                 cg.emit("STORE_DEREF", FreeVar(name))
             else:

@@ -12,38 +12,31 @@ per side.
 from __future__ import annotations
 
 import dis
-import sys
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bytecode import Instr, Label
 from bytecode.instr import CellVar, FreeVar
 
-from .codegen import OUT_LOCAL, PyCodegen
+from .bytecode_transform import arg, assemble
+from .codegen import PyCodegen
 from .errors import Unsupported
-from .output_graph import CapturedGraph, CompilerFn
-from .resume import live_locals, origin_of, resume_code
-from .translator_core import arg
+from .frame import CapturedGraph, CompilerFn, FrameHooks
+from .instructions import COND_JUMPS, native_stack_effect, replay_arg
+from .resume import live_locals
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable
-from .variables.lists import ListIteratorVariable
-from .variables.misc import NullVariable
+from .variables.dicts import DictVariable
+from .variables.functions import UserFunctionVariable, UserMethodVariable
+from .variables.lists import BaseListVariable, ListIteratorVariable, ListVariable
+from .variables.misc import BoundCallVariable, NullVariable
+from .variables.nn_module import NNModuleVariable, has_hooks, is_leaf_module
+from .variables.torch import AutocastVariable, ContextMethodVariable, GradModeVariable
 
 if TYPE_CHECKING:
-    import torch.fx
-
     from .symbolic_convert import InstructionTranslator
 
-PY312 = sys.version_info >= (3, 12)
-COND_JUMPS = {
-    "POP_JUMP_FORWARD_IF_FALSE": "POP_JUMP_FORWARD_IF_FALSE",
-    "POP_JUMP_BACKWARD_IF_FALSE": "POP_JUMP_FORWARD_IF_FALSE",
-    "POP_JUMP_FORWARD_IF_TRUE": "POP_JUMP_FORWARD_IF_TRUE",
-    "POP_JUMP_BACKWARD_IF_TRUE": "POP_JUMP_FORWARD_IF_TRUE",
-    "POP_JUMP_IF_FALSE": "POP_JUMP_IF_FALSE",
-    "POP_JUMP_IF_TRUE": "POP_JUMP_IF_TRUE",
-}
 # Instructions that may be replayed natively with the same argument.
 REPLAYABLE = {
     "CALL", "CALL_FUNCTION_EX", "BINARY_SUBSCR", "STORE_SUBSCR", "DELETE_SUBSCR",
@@ -55,78 +48,12 @@ REPLAYABLE = {
 
 
 @dataclass
-class Snapshot:
-    stack: list[VariableTracker]
-    locals: dict[str, VariableTracker]
-    kw_names: tuple[str, ...]
-    last_node: Any
-    attrs: dict[Any, Any]
-    globals: dict[str, Any]
-    mutations: int
-    grad_enabled: bool
-    cells: dict[str, Any]
-    iterators: list[tuple[ListIteratorVariable, int]] = field(default_factory=list)
-
-
-@dataclass
 class BreakResult:
     code: Any
     graphs: list[CapturedGraph]
 
 
-def take_snapshot(tx: InstructionTranslator) -> Snapshot:
-    import torch
-
-    nodes = tx.output.graph.nodes
-    last = next(iter(reversed(nodes)), None) if len(nodes) else None
-    return Snapshot(
-        list(tx.stack),
-        dict(tx.symbolic_locals),
-        tx.kw_names,
-        last,
-        dict(tx.output.side_effects.attrs),
-        dict(tx.output.side_effects.globals),
-        tx.output.mutations,
-        torch.is_grad_enabled(),
-        dict(tx.output.side_effects.cells),
-        [
-            (v, v.index)
-            for v in [*tx.stack, *tx.symbolic_locals.values()]
-            if isinstance(v, ListIteratorVariable)
-        ],
-    )
-
-
-def restore(tx: InstructionTranslator, snap: Snapshot) -> None:
-    """Undo a partly-executed instruction (graph nodes, stack, effects)."""
-    import torch
-
-    if tx.output.mutations != snap.mutations:
-        raise Unsupported("cannot split the graph here: a container was mutated by the failing call")
-    graph: torch.fx.Graph = tx.output.graph
-    for node in reversed(list(graph.nodes)):
-        if node is snap.last_node:
-            break
-        if node.op == "placeholder":
-            continue
-        graph.erase_node(node)
-    alive = set(graph.nodes)
-    tx.output.attrs = {k: v for k, v in tx.output.attrs.items() if v.node in alive}
-    tx.stack[:] = snap.stack
-    tx.symbolic_locals.clear()
-    tx.symbolic_locals.update(snap.locals)
-    tx.kw_names = snap.kw_names
-    tx.output.side_effects.attrs = dict(snap.attrs)
-    tx.output.side_effects.cells = dict(snap.cells)
-    for it, index in snap.iterators:
-        it.index = index
-    tx.output.side_effects.globals = dict(snap.globals)
-    torch._C._set_grad_enabled(snap.grad_enabled)
-
-
 def check_breakable(tx: InstructionTranslator, inst: dis.Instruction) -> None:
-    from .variables.torch import AutocastVariable, ContextMethodVariable, GradModeVariable
-
     if inst.opname not in REPLAYABLE and inst.opname not in COND_JUMPS:
         raise Unsupported(f"graph break at {inst.opname} is not supported")
     for v in tx.stack:
@@ -143,11 +70,9 @@ def compile_break(
     inst: dis.Instruction,
     reason: Unsupported,
     compiler: CompilerFn,
-    hooks: Any,
+    hooks: FrameHooks,
     fn_name: str,
 ) -> BreakResult:
-    from .bytecode_transform import assemble
-
     check_breakable(tx, inst)
     code = tx.code
     lineno = tx.lineno
@@ -214,8 +139,10 @@ def compile_break(
         cg.store_local(name)
 
     def call_resume(offset: int) -> None:
-        orig, orig_offset = origin_of(code, offset)
-        rcode, rname = resume_code(orig, orig_offset, stack_after, tuple(live), iter_slots)
+        orig, orig_offset = hooks.resume_codes.origin_of(code, offset)
+        rcode, rname = hooks.resume_codes.resume_code(
+            orig, orig_offset, stack_after, tuple(live), iter_slots
+        )
         # (re)installed on every split: the wrapper belongs to the runtime
         # (backend, cache table) that is capturing now
         cg.emit("BUILD_TUPLE", stack_after)
@@ -257,18 +184,15 @@ def compile_break(
         replay(cg, tx, inst, call_args)
         call_resume(targets[0])
 
-    graphs: list[CapturedGraph] = []
-    head = PyCodegen(code.co_cellvars, code.co_freevars, code.co_firstlineno)
-    if cg.outputs or tx.output.has_ops():
-        name, captured, inputs = tx.output.compile(cg.outputs, compiler, fn_name)
-        graphs.append(captured)
-        head.load_global(name, push_null=True)
-        for inp in inputs:
-            head.load_source(inp.source)
-        head.call(len(inputs))
-        head.store_local(OUT_LOCAL)
-    return BreakResult(assemble(code, head.instrs + cg.instrs), graphs)
+    head, graphs = tx.output.call_graph(code, cg, compiler, fn_name)
+    return BreakResult(assemble(code, head + cg.instrs), graphs)
 
+
+#: Opcodes whose ``bytecode`` library argument is the raw integer.
+INT_ARG_OPS = frozenset(
+    {"BINARY_OP", "BUILD_SET", "UNPACK_SEQUENCE", "UNPACK_EX", "BUILD_STRING", "FORMAT_VALUE",
+     "CALL_FUNCTION_EX", "IS_OP", "CONTAINS_OP"}
+)
 
 CONSUMES = {
     "BINARY_SUBSCR": 2, "BINARY_OP": 2, "COMPARE_OP": 2, "IS_OP": 2, "CONTAINS_OP": 2,
@@ -295,12 +219,9 @@ def consumed(inst: dis.Instruction) -> int:
 
 
 def native_effect(inst: dis.Instruction) -> int:
-    if inst.opname == "CALL" and not PY312:
-        return -(arg(inst) + 1)
-    if inst.opname == "LOAD_METHOD":
-        return 1
-    if inst.opname == "LOAD_ATTR" and PY312:
-        return 1 if arg(inst) & 1 else 0
+    effect = native_stack_effect(inst)
+    if effect is not None:
+        return effect
     return dis.stack_effect(inst.opcode, arg(inst) if inst.opcode >= dis.HAVE_ARGUMENT else None, jump=False)
 
 
@@ -313,9 +234,6 @@ def shared_containers(values: list[VariableTracker]) -> dict[int, VariableTracke
     ``d`` live too) cannot be shared that way, since nested items are rebuilt by
     their parent; such a split raises ``Unsupported`` so the frame runs
     eagerly rather than losing the aliasing."""
-    from .variables.dicts import DictVariable
-    from .variables.lists import BaseListVariable, ListVariable
-
     seen: dict[int, int] = {}
     nested: set[int] = set()
     by_id: dict[int, VariableTracker] = {}
@@ -347,7 +265,7 @@ def shared_containers(values: list[VariableTracker]) -> dict[int, VariableTracke
 
 
 def rewrite_call(
-    tx: InstructionTranslator, inst: dis.Instruction, hooks: Any
+    tx: InstructionTranslator, inst: dis.Instruction, hooks: FrameHooks
 ) -> tuple[list[VariableTracker], int]:
     """For a break at a call into user code, call the callee through the
     runtime (``hooks.wrap_function``) so its own frame is captured; returns
@@ -384,10 +302,6 @@ def rewrite_call(
 def callee_function(
     tx: InstructionTranslator, callee: VariableTracker
 ) -> tuple[types.FunctionType, VariableTracker | None] | None:
-    from .variables.functions import UserFunctionVariable, UserMethodVariable
-    from .variables.misc import BoundCallVariable
-    from .variables.nn_module import NNModuleVariable, has_hooks, is_leaf_module
-
     if isinstance(callee, UserFunctionVariable) and callee.source is not None:
         return callee.fn, None
     if (
@@ -417,23 +331,16 @@ def callee_function(
 def replay(
     cg: PyCodegen, tx: InstructionTranslator, inst: dis.Instruction, call_args: int
 ) -> None:
-    """Emit the failing instruction itself (3.11 calls need PRECALL/KW_NAMES)."""
+    """Emit the failing instruction itself (a call with its keyword names)."""
     if inst.opname == "CALL":
-        if tx.kw_names:
-            cg.emit("KW_NAMES", tuple(tx.kw_names))
-        if not PY312:
-            cg.emit("PRECALL", call_args)
-        cg.emit("CALL", call_args)
+        cg.call(call_args, tuple(tx.kw_names))
         return
     value: Any = inst.argval
-    if inst.opname in ("LOAD_ATTR",) and PY312:
-        value = (bool(arg(inst) & 1), inst.argval)
-    if inst.opname == "BINARY_OP" or inst.opname in ("BUILD_SET", "UNPACK_SEQUENCE", "UNPACK_EX", "BUILD_STRING", "FORMAT_VALUE", "CALL_FUNCTION_EX", "IS_OP", "CONTAINS_OP"):
+    if inst.opname in INT_ARG_OPS:
         value = arg(inst)
-    if inst.opname == "COMPARE_OP":
-        from bytecode import Compare
-
-        value = Compare(arg(inst)) if not PY312 else Compare(arg(inst) >> 4)
+    spelled = replay_arg(inst)
+    if spelled is not None:
+        value = spelled
     if inst.opcode < dis.HAVE_ARGUMENT:
         cg.emit(inst.opname)
     else:

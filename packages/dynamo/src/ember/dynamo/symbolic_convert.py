@@ -6,31 +6,30 @@ dispatched by ``inst.opname``. Tensor work is recorded in the
 ``OutputGraph``; Python work is folded. User function calls are inlined by
 ``InliningInstructionTranslator`` (a child interpreter over the callee's
 code sharing the parent's graph). Per-version opcode differences live in
-``instructions_311`` / ``instructions_312``; the shared state and value
-semantics in ``translator_core``.
+``instructions_3xx`` (the running one chosen by ``instructions``), the
+handlers every version shares in ``instructions_common``, the frame state
+and value semantics in ``translator_core``.
 """
 
 from __future__ import annotations
 
 import dis
-import sys
 import types
 from typing import Any
 
+from ember.ir import Attr, Item, Source
+
 from .config import DynamoOptions
 from .errors import Unsupported
+from .instructions import VersionInstructions
+from .instructions_common import CommonInstructions
 from .output_graph import OutputGraph
-from .source_tracking import Source
+from .rollback import restore, take_snapshot
 from .translator_core import ReturnSignal, TranslatorCore
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable
 from .variables.functions import BaseFunctionVariable, CellVariable
 from .variables.lists import ListIteratorVariable
-
-if sys.version_info >= (3, 12):
-    from .instructions_312 import VersionMixin
-else:
-    from .instructions_311 import VersionMixin
 
 __all__ = [
     "BreakSignal",
@@ -42,7 +41,7 @@ __all__ = [
 ]
 
 
-class InstructionTranslatorBase(VersionMixin):
+class InstructionTranslatorBase(VersionInstructions, CommonInstructions):
     def inline_call(
         self,
         fn: BaseFunctionVariable,
@@ -98,8 +97,6 @@ class InstructionTranslator(InstructionTranslatorBase):
         if not self.may_break:
             super().dispatch(inst)
             return
-        from .split_frame import restore, take_snapshot
-
         known = self.break_before.get(inst.offset)
         if known is not None:
             raise BreakSignal(inst, known)
@@ -142,11 +139,9 @@ class InliningInstructionTranslator(InstructionTranslatorBase):
         self.fn = fn
 
     def globals_source(self, name: str) -> Source | None:
-        from .source_tracking import AttrSource, ItemSource
-
         if self.fn.source is None:
             return None
-        return ItemSource(AttrSource(self.fn.source, "__globals__"), name)
+        return Item(Attr(self.fn.source, "__globals__"), name)
 
     def RETURN_VALUE(self, inst: dis.Instruction) -> None:
         self.return_value = self.pop()

@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from .backends import CompilerFn, lookup_backend
+from .backends import lookup_backend
+from .frame import CompilerFn
 
 OP_NODES = ("call_function", "call_method", "call_module")
 

@@ -3,38 +3,41 @@
 ``TranslatorCore`` holds one frame's symbolic state (value stack, locals,
 cells, instruction pointer) and the operations opcode handlers and trackers
 call back into (``getitem``, ``is_op``, ``get_iter``, ``load_global``...).
-The opcode handlers themselves are mixins over it (``instructions_*``);
-``symbolic_convert`` assembles the translators.
+Trackers for real values are made through one entry point,
+:meth:`TranslatorCore.wrap` (``builder.wrap``: picks the tracker and
+records its guards). The opcode handlers are mixins over this class
+(``instructions_*``); ``symbolic_convert`` assembles the translators.
 """
 
 from __future__ import annotations
 
 import dis
 import inspect
+import operator
 import traceback
 import types
 from typing import Any
 
+from ember.ir import Attr, Global, Source
+
+from .builder import wrap, wrap_constant_result
 from .config import DynamoOptions
 from .errors import InternalCaptureError, Unsupported, frame_summary
+from .instructions import GRAPH_BREAK_OPCODES
 from .output_graph import OutputGraph
-from .source_tracking import GlobalSource, Source
 from .variables.base import VariableTracker
-from .variables.builtins import apply_operator, contains
+from .variables.builtins import contains
 from .variables.constant import ConstantVariable
 from .variables.dicts import DictVariable
 from .variables.functions import BaseFunctionVariable, CellVariable
 from .variables.lists import BaseListVariable, ListIteratorVariable
+from .variables.misc import DeferredAttrVariable
 from .variables.nn_module import NNModuleVariable
 from .variables.objects import UserObjectVariable
+from .variables.operators import apply_operator, fold
 from .variables.tensor import TensorVariable
 
 MAX_STEPS = 200_000
-
-
-def arg(inst: dis.Instruction) -> int:
-    """The instruction's integer argument (0 for none)."""
-    return inst.arg or 0
 
 
 class ReturnSignal(Exception):
@@ -100,7 +103,8 @@ class TranslatorCore:
     def dispatch(self, inst: dis.Instruction) -> None:
         handler = getattr(self, inst.opname, None)
         if handler is None:
-            raise Unsupported(f"opcode {inst.opname} is not supported")
+            why = GRAPH_BREAK_OPCODES.get(inst.opname)
+            raise Unsupported(f"opcode {inst.opname} is not supported" + (f": {why}" if why else ""))
         handler(inst)
 
     def user_stack(self) -> list[traceback.FrameSummary]:
@@ -128,32 +132,36 @@ class TranslatorCore:
         del self.stack[-n:]
         return items
 
+    # --- making trackers ------------------------------------------------------------------
+    def wrap(self, value: Any, source: Source | None) -> VariableTracker:
+        """The tracker for a real ``value`` read from ``source`` (guards recorded)."""
+        return wrap(self, value, source)
+
+    def wrap_constant(self, value: Any) -> VariableTracker:
+        """The tracker for a value computed while tracing from constants (no guards)."""
+        return wrap_constant_result(value)
+
     # --- shared semantics used by trackers ----------------------------------------------
     def load_global(self, name: str) -> VariableTracker:
         same_module = self.f_globals is self.root_tx().f_globals
         pending = self.output.side_effects.globals.get(name) if same_module else None
         if pending is not None:
             return pending
-        from .builder import wrap
-
         if name in self.f_globals:
             if not same_module:
                 return self.wrap_foreign_global(name)
-            return wrap(self, self.f_globals[name], GlobalSource(name))
+            return self.wrap(self.f_globals[name], Global(name))
         builtins_ns = self.f_globals.get("__builtins__", __builtins__)
         if isinstance(builtins_ns, types.ModuleType):
             builtins_ns = vars(builtins_ns)
         if name in builtins_ns:
-            return wrap(self, builtins_ns[name], None)
+            return self.wrap(builtins_ns[name], None)
         raise Unsupported(f"name `{name}` is not defined (NameError)")
 
     def wrap_foreign_global(self, name: str) -> VariableTracker:
         """A global of another module (an inlined callee's), reached through
         the callee's ``__globals__``."""
-        from .builder import wrap
-
-        src = self.globals_source(name)
-        return wrap(self, self.f_globals[name], src)
+        return self.wrap(self.f_globals[name], self.globals_source(name))
 
     def globals_source(self, name: str) -> Source | None:
         return None
@@ -166,8 +174,6 @@ class TranslatorCore:
 
     def getattr_deferred(self, obj: VariableTracker, name: str) -> VariableTracker:
         """``obj.name``; an untraceable value is deferred to its use."""
-        from .variables.misc import DeferredAttrVariable
-
         try:
             return obj.var_getattr(self, name)
         except Unsupported as e:
@@ -177,8 +183,6 @@ class TranslatorCore:
 
     def getitem(self, obj: VariableTracker, key: VariableTracker) -> VariableTracker:
         if isinstance(obj, TensorVariable):
-            import operator
-
             return self.output.create_op("call_function", operator.getitem, [obj, key], {})
         if isinstance(obj, (BaseListVariable, DictVariable)):
             return obj.getitem(self, key)
@@ -190,7 +194,7 @@ class TranslatorCore:
             # a Python-level __getitem__: inline it like any other method
             return obj.call_method(self, "__getitem__", [key], {})
         if obj.is_python_constant() and key.is_python_constant():
-            return _fold_getitem(obj, key)
+            return fold(self, operator.getitem, [obj, key])
         raise Unsupported(f"indexing {obj.describe()} with {key.describe()}")
 
     def is_op(self, a: VariableTracker, b: VariableTracker, negate: bool) -> VariableTracker:
@@ -238,9 +242,7 @@ class TranslatorCore:
 
     def guard_module_training(self, mod: NNModuleVariable) -> None:
         if mod.source is not None:
-            from .source_tracking import AttrSource
-
-            self.output.guards.add_constant(AttrSource(mod.source, "training"), mod.value.training)
+            self.output.guards.add_constant(Attr(mod.source, "training"), mod.value.training)
 
     def cell_for(self, cell: types.CellType, source: Source | None, name: str) -> CellVariable:
         """The one tracker for a real cell (so a write through one path is
@@ -271,10 +273,3 @@ class TranslatorCore:
     ) -> VariableTracker:
         raise NotImplementedError
 
-
-def _fold_getitem(obj: VariableTracker, key: VariableTracker) -> VariableTracker:
-    import operator
-
-    from .variables.builtins import fold
-
-    return fold(operator.getitem, [obj, key])

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ember.ir import Source
+
 from ..errors import Unsupported
-from ..source_tracking import Source
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
@@ -80,9 +81,6 @@ class VariableTracker:
     def unpack(self, tx: Tx) -> list[VariableTracker]:
         """The items, for iteration and unpacking."""
         raise Unsupported(f"iterating over {self.describe()} cannot be traced")
-
-    def has_unpack(self) -> bool:
-        return False
 
     def reconstruct(self, cg: PyCodegen) -> None:
         """Emit bytecode that pushes the real value."""

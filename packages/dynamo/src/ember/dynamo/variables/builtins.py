@@ -8,108 +8,39 @@ lists/tuples/dicts they work on the trackers. Anything else is a named
 from __future__ import annotations
 
 import builtins
-import functools
+import collections.abc
+import inspect
 import operator
+import types
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..errors import Unsupported
+from ember.ir import Attr
+
+from ..errors import MissingKey, Unsupported
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .dicts import DictVariable, dict_key
-from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
+from .lists import BaseListVariable, ListIteratorVariable, TupleVariable
+from .objects import UserObjectVariable, construct_builtin_type, make_super
+from .operators import (
+    ARITH,
+    Args,
+    Kwargs,
+    all_const,
+    apply_operator,
+    fold,
+    has_tensor,
+    iterate,
+    same_value,
+)
 from .tensor import TensorVariable
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
     from ..translator_core import TranslatorCore as Tx
 
-Args = list[VariableTracker]
-Kwargs = dict[str, VariableTracker]
-
-
-def has_tensor(vs: list[VariableTracker]) -> bool:
-    for v in vs:
-        if isinstance(v, TensorVariable):
-            return True
-        if isinstance(v, BaseListVariable) and has_tensor(v.items):
-            return True
-    return False
-
-
-def all_const(vs: list[VariableTracker]) -> bool:
-    return all(v.is_python_constant() for v in vs)
-
-
-def fold(fn: Any, args: Args, kwargs: Kwargs | None = None) -> VariableTracker:
-    from ..builder import wrap_constant_result
-
-    try:
-        value = fn(
-            *[a.as_python_constant() for a in args],
-            **{k: v.as_python_constant() for k, v in (kwargs or {}).items()},
-        )
-    except Exception as e:
-        name = getattr(fn, "__name__", str(fn))
-        raise Unsupported(f"`{name}` on constants raised {type(e).__name__}: {e}") from e
-    return wrap_constant_result(value)
-
-
-ARITH = {
-    operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv,
-    operator.mod, operator.pow, operator.matmul, operator.and_, operator.or_,
-    operator.xor, operator.lshift, operator.rshift, operator.iadd, operator.isub,
-    operator.imul, operator.itruediv, operator.ifloordiv, operator.imod, operator.ipow,
-    operator.imatmul, operator.iand, operator.ior, operator.ixor, operator.ilshift,
-    operator.irshift, operator.neg, operator.pos, operator.invert, operator.abs,
-    operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne,
-    operator.not_, operator.truth,
-}
-INPLACE_TO_OUT = {
-    operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
-    operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv,
-    operator.imod: operator.mod, operator.ipow: operator.pow, operator.imatmul: operator.matmul,
-    operator.iand: operator.and_, operator.ior: operator.or_, operator.ixor: operator.xor,
-    operator.ilshift: operator.lshift, operator.irshift: operator.rshift,
-}
-
-
-def apply_operator(tx: Tx, fn: Any, args: Args) -> VariableTracker:
-    """``a + b``, ``a < b``, ``-a``... for any trackers."""
-    if has_tensor(args):
-        if fn in (operator.not_, operator.truth):
-            raise Unsupported(
-                "data-dependent control flow: the truth value of a tensor is only known at run time"
-            )
-        return tx.output.create_op("call_function", fn, args, {})
-    if all_const(args):
-        return fold(fn, args)
-    if fn in INPLACE_TO_OUT and isinstance(args[0], ListVariable) and fn is operator.iadd:
-        args[0].call_method(tx, "extend", [args[1]], {})
-        return args[0]
-    base = INPLACE_TO_OUT.get(fn, fn)
-    if len(args) == 2:
-        a, b = args
-        if (
-            base is operator.add
-            and isinstance(a, BaseListVariable)
-            and isinstance(b, BaseListVariable)
-            and a.kind is b.kind
-        ):
-            return a.new([*a.items, *b.items])
-        if base is operator.mul and isinstance(a, BaseListVariable) and b.is_python_constant():
-            return a.new(a.items * b.as_python_constant())
-        if base in (operator.eq, operator.ne):
-            same = same_value(a, b)
-            if same is not None:
-                return ConstantVariable(same if base is operator.eq else not same)
-    if fn is operator.not_ and len(args) == 1:
-        return ConstantVariable(not args[0].truth(tx))
-    if fn is operator.truth and len(args) == 1:
-        return ConstantVariable(args[0].truth(tx))
-    names = ", ".join(a.describe() for a in args)
-    raise Unsupported(f"operator `{getattr(fn, '__name__', fn)}` on {names}")
 
 
 def contains(tx: Tx, container: VariableTracker, item: VariableTracker) -> VariableTracker:
@@ -124,11 +55,9 @@ def contains(tx: Tx, container: VariableTracker, item: VariableTracker) -> Varia
                 return ConstantVariable(True)
         return ConstantVariable(False)
     if container.is_python_constant() and item.is_python_constant():
-        return fold(operator.contains, [container, item])
+        return fold(tx, operator.contains, [container, item])
     if isinstance(container, TensorVariable):
         return tx.output.create_op("call_method", "__contains__", [container, item], {})
-    from .objects import UserObjectVariable
-
     if isinstance(container, UserObjectVariable):
         return user_contains(tx, container, item)
     raise Unsupported(f"`in` test on {container.describe()}")
@@ -138,12 +67,6 @@ def user_contains(tx: Tx, container: Any, item: VariableTracker) -> VariableTrac
     """``item in obj`` for a Python class: its own ``__contains__`` inlined,
     or ``Mapping.__contains__`` (``obj[item]`` without ``KeyError``) modelled
     over an inlined Python ``__getitem__``."""
-    import collections.abc
-    import inspect
-    import types
-
-    from ..errors import MissingKey
-
     cls = type(container.value)
     has = inspect.getattr_static(cls, "__contains__", None)
     get = inspect.getattr_static(cls, "__getitem__", None)
@@ -180,21 +103,6 @@ def user_contains(tx: Tx, container: Any, item: VariableTracker) -> VariableTrac
     raise Unsupported(f"`in` test on {container.describe()}")
 
 
-def same_value(a: VariableTracker, b: VariableTracker) -> bool | None:
-    """``a == b`` as ``in`` computes it (identity first), or None if unknown."""
-    if a is b:
-        return True
-    if a.is_python_constant() and b.is_python_constant():
-        return bool(a.as_python_constant() == b.as_python_constant())
-    if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
-        return None
-    ra, rb = getattr(a, "value", None), getattr(b, "value", None)
-    default_eq: Any = object.__eq__
-    if ra is not None and rb is not None and type(ra).__eq__ is default_eq:
-        return ra is rb
-    return None
-
-
 def isinstance_check(tx: Tx, obj: VariableTracker, cls: VariableTracker) -> VariableTracker:
     if not cls.is_python_constant():
         raise Unsupported("isinstance() with a non-constant class")
@@ -216,13 +124,8 @@ def builtin_len(tx: Tx, obj: VariableTracker) -> VariableTracker:
             raise Unsupported("len() of a 0-d tensor")
         return ConstantVariable(int(obj.example.shape[0]))
     if obj.is_python_constant():
-        return fold(len, [obj])
+        return fold(tx, len, [obj])
     return obj.call_method(tx, "__len__", [], {})
-
-
-def iterate(tx: Tx, obj: VariableTracker) -> list[VariableTracker]:
-    items = obj.unpack(tx)
-    return items
 
 
 def builtin_sum(tx: Tx, args: Args, kwargs: Kwargs) -> VariableTracker:
@@ -237,7 +140,7 @@ def builtin_sum(tx: Tx, args: Args, kwargs: Kwargs) -> VariableTracker:
 def builtin_minmax(tx: Tx, fn: Any, args: Args, kwargs: Kwargs) -> VariableTracker:
     items = iterate(tx, args[0]) if len(args) == 1 else list(args)
     if all_const(items) and all_const(list(kwargs.values())):
-        return fold(fn, [TupleVariable(items)], kwargs)
+        return fold(tx, fn, [TupleVariable(items)], kwargs)
     if len(items) == 2 and not kwargs and has_tensor(items):
         torch_fn = torch.maximum if fn is builtins.max else torch.minimum
         a, b = items
@@ -276,90 +179,14 @@ def has_attr(tx: Tx, obj: VariableTracker, name: str) -> bool:
 def guard_hasattr(tx: Tx, source: Any, real: Any) -> None:
     """``hasattr(obj, name)`` depends on the class and on which names the
     instance holds: guard the type and the keys of the instance dicts."""
-    from ..source_tracking import AttrSource
-
     g = tx.output.guards
     g.add_type(source, real)
     inst = getattr(real, "__dict__", None)
     if isinstance(inst, dict) and all(isinstance(k, str) for k in inst):
-        g.add_dict_keys(AttrSource(source, "__dict__"), inst)
+        g.add_dict_keys(Attr(source, "__dict__"), inst)
     if isinstance(real, torch.nn.Module):
         for sub in ("_parameters", "_buffers", "_modules"):
-            g.add_dict_keys(AttrSource(source, sub), getattr(real, sub))
-
-
-def class_text(tx: Tx, var: Any, fn: Any) -> VariableTracker:
-    """``str(cls)`` of a plain class: ``<class 'mod.Qual'>``.
-
-    The class is pinned by its ID guard, but ``__module__`` and
-    ``__qualname__`` are writable, so they are guarded by value too; a
-    metaclass with its own ``__repr__``/``__str__``, or a class reached
-    without a source, is a graph break."""
-    from ..source_tracking import AttrSource
-
-    cls = var.value
-    meta: Any = type(cls)
-    plain: Any = (type.__repr__, object.__str__)
-    if var.source is None or meta.__repr__ is not plain[0] or meta.__str__ is not plain[1]:
-        raise Unsupported(f"`{fn.__name__}()` of {var.describe()} cannot be traced")
-    g = tx.output.guards
-    for attr in ("__module__", "__qualname__"):
-        value = getattr(cls, attr, None)
-        if not isinstance(value, str):
-            raise Unsupported(f"`{fn.__name__}()` of {var.describe()} cannot be traced")
-        g.add_constant(AttrSource(var.source, attr), value)
-    return ConstantVariable(fn(cls))
-
-
-def construct_builtin_type(tx: Tx, cls: Any, args: Args, kwargs: Kwargs) -> VariableTracker:
-    if cls in (list, tuple):
-        items = iterate(tx, args[0]) if args else []
-        return ListVariable(items) if cls is list else TupleVariable(items)
-    if cls is dict:
-        d = DictVariable({})
-        if args:
-            d.call_method(tx, "update", [args[0]], {})
-        d.items.update(kwargs)
-        return d
-    if cls in (int, float, bool, str, complex) and args and isinstance(args[0], TensorVariable):
-        raise Unsupported(
-            f"`{cls.__name__}(tensor)` needs the tensor's data, which is only known at run time"
-        )
-    if cls is bool and len(args) == 1 and not kwargs:
-        return ConstantVariable(args[0].truth(tx))
-    if cls is str and len(args) == 1 and not kwargs:
-        from .objects import ClassVariable
-
-        if isinstance(args[0], ClassVariable):
-            return class_text(tx, args[0], cls)
-    if cls in (int, float, bool, str, complex, range, slice, frozenset, torch.Size, torch.device,
-               torch.finfo, torch.iinfo) and all_const(
-        [*args, *kwargs.values()]
-    ):
-        return fold(cls, args, kwargs)
-    if cls is enumerate:
-        start = args[1].as_python_constant() if len(args) > 1 else 0
-        start = kwargs["start"].as_python_constant() if "start" in kwargs else start
-        items = iterate(tx, args[0])
-        return ListIteratorVariable(
-            [TupleVariable([ConstantVariable(i + start), v]) for i, v in enumerate(items)]
-        )
-    if cls is zip:
-        lists = [iterate(tx, a) for a in args]
-        strict = bool(kwargs["strict"].as_python_constant()) if "strict" in kwargs else False
-        if strict and len({len(x) for x in lists}) > 1:
-            raise Unsupported("zip(strict=True) over iterables of different lengths")
-        return ListIteratorVariable([TupleVariable(list(t)) for t in zip(*lists)])
-    if cls is reversed:
-        return ListIteratorVariable(list(reversed(iterate(tx, args[0]))))
-    if cls is type and len(args) == 1:
-        from ..builder import wrap
-
-        return wrap(tx, args[0].python_type(), None)
-    if cls is object and not args:
-        raise Unsupported("creating `object()` inside a compiled region")
-    name = getattr(cls, "__name__", str(cls))
-    raise Unsupported(f"creating a `{name}` object cannot be traced")
+            g.add_dict_keys(Attr(source, sub), getattr(real, sub))
 
 
 class BuiltinVariable(VariableTracker):
@@ -380,9 +207,7 @@ class BuiltinVariable(VariableTracker):
         cg.load_const(self.value)
 
     def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
-        from ..builder import wrap
-
-        return wrap(tx, getattr(self.value, name), None)
+        return tx.wrap(getattr(self.value, name), None)
 
     def call_function(self, tx: Tx, args: Args, kwargs: Kwargs) -> VariableTracker:
         fn = self.value
@@ -399,7 +224,7 @@ class BuiltinVariable(VariableTracker):
         if fn is isinstance and len(args) == 2:
             return isinstance_check(tx, args[0], args[1])
         if fn is issubclass and all_const(args):
-            return fold(fn, args)
+            return fold(tx, fn, args)
         if fn is getattr and 2 <= len(args) <= 3:
             return builtin_getattr(tx, args)
         if fn is hasattr and len(args) == 2:
@@ -431,28 +256,22 @@ class BuiltinVariable(VariableTracker):
         if fn is callable and len(args) == 1:
             v = args[0]
             if v.is_python_constant():
-                return fold(callable, args)
+                return fold(tx, callable, args)
             return ConstantVariable(not isinstance(v, (TensorVariable, BaseListVariable, DictVariable)))
         if fn is sorted and all_const([*args, *kwargs.values()]):
-            return fold(sorted, args, kwargs)
+            return fold(tx, sorted, args, kwargs)
         if fn in (round, divmod, pow, chr, ord, hash, repr, format, bin, hex, oct) and all_const(
             [*args, *kwargs.values()]
         ):
-            return fold(fn, args, kwargs)
+            return fold(tx, fn, args, kwargs)
         if getattr(fn, "__module__", None) == "math" and all_const(args):
-            return fold(fn, args, kwargs)
+            return fold(tx, fn, args, kwargs)
         if fn in (list, tuple, dict, int, float, bool, str, complex, range, slice, enumerate, zip,
                   reversed, type, frozenset, object):
             return construct_builtin_type(tx, fn, args, kwargs)
         if fn is super:
-            from .objects import make_super
-
             return make_super(tx, args)
         if fn is print:
             raise Unsupported("builtin `print` cannot be traced")
         name = getattr(fn, "__name__", str(fn))
         raise Unsupported(f"builtin `{name}` cannot be traced")
-
-
-def operator_fn(name: str) -> Any:
-    return functools.reduce(getattr, name.split("."), operator)

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ember.ir import Source
+
 from ..errors import Unsupported
-from ..source_tracking import Source
 from .base import VariableTracker
 
 if TYPE_CHECKING:
@@ -80,9 +81,6 @@ class ConstantVariable(VariableTracker):
             raise Unsupported(f"{self.describe()} is not iterable") from e
         return [ConstantVariable(v) for v in items]
 
-    def has_unpack(self) -> bool:
-        return isinstance(self.value, (tuple, str, range, bytes, frozenset, torch.Size))
-
     def reconstruct(self, cg: PyCodegen) -> None:
         cg.load_const(self.value)
 
@@ -114,6 +112,11 @@ class ConstantMethodVariable(VariableTracker):
             raise Unsupported(
                 f"{self.describe()} raised {type(e).__name__}: {e}"
             ) from e
-        from ..builder import wrap_constant_result
+        return tx.wrap_constant(result)
 
-        return wrap_constant_result(result)
+
+class OpaqueConstantVariable(ConstantVariable):
+    """An object used only by identity (compared with ``is``, passed along)."""
+
+    def describe(self) -> str:
+        return f"`{type(self.value).__name__}` object"

@@ -4,22 +4,35 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ember.ir import Source
+
 from ..errors import MissingKey, Unsupported
-from ..source_tracking import Source
 from .base import NotConstant, VariableTracker
 from .constant import ConstantVariable
-from .lists import ListVariable, TupleVariable
+from .lazy import LazyVariable
+from .lists import TupleVariable
+from .misc import BoundCallVariable
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
     from ..translator_core import TranslatorCore as Tx
 
 
+def identity_key(v: VariableTracker) -> Any:
+    """The real object behind a tracker, when it can key a dict by identity."""
+    value = getattr(v, "value", None)
+    if value is None:
+        return None
+    try:
+        hash(value)
+    except TypeError:
+        return None
+    return value
+
+
 def dict_key(v: VariableTracker) -> Any:
     if v.is_python_constant():
         return v.as_python_constant()
-    from .objects import identity_key
-
     key = identity_key(v)
     if key is not None:
         return key
@@ -35,7 +48,6 @@ class DictVariable(VariableTracker):
     ) -> None:
         super().__init__(source)
         self.items = dict(items)
-        self.mutated = False
         self.dict_type = dict_type
 
     def python_type(self) -> type:
@@ -44,8 +56,6 @@ class DictVariable(VariableTracker):
     def realize(self, tx: Tx, key: Any) -> VariableTracker:
         """The item for ``key``; items read from the frame are wrapped (and
         guarded) only when used."""
-        from .lazy import LazyVariable
-
         v: VariableTracker = self.items[key]
         if isinstance(v, LazyVariable):
             v = v.realize(tx)
@@ -60,8 +70,6 @@ class DictVariable(VariableTracker):
         return f"dict with keys {list(self.items)!r}"
 
     def as_python_constant(self) -> Any:
-        from .lazy import LazyVariable
-
         if any(isinstance(v, LazyVariable) for v in self.items.values()):
             raise NotConstant("dict with unread items")
         return {k: v.as_python_constant() for k, v in self.items.items()}
@@ -72,11 +80,7 @@ class DictVariable(VariableTracker):
     def unpack(self, tx: Tx) -> list[VariableTracker]:
         return [ConstantVariable(k) for k in self.items]
 
-    def has_unpack(self) -> bool:
-        return True
-
     def mutate(self, tx: Tx) -> None:
-        self.mutated = True
         tx.output.mutations += 1
         if self.source is not None:
             tx.output.side_effects.track_dict(self)
@@ -94,8 +98,6 @@ class DictVariable(VariableTracker):
         self.reconstruct_items(cg)
 
     def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
-        from .misc import BoundCallVariable
-
         return BoundCallVariable(self, name)
 
     def reconstruct_items(self, cg: PyCodegen) -> None:
@@ -183,6 +185,3 @@ class DictVariable(VariableTracker):
             return none
         raise Unsupported(f"method `dict.{name}` cannot be traced")
 
-
-def list_of_keys(d: DictVariable) -> ListVariable:
-    return ListVariable([ConstantVariable(k) for k in d.items])

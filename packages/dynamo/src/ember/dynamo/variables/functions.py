@@ -6,9 +6,13 @@ import inspect
 import types
 from typing import TYPE_CHECKING, Any
 
+from bytecode.instr import CellVar, FreeVar
+
+from ember.ir import Attr, Item, Source
+
 from ..errors import Unsupported
-from ..source_tracking import AttrSource, ItemSource, Source
 from .base import VariableTracker
+from .constant import ConstantVariable, OpaqueConstantVariable
 from .dicts import DictVariable
 from .lists import TupleVariable
 
@@ -36,8 +40,6 @@ def code_variable(code: types.CodeType, source: Source | None) -> VariableTracke
     """A code object: immutable, so every ``co_*`` attribute is a constant.
     Callers guarantee it is pinned (the ID guard on a sourced function's
     ``__code__``, or the code being the one traced)."""
-    from .objects import OpaqueConstantVariable
-
     return OpaqueConstantVariable(code, source)
 
 
@@ -72,9 +74,7 @@ class CellVariable(VariableTracker):
                 contents = self.real.cell_contents
             except ValueError as e:
                 raise Unsupported(f"free variable `{self.name}` is empty") from e
-            from ..builder import wrap
-
-            self.value = wrap(tx, contents, self.source)
+            self.value = tx.wrap(contents, self.source)
         return self.value
 
     def set(self, tx: Tx, value: VariableTracker) -> None:
@@ -172,12 +172,10 @@ class UserFunctionVariable(BaseFunctionVariable):
         gets in ``wrap`` (and is what an inlined call assumes anyway); the
         others are mutable, so they are read through their own source and
         guarded there. Without a source only ``__code__`` is safe."""
-        from ..builder import wrap
-
         if name == "__code__":
             if self.source is None:
                 return code_variable(self.code, None)
-            src = AttrSource(self.source, name)
+            src = Attr(self.source, name)
             tx.output.guards.add_id(src, self.code)
             return code_variable(self.code, src)
         if name in FUNCTION_DATA_ATTRS and self.source is not None:
@@ -185,23 +183,21 @@ class UserFunctionVariable(BaseFunctionVariable):
                 value = getattr(self.fn, name)
             except AttributeError as e:
                 raise Unsupported(f"function `{self.fn_name()}` has no attribute `{name}`") from e
-            return wrap(tx, value, AttrSource(self.source, name))
+            return tx.wrap(value, Attr(self.source, name))
         return super().var_getattr(tx, name)
 
     def as_python_constant(self) -> Any:
         return self.fn
 
     def defaults(self, tx: Tx) -> tuple[tuple[VariableTracker, ...], dict[str, VariableTracker]]:
-        from ..builder import wrap
-
         pos: list[VariableTracker] = []
         for i, d in enumerate(self.fn.__defaults__ or ()):
-            src = ItemSource(AttrSource(self.source, "__defaults__"), i) if self.source else None
-            pos.append(wrap(tx, d, src))
+            src = Item(Attr(self.source, "__defaults__"), i) if self.source else None
+            pos.append(tx.wrap(d, src))
         kw: dict[str, VariableTracker] = {}
         for k, d in (self.fn.__kwdefaults__ or {}).items():
-            src = ItemSource(AttrSource(self.source, "__kwdefaults__"), k) if self.source else None
-            kw[k] = wrap(tx, d, src)
+            src = Item(Attr(self.source, "__kwdefaults__"), k) if self.source else None
+            kw[k] = tx.wrap(d, src)
         return tuple(pos), kw
 
     def closure_cells(self, tx: Tx) -> list[CellVariable]:
@@ -210,7 +206,7 @@ class UserFunctionVariable(BaseFunctionVariable):
             zip(self.code.co_freevars, self.fn.__closure__ or (), strict=True)
         ):
             src = (
-                AttrSource(ItemSource(AttrSource(self.source, "__closure__"), i), "cell_contents")
+                Attr(Item(Attr(self.source, "__closure__"), i), "cell_contents")
                 if self.source
                 else None
             )
@@ -244,8 +240,6 @@ class NestedFunctionVariable(BaseFunctionVariable):
 
     def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
         # Made inside the traced region: nothing outside can have changed these.
-        from .constant import ConstantVariable
-
         if name == "__code__":
             return code_variable(self.code, None)
         if name == "__name__":
@@ -270,8 +264,6 @@ class NestedFunctionVariable(BaseFunctionVariable):
             cg.build(tuple, len(self._defaults))
             flags |= 0x01
         if self.closure:
-            from bytecode.instr import CellVar, FreeVar
-
             for cell in self.closure:
                 ref = CellVar(cell.name) if cell.name in cg.cellvars else FreeVar(cell.name)
                 cg.emit("LOAD_CLOSURE", ref)

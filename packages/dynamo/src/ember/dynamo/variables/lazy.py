@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..source_tracking import Source
+from ember.ir import Source
+
 from .base import VariableTracker
 
 if TYPE_CHECKING:
@@ -20,8 +21,6 @@ class LazyVariable(VariableTracker):
 
     def realize(self, tx: Tx) -> VariableTracker:
         if self.realized is None:
-            from ..builder import wrap
-
             assert self.source is not None
-            self.realized = wrap(tx, self.value, self.source)
+            self.realized = tx.wrap(self.value, self.source)
         return self.realized

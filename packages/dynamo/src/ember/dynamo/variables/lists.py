@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ember.ir import Source
+
 from ..errors import Unsupported
-from ..source_tracking import Source
 from .base import NotConstant, VariableTracker
 from .constant import ConstantVariable
+from .misc import BoundCallVariable
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
@@ -46,9 +48,6 @@ class BaseListVariable(VariableTracker):
     def unpack(self, tx: Tx) -> list[VariableTracker]:
         return list(self.items)
 
-    def has_unpack(self) -> bool:
-        return True
-
     def truth(self, tx: Tx) -> bool:
         return bool(self.items)
 
@@ -78,8 +77,6 @@ class BaseListVariable(VariableTracker):
         cg.build(self.kind, len(self.items))
 
     def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
-        from .misc import BoundCallVariable
-
         return BoundCallVariable(self, name)
 
     def call_method(
@@ -156,15 +153,10 @@ class NamedTupleVariable(TupleVariable):
 class ListVariable(BaseListVariable):
     kind = list
 
-    def __init__(self, items: list[VariableTracker], source: Source | None = None) -> None:
-        super().__init__(items, source)
-        self.mutated = False
-
     def __repr__(self) -> str:
         return f"List{self.items!r}"
 
     def mutate(self, tx: Tx) -> None:
-        self.mutated = True
         tx.output.mutations += 1
         if self.source is not None:
             tx.output.side_effects.track_list(self)
@@ -239,9 +231,6 @@ class ListIteratorVariable(VariableTracker):
         rest = self.items[self.index :]
         self.index = len(self.items)
         return rest
-
-    def has_unpack(self) -> bool:
-        return True
 
     def reconstruct(self, cg: PyCodegen) -> None:
         self.reconstruct_items(cg)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..errors import Unsupported
 from .base import VariableTracker
+from .constant import ConstantVariable
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
@@ -67,9 +69,6 @@ class ControlFunctionVariable(VariableTracker):
     def call_function(
         self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
     ) -> VariableTracker:
-        from ..errors import Unsupported
-        from .constant import ConstantVariable
-
         if self.kind == "is_compiling":
             return ConstantVariable(True)
         if self.kind == "graph_break":

@@ -11,13 +11,15 @@ from __future__ import annotations
 import types
 from typing import TYPE_CHECKING, Any
 
-import torch
 from torch import nn
+from torch.nn.modules import module as module_globals
+
+from ember.ir import Attr, Item, Source
 
 from ..errors import Unsupported
-from ..source_tracking import AttrSource, ItemSource, Source
 from .base import VariableTracker
 from .constant import ConstantVariable
+from .functions import UserFunctionVariable
 from .lists import TupleVariable
 from .objects import class_attribute
 
@@ -34,8 +36,7 @@ def is_leaf_module(module: nn.Module, inline_inbuilt: bool) -> bool:
 
 
 def has_hooks(module: nn.Module) -> bool:
-    from torch.nn.modules import module as mod
-
+    mod = module_globals
     own = (
         module._forward_hooks,
         module._forward_pre_hooks,
@@ -70,12 +71,10 @@ class NNModuleVariable(VariableTracker):
         if self.source is None:
             return None
         if isinstance(name, int):
-            return ItemSource(self.source, name)
-        return AttrSource(self.source, name)
+            return Item(self.source, name)
+        return Attr(self.source, name)
 
     def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
-        from ..builder import wrap
-
         pending = tx.output.side_effects.pending_attr(self, name)
         if pending is not None:
             return pending
@@ -85,19 +84,19 @@ class NNModuleVariable(VariableTracker):
             p = d["_parameters"][name]
             if p is None:
                 return ConstantVariable(None)
-            return tx.output.register_attr_tensor(p, self.child_source(name), is_param=True)
+            return tx.output.register_attr_tensor(p, self.child_source(name))
         if name in d.get("_buffers", {}):
             b = d["_buffers"][name]
             if b is None:
                 return ConstantVariable(None)
-            return tx.output.register_attr_tensor(b, self.child_source(name), is_param=False)
+            return tx.output.register_attr_tensor(b, self.child_source(name))
         if name in d.get("_modules", {}):
             sub = d["_modules"][name]
             if sub is None:
                 return ConstantVariable(None)
-            return wrap(tx, sub, self.child_source(name))
+            return tx.wrap(sub, self.child_source(name))
         if name in d:
-            return wrap(tx, d[name], self.child_source(name))
+            return tx.wrap(d[name], self.child_source(name))
         found = class_attribute(tx, self, m, name)
         if found is not None:
             return found
@@ -114,22 +113,17 @@ class NNModuleVariable(VariableTracker):
         tx.output.side_effects.store_attr(self, name, value)
 
     def items(self, tx: Tx) -> list[tuple[Any, VariableTracker]]:
-        from ..builder import wrap
-
         m = self.value
         if isinstance(m, (nn.ModuleList, nn.Sequential, nn.ParameterList)):
-            return [(i, wrap(tx, m[i], self.child_source(i))) for i in range(len(m))]
+            return [(i, tx.wrap(m[i], self.child_source(i))) for i in range(len(m))]
         if isinstance(m, (nn.ModuleDict, nn.ParameterDict)):
-            return [(k, wrap(tx, m[k], self.child_source(k))) for k in m]
-        return [(k, wrap(tx, sub, self.child_source(k))) for k, sub in m.named_children()]
+            return [(k, tx.wrap(m[k], self.child_source(k))) for k in m]
+        return [(k, tx.wrap(sub, self.child_source(k))) for k, sub in m.named_children()]
 
     def unpack(self, tx: Tx) -> list[VariableTracker]:
         if isinstance(self.value, (nn.ModuleDict, nn.ParameterDict)):
             return [ConstantVariable(k) for k, _ in self.items(tx)]
         return [v for _, v in self.items(tx)]
-
-    def has_unpack(self) -> bool:
-        return isinstance(self.value, CONTAINERS)
 
     def call_method(
         self,
@@ -147,15 +141,11 @@ class NNModuleVariable(VariableTracker):
                 if not isinstance(m, (nn.ModuleList, nn.Sequential)):
                     raise Unsupported(f"slicing {self.describe()}")
                 idx = range(len(m))[key]
-                from ..builder import wrap
-
-                items = [wrap(tx, m[i], self.child_source(i)) for i in idx]
+                items = [tx.wrap(m[i], self.child_source(i)) for i in idx]
                 return TupleVariable(items)
             if isinstance(key, int) and key < 0:
                 key += len(m)
-            from ..builder import wrap
-
-            return wrap(tx, m[key], self.child_source(key))
+            return tx.wrap(m[key], self.child_source(key))
         if name in ("children", "values") and not args:
             return TupleVariable([v for _, v in self.items(tx)])
         if name in ("named_children", "items") and not args:
@@ -165,11 +155,9 @@ class NNModuleVariable(VariableTracker):
         if name == "keys" and not args:
             return TupleVariable([ConstantVariable(k) for k, _ in self.items(tx)])
         if name in ("modules", "named_modules") and not args and not kwargs:
-            from ..builder import wrap
-
             pairs = []
             for dotted, sub in m.named_modules():
-                var = wrap(tx, sub, self.dotted_source(dotted))
+                var = tx.wrap(sub, self.dotted_source(dotted))
                 pairs.append((dotted, var))
             if name == "modules":
                 return TupleVariable([v for _, v in pairs])
@@ -187,7 +175,7 @@ class NNModuleVariable(VariableTracker):
         if src is None or not dotted:
             return src
         for part in dotted.split("."):
-            src = ItemSource(src, int(part)) if part.isdigit() else AttrSource(src, part)
+            src = Item(src, int(part)) if part.isdigit() else Attr(src, part)
         return src
 
     def _param(self, tx: Tx, dotted: str) -> VariableTracker:
@@ -210,16 +198,11 @@ class NNModuleVariable(VariableTracker):
     def inline_forward(
         self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
     ) -> VariableTracker:
-        from .functions import UserFunctionVariable
-
         fwd = type(self.value).forward
         if not isinstance(fwd, types.FunctionType):
             raise Unsupported(f"forward of {self.describe()} is not a Python function")
         if fwd is nn.Module.forward:
             raise Unsupported(f"{self.describe()} has no forward")
-        src = AttrSource(AttrSource(self.source, "__class__"), "forward") if self.source else None
+        src = Attr(Attr(self.source, "__class__"), "forward") if self.source else None
         return UserFunctionVariable(fwd, src).call_function(tx, [self, *args], kwargs)
 
-
-def is_param_like(value: Any) -> bool:
-    return isinstance(value, torch.Tensor)

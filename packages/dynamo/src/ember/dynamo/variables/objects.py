@@ -3,7 +3,9 @@
 Attribute reads look at the real object (statically, without running
 ``__getattr__``/descriptors we do not understand) and wrap what they find
 with a source, so the builder guards exactly what was read. Attribute writes
-are recorded as side effects and replayed after the graph runs.
+are recorded as side effects and replayed after the graph runs. Calling a
+class constructs a builtin type (``list(...)``, ``zip(...)``...): the
+constructors are here, beside :class:`ClassVariable`.
 """
 
 from __future__ import annotations
@@ -14,25 +16,21 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ember.ir import Attr, Item, Source
+
 from ..errors import Unsupported
-from ..source_tracking import AttrSource, ItemSource, Source
 from .base import VariableTracker
 from .constant import ConstantVariable
+from .dicts import DictVariable
+from .functions import UserFunctionVariable, UserMethodVariable
+from .lazy import LazyVariable
+from .lists import ListIteratorVariable, ListVariable, TupleVariable
+from .operators import Args, Kwargs, all_const, fold, iterate
+from .tensor import TensorVariable
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
     from ..translator_core import TranslatorCore as Tx
-
-
-def identity_key(v: VariableTracker) -> Any:
-    value = getattr(v, "value", None)
-    if value is None:
-        return None
-    try:
-        hash(value)
-    except TypeError:
-        return None
-    return value
 
 
 #: ``object.__class__`` (a class overriding it, e.g. a mock, is not read this way)
@@ -41,20 +39,17 @@ OBJECT_CLASS_SLOT = object.__dict__["__class__"]
 
 def class_attribute(tx: Tx, obj: VariableTracker, value: Any, name: str) -> VariableTracker | None:
     """Look ``name`` up on ``type(value)`` (methods, properties, class constants)."""
-    from ..builder import wrap
-    from .functions import UserFunctionVariable, UserMethodVariable
-
     cls = type(value)
-    cls_src = AttrSource(obj.source, "__class__") if obj.source is not None else None
+    cls_src = Attr(obj.source, "__class__") if obj.source is not None else None
     if name == "__class__" and inspect.getattr_static(cls, "__class__") is OBJECT_CLASS_SLOT:
         # the real object's class; with a source it gets its own ID guard
-        return wrap(tx, cls, cls_src)
+        return tx.wrap(cls, cls_src)
     try:
         static = inspect.getattr_static(cls, name)
     except AttributeError:
         return None
     if isinstance(static, staticmethod):
-        return wrap(tx, static.__func__, AttrSource(cls_src, name) if cls_src else None)
+        return tx.wrap(static.__func__, Attr(cls_src, name) if cls_src else None)
     if isinstance(static, classmethod):
         fn = static.__func__
         if isinstance(fn, types.FunctionType):
@@ -68,11 +63,11 @@ def class_attribute(tx: Tx, obj: VariableTracker, value: Any, name: str) -> Vari
         if is_torch_internal_method(static):
             return None
         return UserMethodVariable(
-            UserFunctionVariable(static, AttrSource(cls_src, name) if cls_src else None), obj
+            UserFunctionVariable(static, Attr(cls_src, name) if cls_src else None), obj
         )
     if hasattr(static, "__get__") and not isinstance(static, (int, float, str, bool, type(None))):
         return None
-    return wrap(tx, getattr(value, name), AttrSource(obj.source, name) if obj.source else None)
+    return tx.wrap(getattr(value, name), Attr(obj.source, name) if obj.source else None)
 
 
 def is_torch_internal_method(fn: types.FunctionType) -> bool:
@@ -104,14 +99,12 @@ class UserObjectVariable(VariableTracker):
         raise Unsupported(f"truth value of {self.describe()} uses a custom __bool__/__len__")
 
     def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
-        from ..builder import wrap
-
         pending = tx.output.side_effects.pending_attr(self, name)
         if pending is not None:
             return pending
         inst_dict = getattr(self.value, "__dict__", None)
         if isinstance(inst_dict, dict) and name in inst_dict:
-            return wrap(tx, inst_dict[name], AttrSource(self.source, name) if self.source else None)
+            return tx.wrap(inst_dict[name], Attr(self.source, name) if self.source else None)
         found = class_attribute(tx, self, self.value, name)
         if found is not None:
             return found
@@ -140,21 +133,17 @@ class ClassVariable(VariableTracker):
         return self.value
 
     def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
-        from ..builder import wrap
-
         try:
             static = inspect.getattr_static(self.value, name)
         except AttributeError as e:
             raise Unsupported(f"class `{self.value.__name__}` has no attribute `{name}`") from e
         if isinstance(static, (staticmethod, classmethod)):
-            return wrap(tx, getattr(self.value, name), None)
-        return wrap(tx, getattr(self.value, name), AttrSource(self.source, name) if self.source else None)
+            return tx.wrap(getattr(self.value, name), None)
+        return tx.wrap(getattr(self.value, name), Attr(self.source, name) if self.source else None)
 
     def call_function(
         self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
     ) -> VariableTracker:
-        from .builtins import construct_builtin_type
-
         return construct_builtin_type(tx, self.value, args, kwargs)
 
     def reconstruct(self, cg: PyCodegen) -> None:
@@ -178,28 +167,19 @@ class PythonModuleVariable(VariableTracker):
         return self.value
 
     def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
-        from ..builder import wrap
-
         try:
             attr = getattr(self.value, name)
         except AttributeError as e:
             raise Unsupported(f"module `{self.value.__name__}` has no attribute `{name}`") from e
-        src = AttrSource(self.source, name) if self.source is not None else None
+        src = Attr(self.source, name) if self.source is not None else None
         if self.value.__name__.split(".")[0] == "torch" and not isinstance(attr, torch.Tensor):
             # torch's own namespaces are trusted not to be monkey-patched
             # between calls: no guard per function read (as TorchDynamo).
             src = None
-        return wrap(tx, attr, src)
+        return tx.wrap(attr, src)
 
     def reconstruct(self, cg: PyCodegen) -> None:
         cg.load_const(self.value)
-
-
-class OpaqueConstantVariable(ConstantVariable):
-    """An object used only by identity (compared with ``is``, passed along)."""
-
-    def describe(self) -> str:
-        return f"`{type(self.value).__name__}` object"
 
 
 class SuperVariable(VariableTracker):
@@ -215,9 +195,6 @@ class SuperVariable(VariableTracker):
         return f"super({self.cls.__name__})"
 
     def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
-        from ..builder import wrap
-        from .functions import UserFunctionVariable, UserMethodVariable
-
         real = getattr(self.obj, "value", None)
         if real is None:
             raise Unsupported(f"super() over {self.obj.describe()}")
@@ -234,9 +211,9 @@ class SuperVariable(VariableTracker):
                 if isinstance(found, types.FunctionType) and not is_torch_internal_method(found):
                     return UserMethodVariable(UserFunctionVariable(found), self.obj)
                 if isinstance(found, staticmethod):
-                    return wrap(tx, found.__func__, None)
+                    return tx.wrap(found.__func__, None)
                 if isinstance(found, (int, float, str, bool, type(None))):
-                    return wrap(tx, found, None)
+                    return tx.wrap(found, None)
                 break
         raise Unsupported(f"attribute `{name}` of {self.describe()} cannot be traced")
 
@@ -260,9 +237,6 @@ class DictBaseMethodVariable(VariableTracker):
     def call_function(
         self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
     ) -> VariableTracker:
-        from ..builder import wrap
-        from .constant import ConstantVariable
-
         real = getattr(self.obj, "value", None)
         src = self.obj.source
         cls = type(real)
@@ -284,7 +258,7 @@ class DictBaseMethodVariable(VariableTracker):
         if self.name == "__contains__":
             return ConstantVariable(present)
         if present:
-            return wrap(tx, dict.__getitem__(real, key), ItemSource(src, key))
+            return tx.wrap(dict.__getitem__(real, key), Item(src, key))
         if self.name == "get":
             return args[1] if len(args) > 1 else ConstantVariable(None)
         raise Unsupported(f"{self.describe()}: key {key!r} is missing (KeyError)")
@@ -307,9 +281,74 @@ def make_super(tx: Tx, args: list[VariableTracker]) -> VariableTracker:
         obj = tx.cells[first].get(tx)
     if obj is None:
         raise Unsupported("super(): the method's first argument is not available")
-    from .lazy import LazyVariable
-
     if isinstance(obj, LazyVariable):
         obj = obj.realize(tx)
         tx.symbolic_locals[first] = obj
     return SuperVariable(cls_var.as_python_constant(), obj)
+
+
+def class_text(tx: Tx, var: Any, fn: Any) -> VariableTracker:
+    """``str(cls)`` of a plain class: ``<class 'mod.Qual'>``.
+
+    The class is pinned by its ID guard, but ``__module__`` and
+    ``__qualname__`` are writable, so they are guarded by value too; a
+    metaclass with its own ``__repr__``/``__str__``, or a class reached
+    without a source, is a graph break."""
+    cls = var.value
+    meta: Any = type(cls)
+    plain: Any = (type.__repr__, object.__str__)
+    if var.source is None or meta.__repr__ is not plain[0] or meta.__str__ is not plain[1]:
+        raise Unsupported(f"`{fn.__name__}()` of {var.describe()} cannot be traced")
+    g = tx.output.guards
+    for attr in ("__module__", "__qualname__"):
+        value = getattr(cls, attr, None)
+        if not isinstance(value, str):
+            raise Unsupported(f"`{fn.__name__}()` of {var.describe()} cannot be traced")
+        g.add_constant(Attr(var.source, attr), value)
+    return ConstantVariable(fn(cls))
+
+
+def construct_builtin_type(tx: Tx, cls: Any, args: Args, kwargs: Kwargs) -> VariableTracker:
+    if cls in (list, tuple):
+        items = iterate(tx, args[0]) if args else []
+        return ListVariable(items) if cls is list else TupleVariable(items)
+    if cls is dict:
+        d = DictVariable({})
+        if args:
+            d.call_method(tx, "update", [args[0]], {})
+        d.items.update(kwargs)
+        return d
+    if cls in (int, float, bool, str, complex) and args and isinstance(args[0], TensorVariable):
+        raise Unsupported(
+            f"`{cls.__name__}(tensor)` needs the tensor's data, which is only known at run time"
+        )
+    if cls is bool and len(args) == 1 and not kwargs:
+        return ConstantVariable(args[0].truth(tx))
+    if cls is str and len(args) == 1 and not kwargs and isinstance(args[0], ClassVariable):
+        return class_text(tx, args[0], cls)
+    if cls in (int, float, bool, str, complex, range, slice, frozenset, torch.Size, torch.device,
+               torch.finfo, torch.iinfo) and all_const(
+        [*args, *kwargs.values()]
+    ):
+        return fold(tx, cls, args, kwargs)
+    if cls is enumerate:
+        start = args[1].as_python_constant() if len(args) > 1 else 0
+        start = kwargs["start"].as_python_constant() if "start" in kwargs else start
+        items = iterate(tx, args[0])
+        return ListIteratorVariable(
+            [TupleVariable([ConstantVariable(i + start), v]) for i, v in enumerate(items)]
+        )
+    if cls is zip:
+        lists = [iterate(tx, a) for a in args]
+        strict = bool(kwargs["strict"].as_python_constant()) if "strict" in kwargs else False
+        if strict and len({len(x) for x in lists}) > 1:
+            raise Unsupported("zip(strict=True) over iterables of different lengths")
+        return ListIteratorVariable([TupleVariable(list(t)) for t in zip(*lists)])
+    if cls is reversed:
+        return ListIteratorVariable(list(reversed(iterate(tx, args[0]))))
+    if cls is type and len(args) == 1:
+        return tx.wrap(args[0].python_type(), None)
+    if cls is object and not args:
+        raise Unsupported("creating `object()` inside a compiled region")
+    name = getattr(cls, "__name__", str(cls))
+    raise Unsupported(f"creating a `{name}` object cannot be traced")

@@ -8,13 +8,15 @@ constants; they are safe because the input's TENSOR_MATCH guard pins them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import operator
+from typing import TYPE_CHECKING
 
 import torch
 import torch.fx
 
+from ember.ir import Source
+
 from ..errors import Unsupported
-from ..source_tracking import Source
 from .base import VariableTracker
 from .constant import ConstantVariable
 
@@ -108,20 +110,11 @@ class TensorVariable(VariableTracker):
             for i in range(n)
         ]
 
-    def has_unpack(self) -> bool:
-        return True
-
     def reconstruct(self, cg: PyCodegen) -> None:
         cg.load_tensor(self)
 
 
-def _getitem_target() -> Any:
-    import operator
-
-    return operator.getitem
-
-
-_getitem = _getitem_target()
+_getitem = operator.getitem
 
 # Methods that produce a Python value from tensor *data*: always a break.
 DATA_METHODS = frozenset({"item", "tolist", "numpy", "__bool__", "__int__", "__float__"})
@@ -150,8 +143,6 @@ def tensor_method(
     if name == "type" and not args and not kwargs:
         return ConstantVariable(tensor.example.type())
     if name == "__setitem__" and len(args) == 2:
-        import operator
-
         tx.output.create_op("call_function", operator.setitem, [tensor, *args], {})
         return ConstantVariable(None)
     if name == "__getitem__" and len(args) == 1:

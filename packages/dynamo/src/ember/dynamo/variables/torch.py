@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ember.ir import Attr, Source
+
 from ..errors import Unsupported
-from ..source_tracking import Source
 from .base import VariableTracker
 from .constant import ConstantVariable
 
@@ -95,9 +96,7 @@ class TorchFunctionVariable(VariableTracker):
                     raise Unsupported(f"{self.describe()} raised {type(e).__name__}: {e}") from e
                 if fn in (torch.is_grad_enabled, torch.get_default_dtype, torch.is_autocast_enabled):
                     tx.output.guard_global_state()
-                from ..builder import wrap_constant_result
-
-                return wrap_constant_result(value)
+                return tx.wrap_constant(value)
         return tx.output.create_op("call_function", fn, args, kwargs)
 
     def reconstruct(self, cg: PyCodegen) -> None:
@@ -280,10 +279,8 @@ class ContextMethodVariable(VariableTracker):
 def wrap_grad_mode_exit(tx: Tx, value: GradModeExit, source: Source) -> VariableTracker:
     """A ``GradModeExit`` on a resume function's stack: the exit of a block
     entered before the split (guarded on the mode it restores)."""
-    from ..source_tracking import AttrSource
-
     tx.output.guards.add_type(source, value)
-    tx.output.guards.add_constant(AttrSource(source, "prior"), value.prior)
+    tx.output.guards.add_constant(Attr(source, "prior"), value.prior)
     ctx = GradModeVariable(None if value.prior is None else not value.prior)
     if value.prior is not None:
         ctx.prior.append(value.prior)

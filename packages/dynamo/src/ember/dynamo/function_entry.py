@@ -1,20 +1,26 @@
-"""Frame entry: the function-level path into capture.
+"""Frame entry: the function-level path into capture, and the runtime behind both paths.
 
 ``compile``/``optimize`` wrap a Python function in a :class:`CompiledFunction`.
 A call binds the arguments into an ``f_locals`` dict, checks the cached
 entries for the function's code object in order, and on a hit runs the
 entry's transformed code as a function over the original globals, closure
-and defaults. On a miss it hands a ``FrameState`` to ``convert_frame`` (the
-capture engine), caches the ``GuardedCode`` it returns and runs it.
+and defaults. On a miss it hands a ``FrameState`` to the capture function
+(``convert_frame``, given by the public API: this module never imports
+capture), caches the ``GuardedCode`` it returns and runs it.
 
 A :class:`Runtime` is one (backend, options) pair with its cache table; it
-is also the ``FrameHooks`` object ``convert_frame`` receives, so resume
-functions and callees it wraps with :meth:`Runtime.wrap_function` share the
-cache and backend of the function that produced them.
+is also the ``FrameHooks`` object capture receives, so resume functions and
+callees it wraps with :meth:`Runtime.wrap_function` share the cache and
+backend of the function that produced them.
 
-Recursion guard: while ``convert_frame`` runs (tracing or the backend
-compile), every ``CompiledFunction`` call runs its original code eagerly, so
-frames entered from inside a compile are never captured.
+:class:`RuntimeState` holds the process's switches (stance, run mode, the
+recursion guard, compile timings, listeners and the active ``with
+optimize()`` blocks). One instance is created by the public API and handed
+to every runtime; nothing here reads a module global.
+
+Recursion guard: while capture runs (tracing or the backend compile), every
+``CompiledFunction`` call runs its original code eagerly, so frames entered
+from inside a compile are never captured.
 """
 
 from __future__ import annotations
@@ -26,15 +32,18 @@ import time
 import types
 import warnings
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
-from . import eval_frame_hook
-from .backends import CompilerFn
+from . import frame_hook, trace_rules
 from .cache import CacheTable, CodeCache, RecompileError, first_failure
 from .config import DynamoOptions
+from .debug_dir import write_frame
+from .errors import Unsupported
+from .frame import CompilerFn, ConvertFn, FrameState, GuardedCode
 from .logs import get_logger, log_capture
+from .resume import ResumeCodes
 
 _CO_VARARGS = inspect.CO_VARARGS
 _CO_VARKEYWORDS = inspect.CO_VARKEYWORDS
@@ -44,38 +53,15 @@ log_breaks = get_logger("graph_breaks")
 log_guards = get_logger("guards")
 log_dynamo = get_logger("dynamo")
 
-
-class FrameHooks(Protocol):
-    """What ``convert_frame`` may ask of the runtime that called it."""
-
-    def wrap_function(self, fn: types.FunctionType) -> Callable[..., Any]:
-        """A callable that runs ``fn`` through the same cache and backend.
-
-        Calling it binds the arguments, looks up / fills the shared cache for
-        ``fn.__code__`` and runs the guarded code, so resume functions and
-        callees run at a graph break are captured afresh. Install the result
-        in ``f_globals`` (e.g. as ``__resume_at_<offset>_<n>``).
-        """
-        ...
-
-    def previous_entries(self, code: types.CodeType) -> list[Any]:
-        """The ``GuardedCode`` entries already cached for ``code``, oldest first.
-
-        Lets capture see what earlier compiles assumed (e.g. to mark a
-        dimension dynamic after its size changed: automatic dynamic shapes).
-        """
-        ...
-
-
-ConvertFn = Callable[[Any, CompilerFn, DynamoOptions, FrameHooks], Any]
 CaptureListener = Callable[["CaptureEvent"], None]
 
 
 class RuntimeState:
-    """Process-wide switches read on the miss path only (never per cached call)."""
+    """The process's runtime switches, read on the miss path only (never per
+    cached call, except ``compiling``)."""
 
     def __init__(self) -> None:
-        #: >0 while convert_frame runs: compiled callables run eagerly.
+        #: >0 while capture runs: compiled callables run eagerly.
         self.compiling = 0
         #: "default" | "force_eager" | "eager_on_recompile" | "fail_on_recompile"
         self.stance = "default"
@@ -83,11 +69,46 @@ class RuntimeState:
         self.run_only = 0
         #: Phase name -> seconds per occurrence (``compile_times()``).
         self.compile_times: dict[str, list[float]] = {}
-        #: Called with every capture / recompile / break (CompileProfiler, explain).
+        #: Called with every capture / recompile / break (CompileProfiler).
         self.listeners: list[CaptureListener] = []
+        #: The runtimes of the active ``with optimize(...)`` blocks, innermost last.
+        self.hook_runtimes: list[Runtime] = []
 
+    def record_time(self, phase: str, seconds: float) -> None:
+        self.compile_times.setdefault(phase, []).append(seconds)
 
-STATE = RuntimeState()
+    # -- the PEP 523 path -------------------------------------------------------
+    def enter_hook(self, runtime: Runtime) -> None:
+        """Start capturing every user frame with ``runtime`` (``with optimize():``)."""
+        if frame_hook.load() is None:
+            raise TypeError(
+                "`with ember.dynamo.optimize(...):` needs the PEP 523 frame hook, which is "
+                f"unavailable here ({frame_hook.unavailable()}); decorate the function instead: "
+                "fn = ember.dynamo.optimize(backend)(fn)"
+            )
+        self.hook_runtimes.append(runtime)
+        frame_hook.install(self.on_frame)
+
+    def exit_hook(self, runtime: Runtime) -> None:
+        """Stop capturing with ``runtime``; the enclosing block (if any) takes over."""
+        if runtime in self.hook_runtimes:
+            index = len(self.hook_runtimes) - 1 - self.hook_runtimes[::-1].index(runtime)
+            del self.hook_runtimes[index]
+        runtime.frame_wrappers.clear()
+        if not self.hook_runtimes and frame_hook.loaded() is not None:
+            frame_hook.install(None)
+
+    def on_frame(self, func: types.FunctionType, values: tuple[Any, ...]) -> Any:
+        """The hook's callback: run ``func``'s frame through the innermost active runtime."""
+        hook = frame_hook.loaded()
+        assert hook is not None
+        code = func.__code__
+        if not self.hook_runtimes:
+            return hook.SKIP
+        if trace_rules.is_library_code(code) or trace_rules.is_disabled_code(code):
+            hook.mark_skip(code)
+            return hook.SKIP
+        return self.hook_runtimes[-1].frame_wrapper(func).runner_for(values, hook.SKIP)
 
 
 class CaptureEvent:
@@ -112,37 +133,6 @@ class CaptureEvent:
         self.user_stack = user_stack or []
 
 
-def _emit(
-    runtime: Runtime,
-    kind: str,
-    code: types.CodeType,
-    guarded: Any = None,
-    reason: str | None = None,
-    user_stack: list[Any] | None = None,
-) -> None:
-    listeners = STATE.listeners + runtime.listeners
-    if listeners:
-        event = CaptureEvent(runtime, kind, code, guarded, reason, user_stack)
-        for listener in listeners:
-            listener(event)
-
-
-def record_time(phase: str, seconds: float) -> None:
-    STATE.compile_times.setdefault(phase, []).append(seconds)
-
-
-def _default_convert() -> ConvertFn:
-    from .convert_frame import convert_frame
-
-    return convert_frame
-
-
-def _unsupported_type() -> type[BaseException]:
-    from .errors import Unsupported
-
-    return Unsupported
-
-
 class Runtime:
     """One compiled callable's backend, options and cache table (the ``FrameHooks``)."""
 
@@ -151,46 +141,76 @@ class Runtime:
         backend: CompilerFn,
         options: DynamoOptions,
         *,
-        convert: ConvertFn | None = None,
+        convert: ConvertFn,
+        state: RuntimeState,
         table: CacheTable | None = None,
     ) -> None:
         self.backend = backend
         self.options = options
+        self.state = state
         self.table = table if table is not None else CacheTable()
         self._convert = convert
-        #: Hear this runtime's captures (``explain``); global ones are in ``STATE``.
+        #: Hear this runtime's captures (``explain``); global ones are in ``state``.
         self.listeners: list[CaptureListener] = []
+        #: id(func) -> (func, its CompiledFunction) for frames met by the PEP 523 hook.
+        self.frame_wrappers: dict[int, tuple[types.FunctionType, CompiledFunction]] = {}
 
     def derive(self, **changes: Any) -> Runtime:
-        """Same backend and cache table, other options (``run(fn)``)."""
+        """Same backend, state and cache table, other options (``run(fn)``)."""
         return Runtime(
-            self.backend, self.options.replace(**changes), convert=self._convert, table=self.table
+            self.backend,
+            self.options.replace(**changes),
+            convert=self._convert,
+            state=self.state,
+            table=self.table,
         )
+
+    def emit(
+        self,
+        kind: str,
+        code: types.CodeType,
+        guarded: Any = None,
+        reason: str | None = None,
+        user_stack: list[Any] | None = None,
+    ) -> None:
+        listeners = self.state.listeners + self.listeners
+        if listeners:
+            event = CaptureEvent(self, kind, code, guarded, reason, user_stack)
+            for listener in listeners:
+                listener(event)
 
     # -- FrameHooks -----------------------------------------------------------
     def wrap_function(self, fn: types.FunctionType) -> CompiledFunction:
         return CompiledFunction(fn, self)
 
-    def previous_entries(self, code: types.CodeType) -> list[Any]:
-        cache = self.table.peek(code)
-        return list(cache.entries) if cache is not None else []
+    @property
+    def resume_codes(self) -> ResumeCodes:
+        return self.table.resume_codes
+
+    def frame_wrapper(self, func: types.FunctionType) -> CompiledFunction:
+        """The wrapper the PEP 523 path runs ``func``'s frames through (one per function)."""
+        found = self.frame_wrappers.get(id(func))
+        if found is None or found[0] is not func:
+            found = (func, CompiledFunction(func, self))
+            self.frame_wrappers[id(func)] = found
+        return found[1]
 
     # -- compile --------------------------------------------------------------
     def compiler(self, gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
-        """The backend, timed (handed to convert_frame as its CompilerFn)."""
+        """The backend, timed (handed to capture as its CompilerFn)."""
         start = time.perf_counter()
         try:
-            return eval_frame_hook.guard_callable(self.backend(gm, example_inputs))
+            compiled = self.backend(gm, example_inputs)
+            if self.state.hook_runtimes:
+                compiled = frame_hook.run_uncaptured(compiled)
+            return compiled
         finally:
-            record_time("backend_compile", time.perf_counter() - start)
+            self.state.record_time("backend_compile", time.perf_counter() - start)
 
     def convert(
         self, fn: types.FunctionType, cache: CodeCache, f_locals: dict[str, Any]
-    ) -> Any | None:
+    ) -> GuardedCode | None:
         """Capture one call; ``None`` means: run this call (and the code) eagerly."""
-        from .convert_frame import FrameState
-
-        convert = self._convert if self._convert is not None else _default_convert()
         state = FrameState(
             code=fn.__code__,
             f_locals=f_locals,
@@ -198,19 +218,18 @@ class Runtime:
             closure=fn.__closure__,
             fn_name=fn.__name__,
         )
-        unsupported = _unsupported_type()
-        STATE.compiling += 1
+        self.state.compiling += 1
         start = time.perf_counter()
         try:
-            with eval_frame_hook.suspended():
-                guarded = convert(state, self.compiler, self.options, self)
-        except unsupported as exc:
+            with frame_hook.suspended():
+                guarded = self._convert(state, self.compiler, self.options, self)
+        except Unsupported as exc:
             if self.options.fullgraph:
                 raise
             reason = str(exc)
             log_breaks.info("skipping %s, running it eagerly: %s", cache.where(), reason)
             cache.mark_eager(reason)
-            _emit(self, "skip", cache.code, None, reason, getattr(exc, "user_stack", None))
+            self.emit("skip", cache.code, None, reason, exc.user_stack)
             return None
         except RecompileError:
             raise
@@ -224,23 +243,21 @@ class Runtime:
                 reason,
             )
             cache.mark_eager(reason)
-            _emit(self, "skip", cache.code, None, reason)
+            self.emit("skip", cache.code, None, reason)
             return None
         finally:
-            STATE.compiling -= 1
-            record_time("convert_frame", time.perf_counter() - start)
+            self.state.compiling -= 1
+            self.state.record_time("convert_frame", time.perf_counter() - start)
         cache.add(guarded)
-        eval_frame_hook.mark_skip(guarded.code)  # the frame hook must not re-capture it
+        frame_hook.mark_skip(guarded.code)  # the frame hook must not re-capture it
         if self.options.debug_dir is not None:
-            from .debug_dir import write_frame
-
             folder = write_frame(self.options.debug_dir, cache.code, guarded)
             log_dynamo.info("debug artifacts for %s in %s", cache.where(), folder)
         log_capture(cache.where(), cache.code, guarded)
         if log_guards.isEnabledFor(logging.DEBUG):
             source = getattr(guarded.check_fn, "code", None)
             log_guards.debug("check function of %s:\n%s", cache.where(), source)
-        _emit(self, "capture", cache.code, guarded, None)
+        self.emit("capture", cache.code, guarded, None)
         return guarded
 
 
@@ -357,6 +374,7 @@ class CompiledFunction:
         code = fn.__code__
         self._fn = fn
         self._runtime = runtime
+        self._state = runtime.state
         self._cache = runtime.table.get(code)
         self._globals = fn.__globals__
         self._nargs = code.co_argcount
@@ -392,7 +410,7 @@ class CompiledFunction:
         return self._runtime
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if STATE.compiling:
+        if self._state.compiling:
             return self._fn(*args, **kwargs)
         if kwargs or not self._simple or len(args) != self._nargs:
             f_locals = self._bind(args, kwargs)
@@ -464,29 +482,30 @@ class CompiledFunction:
         """No entry matched: compile (returns the function to run) or ``None`` = run eagerly."""
         cache = self._cache
         options = self._runtime.options
+        state = self._state
         if (
             cache.eager_reason is not None
             or options.run_only
-            or STATE.run_only
-            or STATE.stance == "force_eager"
+            or state.run_only
+            or state.stance == "force_eager"
         ):
             return None
         if cache.entries:
             reason = first_failure(cache.entries, f_locals, self._globals)
-            if options.fail_on_recompile or STATE.stance == "fail_on_recompile":
+            if options.fail_on_recompile or state.stance == "fail_on_recompile":
                 raise RecompileError(
                     f"ember.dynamo: recompile of {cache.where()} forbidden by "
                     f"set_stance('fail_on_recompile'); the cached graph no longer applies "
                     f"because {reason}. Call set_stance('default') to allow it, or mark the "
                     "dimension dynamic."
                 )
-            if STATE.stance == "eager_on_recompile":
+            if state.stance == "eager_on_recompile":
                 return None
             if len(cache.entries) >= options.cache_size_limit:
                 self._hit_limit(cache, reason, options.cache_size_limit)
                 return None
             log_recompiles.info("recompiling %s because %s", cache.where(), reason)
-            _emit(self._runtime, "recompile", cache.code, None, reason)
+            self._runtime.emit("recompile", cache.code, None, reason)
         guarded = self._runtime.convert(self._fn, cache, f_locals)
         if guarded is None:
             return None
@@ -501,7 +520,7 @@ class CompiledFunction:
             "ember.dynamo.config.cache_size_limit, or make the changing value dynamic."
         )
         cache.mark_eager(reason)
-        _emit(self._runtime, "cache_limit", cache.code, None, reason)
+        self._runtime.emit("cache_limit", cache.code, None, reason)
         if not cache.warned:
             cache.warned = True
             log_recompiles.warning("%s", message)

@@ -1,0 +1,90 @@
+"""The contract between frame entry and capture.
+
+The runtime (``function_entry``, ``frame_hook``) hands capture a
+:class:`FrameState` (one call about to run) and the :class:`FrameHooks` it
+may call back into; capture (``convert_frame``) returns a
+:class:`GuardedCode`: transformed code, its guards and the graphs it calls.
+Neither side imports the other: the runtime is given the capture function
+(``ConvertFn``) by the public API, and capture sees the runtime only
+through ``FrameHooks``.
+"""
+
+from __future__ import annotations
+
+import traceback
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from .resume import ResumeCodes
+
+#: A backend: ``backend(gm, example_inputs) -> compiled callable`` (torch.compile's signature).
+CompilerFn = Callable[[torch.fx.GraphModule, list[torch.Tensor]], Callable[..., Any]]
+
+
+@dataclass(frozen=True)
+class FrameState:
+    """One call about to run: the bound arguments of ``code``."""
+
+    code: types.CodeType
+    f_locals: dict[str, Any]
+    f_globals: dict[str, Any]
+    closure: tuple[types.CellType, ...] | None
+    fn_name: str
+
+
+@dataclass
+class CapturedGraph:
+    """One graph handed to the backend (for counting and ``explain``)."""
+
+    name: str
+    gm: torch.fx.GraphModule
+    example_inputs: list[torch.Tensor]
+    compiled: Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class GraphBreak:
+    """Where and why a frame was split."""
+
+    reason: str
+    user_stack: list[traceback.FrameSummary]
+
+
+@dataclass
+class GuardedCode:
+    """One cache entry: run ``code`` when ``check_fn(f_locals, f_globals)``."""
+
+    code: types.CodeType
+    check_fn: Any
+    guard_set: Any
+    graphs: list[CapturedGraph] = field(default_factory=list)
+    graph_breaks: list[GraphBreak] = field(default_factory=list)
+
+
+class FrameHooks(Protocol):
+    """What capture may ask of the runtime that called it."""
+
+    def wrap_function(self, fn: types.FunctionType) -> Callable[..., Any]:
+        """A callable that runs ``fn`` through the same cache and backend.
+
+        Calling it binds the arguments, looks up / fills the shared cache for
+        ``fn.__code__`` and runs the guarded code, so resume functions and
+        callees run at a graph break are captured afresh. Install the result
+        in ``f_globals`` (e.g. as ``__resume_at_<offset>_<n>``).
+        """
+        ...
+
+    @property
+    def resume_codes(self) -> ResumeCodes:
+        """The runtime's resume functions, made once per break site and reused
+        (dropped with its cache by ``ember.dynamo.reset()``)."""
+        ...
+
+
+#: ``convert(state, compiler, options, hooks) -> GuardedCode``; raises ``Unsupported``
+#: when the frame cannot be captured (options: a ``DynamoOptions``).
+ConvertFn = Callable[[FrameState, CompilerFn, Any, FrameHooks], GuardedCode]

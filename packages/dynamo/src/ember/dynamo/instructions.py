@@ -1,0 +1,35 @@
+"""The running interpreter's opcode module (``instructions_3xx``), chosen once.
+
+Everything that differs between CPython versions goes through the names
+re-exported here; nothing else in ember.dynamo reads ``sys.version_info``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+if sys.version_info >= (3, 13):
+    from . import instructions_313 as running
+elif sys.version_info >= (3, 12):
+    from . import instructions_312 as running
+else:
+    from . import instructions_311 as running
+
+VersionInstructions = running.VersionInstructions
+emit_call = running.emit_call
+load_attr_arg = running.load_attr_arg
+replay_arg = running.replay_arg
+native_stack_effect = running.native_stack_effect
+COND_JUMPS = running.COND_JUMPS
+GRAPH_BREAK_OPCODES = running.GRAPH_BREAK_OPCODES
+
+__all__ = [
+    "COND_JUMPS",
+    "GRAPH_BREAK_OPCODES",
+    "VersionInstructions",
+    "emit_call",
+    "load_attr_arg",
+    "native_stack_effect",
+    "replay_arg",
+    "running",
+]

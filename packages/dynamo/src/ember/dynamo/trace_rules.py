@@ -1,0 +1,122 @@
+"""Trace rules: which callables and frames capture treats specially.
+
+The registries behind ``disable``, ``allow_in_graph`` and
+``disallow_in_graph`` (filled by users, read by capture and the frame hook),
+the runtime's own control functions (``graph_break()``, ``is_compiling()``),
+and the files whose frames the PEP 523 hook never captures (the standard
+library, site-packages with torch in it, ember itself, generated code).
+
+This module imports nothing from ember.dynamo: everything else may read it.
+"""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+import types
+from typing import Any
+
+import torch
+
+import ember
+
+#: id(fn) -> fn; capture puts calls to these in the graph as one opaque node.
+ALLOWED_IN_GRAPH: dict[int, Any] = {}
+#: id(fn) -> fn; capture never puts calls to these in a graph (a break instead).
+DISALLOWED_IN_GRAPH: dict[int, Any] = {}
+#: id(code) -> code of functions given to ``disable``: their frames run as they are.
+DISABLED_CODES: dict[int, types.CodeType] = {}
+#: id(fn) -> (fn, kind) of the runtime's control functions (``graph_break``, ``is_compiling``).
+CONTROL_FUNCTIONS: dict[int, tuple[Any, str]] = {}
+
+
+def graph_break() -> None:
+    """Force a graph break here when captured; does nothing when run eagerly."""
+
+
+def register_control(fn: Any, kind: str) -> None:
+    """Mark ``fn`` as a control function of ``kind`` ("graph_break" | "is_compiling")."""
+    CONTROL_FUNCTIONS[id(fn)] = (fn, kind)
+
+
+register_control(graph_break, "graph_break")
+# torch's own "am I being compiled?" queries: True while ember traces, as under
+# TorchDynamo, so libraries take their compile-friendly paths.
+for _query in (torch.compiler.is_compiling, torch.compiler.is_dynamo_compiling):
+    register_control(_query, "is_compiling")
+
+
+def allow_in_graph(fn: Any) -> None:
+    ALLOWED_IN_GRAPH[id(fn)] = fn
+    DISALLOWED_IN_GRAPH.pop(id(fn), None)
+
+
+def disallow_in_graph(fn: Any) -> None:
+    DISALLOWED_IN_GRAPH[id(fn)] = fn
+    ALLOWED_IN_GRAPH.pop(id(fn), None)
+
+
+def disable_code(code: types.CodeType) -> None:
+    DISABLED_CODES[id(code)] = code
+
+
+def is_disabled(fn: Any) -> bool:
+    """Whether capture must leave ``fn`` alone (``disable`` was applied to it)."""
+    return bool(getattr(fn, "_ember_disabled", False))
+
+
+def is_allowed_in_graph(fn: Any) -> bool:
+    return id(fn) in ALLOWED_IN_GRAPH and ALLOWED_IN_GRAPH[id(fn)] is fn
+
+
+def is_disallowed_in_graph(fn: Any) -> bool:
+    return id(fn) in DISALLOWED_IN_GRAPH and DISALLOWED_IN_GRAPH[id(fn)] is fn
+
+
+def control_kind(value: Any) -> str | None:
+    """How a callable met while tracing must be treated, by the registries.
+
+    ``"graph_break"``, ``"is_compiling"``, ``"disabled"``, ``"allowed"``,
+    ``"disallowed"``, or ``None`` (trace it normally).
+    """
+    hit = CONTROL_FUNCTIONS.get(id(value))
+    if hit is not None and hit[0] is value:
+        return hit[1]
+    try:
+        if is_disabled(value):
+            return "disabled"
+        if is_allowed_in_graph(value):
+            return "allowed"
+        if is_disallowed_in_graph(value):
+            return "disallowed"
+    except TypeError:
+        return None
+    return None
+
+
+# -- frames the PEP 523 hook leaves alone ----------------------------------------
+
+
+def _library_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    roots.update(str(p) for p in ember.__path__)  # every installed ember package
+    return tuple(sorted(os.path.join(os.path.realpath(r), "") for r in roots))
+
+
+#: Directories whose code is never user code (computed once, at import).
+LIBRARY_ROOTS: tuple[str, ...] = _library_roots()
+
+
+def is_library_code(code: types.CodeType) -> bool:
+    """Code the frame hook never captures: libraries, ember, generated code."""
+    name = code.co_filename
+    if name.startswith("<"):
+        # FX graph code (<eval_with_key>), frozen modules, dataclass/namedtuple methods
+        # (<string>), ember's generated code: none of it is the user's model code.
+        return True
+    return os.path.realpath(name).startswith(LIBRARY_ROOTS)
+
+
+def is_disabled_code(code: types.CodeType) -> bool:
+    return DISABLED_CODES.get(id(code)) is code
