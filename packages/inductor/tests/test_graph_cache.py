@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from ember.inductor import CompiledGraph, InductorOptions, compile_graph, graph_cache
+from ember.inductor import CompiledGraph, CppOptions, InductorOptions, compile_graph, graph_cache
 from ember.inductor import graph as graph_module
 
 
@@ -60,10 +60,10 @@ def test_new_strides_options_or_graph_are_misses(tmp_path: Path) -> None:
     _compile(_fn, inputs, tmp_path)
     x, w = inputs
     assert not _compile(_fn, [x, w.t().contiguous().t()], tmp_path).report.graph_cached  # strides
-    assert not _compile(_fn, inputs, tmp_path, column_reductions=False).report.graph_cached
+    assert not _compile(_fn, inputs, tmp_path, cpp=CppOptions(column_reductions=False)).report.graph_cached
     assert not _compile(lambda x, w: _fn(x, w) + 1, inputs, tmp_path).report.graph_cached
     assert not _compile(_fn, [torch.randn(9, 16), w], tmp_path).report.graph_cached  # sizes
-    assert _compile(_fn, inputs, tmp_path, column_reductions=False).report.graph_cached
+    assert _compile(_fn, inputs, tmp_path, cpp=CppOptions(column_reductions=False)).report.graph_cached
 
 
 def test_constants_are_read_from_the_module_not_the_cache(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import sympy
 import torch
 from torch import nn
 
-from ember.inductor import CompiledGraph, InductorOptions, decomposition_table
+from ember.inductor import CompiledGraph, CppOptions, InductorOptions, decomposition_table
 from ember.inductor.index import FloorDiv, ModIndex, index_symbols, simplify_index
 
 Check = Callable[..., CompiledGraph]
@@ -64,7 +64,7 @@ def test_row_reduction_keeps_the_row_loop(check: Check) -> None:
 
 def test_column_reduction_can_be_turned_off(check: Check) -> None:
     x = torch.randn(64, 256)
-    opts = InductorOptions(column_reductions=False, fallback_on_error=False)
+    opts = InductorOptions(cpp=CppOptions(column_reductions=False), fallback_on_error=False)
     c = check(lambda x: x.sum(0), x, atol=1e-4, rtol=1e-4, options=opts)
     assert "_tile = " not in "\n".join(c.report.kernel_sources.values())
 

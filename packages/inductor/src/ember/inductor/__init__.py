@@ -20,12 +20,13 @@ from .errors import (
     LoweringError,
 )
 from .lowering import register_lowering
-from .options import InductorOptions
+from .options import CppOptions, InductorOptions
 
 __all__ = [
     "CompileReport",
     "CompiledGraph",
     "CppCompileError",
+    "CppOptions",
     "EagerGraph",
     "InductorError",
     "InductorOptions",

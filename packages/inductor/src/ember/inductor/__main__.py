@@ -73,7 +73,7 @@ def compile_saved(path: str, out_dir: str | None, options: InductorOptions) -> i
         out.mkdir(parents=True, exist_ok=True)
         (out / "output_code.py").write_text(report.wrapper_source)
         for name, src in report.kernel_sources.items():
-            (out / f"{name}.cpp").write_text(src)
+            (out / f"{name}.{report.kernel_suffix}").write_text(src)
         print(f"  wrote wrapper and {len(report.kernel_sources)} kernels to {out}")
     return 0 if ok else 2
 

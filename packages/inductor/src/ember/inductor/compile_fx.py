@@ -1,14 +1,14 @@
 """``compile_graph``: the whole pipeline from an ATen graph to a callable.
 
-lower (graph.py) -> schedule + fuse (scheduler.py, fusion.py) -> C++ kernels
-(codegen/cpp.py) -> compile + cache (cpp_build.py) -> Python wrapper
+lower (graph.py) -> schedule + fuse (scheduler.py, fusion.py) -> memory plan
+(memory_plan.py) -> kernels from the device's backend (codegen/registry.py:
+C++ for CPU tensors) -> build + cache (``Backend.build``) -> Python wrapper
 (codegen/wrapper.py). Anything that cannot be compiled runs eagerly, with the
 reason logged.
 """
 
 from __future__ import annotations
 
-import ctypes
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,15 +20,17 @@ import torch.fx
 from torch.utils._pytree import tree_unflatten
 
 from . import graph_cache
-from .codegen.cpp import generate_kernel
+from .codegen.backend import Backend, BuildStats, KernelSource
+from .codegen.registry import backend_for
 from .codegen.wrapper import WrapperWriter, namespace
-from .cpp_build import BuildStats, build_kernels, full_source
-from .errors import InputMismatchError, KernelIndexError
-from .graph import GraphLowering, attr_value, op_name
+from .errors import InputMismatchError
+from .graph import GraphLowering, attr_value, graph_device, op_name
 from .graph_cache import GraphArtifact
+from .kernel_plan import KernelPlan
 from .logs import configure_from_env, log, output_code, perf_hints
+from .memory_plan import plan_memory
 from .options import InductorOptions, options_from_env
-from .scheduler import KernelPlan, schedule
+from .scheduler import schedule
 
 
 @dataclass
@@ -46,6 +48,8 @@ class CompileReport:
     eager_reason: str | None = None
     #: the wrapper and kernel sources came from the on-disk graph cache (no lowering ran)
     graph_cached: bool = False
+    #: file suffix of the kernel sources (``cpp``; ``py`` for Triton)
+    kernel_suffix: str = "cpp"
 
 
 class CompiledGraph:
@@ -101,7 +105,7 @@ class CompiledGraph:
                     f"{size} and {dtype}. Recompile for the new shapes (ember.dynamo does this automatically)."
                 )
             if a.stride() != stride and a.numel() > 1:
-                inputs[i] = torch.empty_strided(size, stride, dtype=dtype).copy_(a)
+                inputs[i] = torch.empty_strided(size, stride, dtype=dtype, device=a.device).copy_(a)
         return inputs
 
 
@@ -132,12 +136,17 @@ def _as_graph_module(graph: Any) -> torch.fx.GraphModule:
     return gm
 
 
-def _eager_reason(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> str | None:
+def _eager_reason(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], backend: Backend | None
+) -> str | None:
+    device = graph_device(example_inputs)
     for i, x in enumerate(example_inputs):
         if not isinstance(x, torch.Tensor):
             return f"input {i} is a {type(x).__name__}; only tensor inputs are compiled"
-        if x.device.type != "cpu":
-            return f"input {i} is on {x.device}; ember.inductor generates code for CPU only"
+        if backend is None:
+            return f"input {i} is on {x.device}; ember.inductor has no code generator for {x.device.type}"
+        if x.device != device:
+            return f"input {i} is on {x.device}, input 0 on {device}; one graph runs on one device"
         if x.is_sparse:
             return f"input {i} is sparse"
     if not any(n.op == "call_function" for n in gm.graph.nodes):
@@ -167,12 +176,14 @@ def compile_graph(
     configure_from_env()
     opts = options_from_env(options)
     gm = _as_graph_module(graph)
-    reason = _eager_reason(gm, example_inputs)
+    backend = backend_for(graph_device(example_inputs), opts)
+    reason = _eager_reason(gm, example_inputs, backend)
     if reason is not None:
         perf_hints.info("running graph eagerly: %s", reason)
         return EagerGraph(gm, reason)
+    assert backend is not None
     try:
-        return _compile(gm, example_inputs, opts, inputs_guarded)
+        return _compile(gm, example_inputs, opts, backend, inputs_guarded)
     except Exception as e:
         if not opts.fallback_on_error:
             raise
@@ -188,6 +199,7 @@ def _compile(
     gm: torch.fx.GraphModule,
     example_inputs: list[Any],
     opts: InductorOptions,
+    backend: Backend,
     inputs_guarded: bool = False,
 ) -> CompiledGraph:
     start = time.perf_counter()
@@ -196,7 +208,7 @@ def _compile(
     art = graph_cache.lookup(opts.cache_dir, key) if key is not None else None
     hit = art is not None
     if art is None:
-        art = _generate(gm, example_inputs, opts)
+        art = _generate(gm, example_inputs, opts, backend)
         if key is not None:
             graph_cache.store(opts.cache_dir, key, art)
     else:
@@ -209,12 +221,13 @@ def _compile(
         kernel_sources=dict(art.kernel_sources),
         wrapper_source=art.wrapper_source,
         graph_cached=hit,
+        kernel_suffix=backend.suffix,
     )
     _emit_debug(report, opts)
     stats = BuildStats()
-    kernels = _build(art.kernel_sources, art.kernel_args, opts, stats)
+    kernels = backend.build(art.kernels(), stats)
     constants = {name: _attr(gm, target) for name, target in art.constant_targets.items()}
-    ns = namespace(kernels, constants, art.consts)
+    ns = namespace(backend, kernels, constants, art.consts)
     exec(compile(art.wrapper_source, "<ember.inductor wrapper>", "exec"), ns)
     report.compiled, report.cached = stats.compiled, stats.cached
     report.seconds = time.perf_counter() - start
@@ -222,29 +235,28 @@ def _compile(
 
 
 def _generate(
-    gm: torch.fx.GraphModule, example_inputs: list[Any], opts: InductorOptions
+    gm: torch.fx.GraphModule, example_inputs: list[Any], opts: InductorOptions, backend: Backend
 ) -> GraphArtifact:
     """Lower, schedule and generate code: everything a compiled graph is rebuilt from."""
-    lowered = GraphLowering(gm, example_inputs, opts).run()
-    steps = schedule(lowered, opts)
+    lowered = GraphLowering(gm, example_inputs, opts, backend.dtypes, backend.label).run()
+    steps = schedule(lowered, opts, backend.private_bytes)
+    memory = plan_memory(lowered, steps)
     dtypes = {b.name: b.layout.dtype for b in lowered.buffers}
     dtypes.update({b.name: b.layout.dtype for b in lowered.inputs})
     dtypes.update({name: t.dtype for name, t in lowered.constants.items()})
-    kernel_sources: dict[str, str] = {}
-    kernel_args: dict[str, list[str]] = {}
+    kernels: dict[str, KernelSource] = {}
     externs: list[tuple[str, str]] = []
     for step in steps:
         if isinstance(step, KernelPlan):
-            src, args = generate_kernel(step, dtypes, opts)
-            kernel_sources[step.name] = src
-            kernel_args[step.name] = args
+            kernels[step.name] = backend.generate(step, dtypes)
         else:
             externs.append((op_name(step.kernel.op), step.kernel.reason))
-    wrapper = WrapperWriter(lowered, steps, kernel_args).write()
+    wrapper = WrapperWriter(lowered, steps, kernels, memory, backend).write()
     return GraphArtifact(
         wrapper_source=wrapper.source,
-        kernel_sources=kernel_sources,
-        kernel_args=kernel_args,
+        kernel_sources={name: k.source for name, k in kernels.items()},
+        kernel_args={name: k.args for name, k in kernels.items()},
+        kernel_meta={name: k.meta for name, k in kernels.items() if k.meta},
         consts=wrapper.constants,
         constant_targets=dict(lowered.constant_targets),
         input_layouts=[(b.layout.size, b.layout.stride, b.layout.dtype) for b in lowered.inputs],
@@ -262,56 +274,6 @@ def _attr(gm: torch.fx.GraphModule, target: str) -> torch.Tensor:
     return value
 
 
-def _build(
-    sources: dict[str, str],
-    kernel_args: dict[str, list[str]],
-    opts: InductorOptions,
-    stats: BuildStats,
-) -> dict[str, Any]:
-    """Compile the kernels as ``compile_threads`` translation units, in parallel; load each function."""
-    names = list(sources)
-    if not names:
-        return {}
-    n_units = max(1, min(opts.compile_threads, len(names)))
-    per_unit = -(-len(names) // n_units)
-    units = [names[i : i + per_unit] for i in range(0, len(names), per_unit)]
-    unit_sources = []
-    for u, unit in enumerate(units):
-        body = "\n".join(
-            sources[name].replace("void ember_kernel(", f"void ember_kernel_{j}(", 1)
-            for j, name in enumerate(unit)
-        )
-        unit_sources.append((f"unit{u}", full_source(body)))
-    libs = build_kernels(unit_sources, opts, stats)
-    kernels: dict[str, Any] = {}
-    for u, unit in enumerate(units):
-        for j, name in enumerate(unit):
-            fn = getattr(libs[f"unit{u}"], f"ember_kernel_{j}")
-            fn.argtypes = [ctypes.c_void_p] * len(kernel_args[name])
-            fn.restype = None
-            if "ember_check_index(" in sources[name]:
-                take = libs[f"unit{u}"].ember_take_index_error
-                take.argtypes, take.restype = [], ctypes.c_int
-                kernels[name] = _index_checked(name, fn, take)
-            else:
-                kernels[name] = fn
-    return kernels
-
-
-def _index_checked(name: str, fn: Any, take_error: Any) -> Any:
-    """``fn`` followed by a check of the kernel's out-of-range-index flag."""
-
-    def call(*args: Any) -> None:
-        fn(*args)
-        if take_error():
-            raise KernelIndexError(
-                f"index out of range in generated kernel {name} (an indirect index from "
-                "gather/index/index_select/embedding was outside its dimension)"
-            )
-
-    return call
-
-
 def _emit_debug(report: CompileReport, opts: InductorOptions) -> None:
     if opts.output_code or output_code.isEnabledFor(20):
         text = "\n".join(f"// {name}\n{src}" for name, src in report.kernel_sources.items())
@@ -321,4 +283,4 @@ def _emit_debug(report: CompileReport, opts: InductorOptions) -> None:
         d.mkdir(parents=True, exist_ok=True)
         (d / "output_code.py").write_text(report.wrapper_source)
         for name, src in report.kernel_sources.items():
-            (d / f"{name}.cpp").write_text(src)
+            (d / f"{name}.{report.kernel_suffix}").write_text(src)

@@ -17,10 +17,10 @@ import platform
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 from .cache import KernelCache
+from .codegen.backend import BuildStats
 from .codegen.cpp_prelude import prelude
 from .errors import CppCompileError
 from .options import InductorOptions
@@ -43,7 +43,7 @@ def full_source(kernel_src: str) -> str:
 
 
 def _flags(options: InductorOptions) -> list[str]:
-    flags = list(options.cflags) + ["-std=c++17"]
+    flags = list(options.cpp.cflags) + ["-std=c++17"]
     if has_libmvec():
         flags.append("-lmvec")
     return flags
@@ -63,16 +63,10 @@ def host_cpu() -> str:
 
 def cache_key(source: str, options: InductorOptions) -> str:
     h = hashlib.sha256()
-    for part in (source, " ".join(_flags(options)), compiler_version(options.cxx), host_cpu()):
+    for part in (source, " ".join(_flags(options)), compiler_version(options.cpp.cxx), host_cpu()):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
-
-
-@dataclass
-class BuildStats:
-    compiled: int = 0
-    cached: int = 0
 
 
 # Libraries loaded in this process, by cache key (loading twice would leak handles).
@@ -87,14 +81,14 @@ def _compile_one(
         src = Path(tmp) / f"{key}.cpp"
         src.write_text(source)
         out = Path(tmp) / f"{key}.so"
-        cmd = [options.cxx, str(src), "-o", str(out), *_flags(options)]
+        cmd = [options.cpp.cxx, str(src), "-o", str(out), *_flags(options)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             keep = work / f"{key}.failed.cpp"
             keep.write_text(source)
             first = "\n".join(proc.stderr.splitlines()[:20])
             raise CppCompileError(
-                f"{options.cxx} failed (exit {proc.returncode}) compiling kernel {name!r} ({keep}):\n{first}\n"
+                f"{options.cpp.cxx} failed (exit {proc.returncode}) compiling kernel {name!r} ({keep}):\n{first}\n"
                 "This is a bug in ember.inductor's code generation; please report it with the source file. "
                 "Meanwhile options.force_fallback can keep the offending op in ATen."
             )

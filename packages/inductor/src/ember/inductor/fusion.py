@@ -1,18 +1,15 @@
 """Fusion: greedily put each computed buffer into the best legal kernel.
 
-Legality is ``scheduler.plan_kernel`` plus a cycle check; preference is
+Legality is ``kernel_plan.plan_kernel`` plus a cycle check; preference is
 ``score`` (memory traffic saved: vertical fusion first, then siblings that
 read the same inputs). Every rejection is logged under ``perf_hints``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from .kernel_plan import ExternCall, SchedNode, plan_kernel
+from .logs import perf_hints
 from .options import InductorOptions
-
-if TYPE_CHECKING:
-    from .scheduler import ExternCall, SchedNode
 
 
 def score(group: list[SchedNode], node: SchedNode) -> tuple[int, int, int]:
@@ -27,8 +24,6 @@ def fuse(
     items: list[SchedNode | ExternCall], deps: list[set[int]], options: InductorOptions
 ) -> list[list[int]]:
     """Groups of item indices; an extern call is always alone."""
-    from .scheduler import SchedNode, log_rejection, plan_kernel
-
     users: list[set[int]] = [set() for _ in items]
     for i, ds in enumerate(deps):
         for d in ds:
@@ -75,6 +70,10 @@ def fuse(
             group_of[i] = len(groups)
             groups.append([i])
     return groups
+
+
+def log_rejection(a: str, b: str, reason: str) -> None:
+    perf_hints.debug("not fusing %s into %s: %s", b, a, reason)
 
 
 def _creates_cycle(members: set[int], node_deps: set[int], users: list[set[int]]) -> bool:

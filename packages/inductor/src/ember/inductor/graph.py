@@ -35,12 +35,14 @@ from .ir import (
     as_strided_of_buffer,
 )
 from .logs import perf_hints
-from .lowering import SUPPORTED_DTYPES, find_lowering
+from .lowering import SUPPORTED_DTYPES, creation, find_lowering, pointwise, reduction, views
 from .lowering.reduction import REDUCTION_TARGETS
 from .ops_handler import DepsOps
 from .options import InductorOptions
 
 aten = torch.ops.aten
+#: Imported for their registrations: every ATen op they lower is in ``LOWERINGS``.
+_LOWERING_TABLES = (creation, pointwise, reduction, views)
 
 _MAX_DECOMPOSE_DEPTH = 8
 
@@ -75,6 +77,14 @@ def attr_value(gm: torch.nn.Module, target: str) -> Any:
     return value
 
 
+def graph_device(example_inputs: list[Any]) -> torch.device:
+    """The device a graph's kernels run on: its first tensor input's (CPU without one)."""
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor):
+            return x.device
+    return torch.device("cpu")
+
+
 def op_name(target: Any) -> str:
     name = getattr(target, "name", None)
     return name() if callable(name) else getattr(target, "__name__", str(target))
@@ -91,11 +101,20 @@ class GraphLowering:
     """Lowers one fx graph (``run``) into a ``LoweredGraph``."""
 
     def __init__(
-        self, gm: torch.fx.GraphModule, example_inputs: list[Any], options: InductorOptions
+        self,
+        gm: torch.fx.GraphModule,
+        example_inputs: list[Any],
+        options: InductorOptions,
+        dtypes: frozenset[torch.dtype] = SUPPORTED_DTYPES,
+        label: str = "C++",
     ) -> None:
+        """``dtypes``: what the backend's kernels handle (``label`` names it in messages)."""
         self.gm = gm
         self.example_inputs = example_inputs
         self.options = options
+        self.dtypes = dtypes
+        self.label = label
+        self.device = graph_device(example_inputs)
         self.buffers: list[Buffer] = []
         self.inputs: list[InputBuffer] = []
         self.constants: dict[str, torch.Tensor] = {}
@@ -327,9 +346,9 @@ class GraphLowering:
                 vals.extend(tree_flatten(a.meta.get("val"))[0])
         for v in vals:
             if isinstance(v, torch.Tensor):
-                if v.dtype not in SUPPORTED_DTYPES:
-                    return f"dtype {v.dtype} has no C++ lowering"
-                if v.device.type != "cpu":
+                if v.dtype not in self.dtypes:
+                    return f"dtype {v.dtype} has no {self.label} lowering"
+                if v.device != self.device:
                     return f"device {v.device} has no code generator"
         return None
 

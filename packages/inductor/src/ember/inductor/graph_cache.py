@@ -39,10 +39,11 @@ from ember.ir.cache_entry import (
     store_entry,
 )
 
+from .codegen.backend import KernelSource
 from .logs import log
 
 #: Bumped when the entry layout changes.
-FORMAT = 1
+FORMAT = 2
 
 
 @dataclass
@@ -52,6 +53,8 @@ class GraphArtifact:
     wrapper_source: str
     kernel_sources: dict[str, str]
     kernel_args: dict[str, list[str]]
+    #: backend-specific launch data per kernel (``KernelSource.meta``), where there is any
+    kernel_meta: dict[str, dict[str, Any]]
     consts: list[Any]
     constant_targets: dict[str, str]
     input_layouts: list[tuple[tuple[int, ...], tuple[int, ...], torch.dtype]]
@@ -60,6 +63,12 @@ class GraphArtifact:
     fallbacks: dict[str, int] = field(default_factory=dict)
     #: (op, reason) of each extern call, replayed to the perf_hints log on a cache hit
     externs: list[tuple[str, str]] = field(default_factory=list)
+
+    def kernels(self) -> dict[str, KernelSource]:
+        return {
+            name: KernelSource(src, self.kernel_args[name], self.kernel_meta.get(name, {}))
+            for name, src in self.kernel_sources.items()
+        }
 
 
 # --- the key -------------------------------------------------------------------------------------
@@ -138,7 +147,11 @@ def _dump(art: GraphArtifact) -> str:
             "format": FORMAT,
             "wrapper_source": art.wrapper_source,
             "kernels": {
-                name: {"source": src, "args": art.kernel_args[name]}
+                name: {
+                    "source": src,
+                    "args": art.kernel_args[name],
+                    "meta": art.kernel_meta.get(name, {}),
+                }
                 for name, src in art.kernel_sources.items()
             },
             "consts": [_encode_const(c) for c in art.consts],
@@ -169,6 +182,7 @@ def _load(text: str) -> GraphArtifact:
         wrapper_source=d["wrapper_source"],
         kernel_sources={name: k["source"] for name, k in kernels.items()},
         kernel_args={name: list(k["args"]) for name, k in kernels.items()},
+        kernel_meta={name: dict(k["meta"]) for name, k in kernels.items() if k["meta"]},
         consts=[_decode_const(c) for c in d["consts"]],
         constant_targets=dict(d["constant_targets"]),
         input_layouts=inputs,

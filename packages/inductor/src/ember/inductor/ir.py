@@ -189,6 +189,18 @@ class ExternKernel(Buffer):
     mutated: tuple[str, ...] = field(kw_only=True, default=())
     tuple_result: bool = field(kw_only=True, default=False)
 
+    def buffer_args(self) -> list[str]:
+        """Names of the buffers among ``args``/``kwargs`` (a strided view names its base)."""
+        from torch.utils._pytree import tree_flatten
+
+        names: list[str] = []
+        for a in tree_flatten((self.args, self.kwargs))[0]:
+            if isinstance(a, ReinterpretView):
+                names.append(a.base.name)
+            elif isinstance(a, Buffer):
+                names.append(a.name)
+        return names
+
 
 @dataclass(frozen=True, eq=False)
 class MultiOutput(Buffer):

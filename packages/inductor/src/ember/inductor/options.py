@@ -18,8 +18,8 @@ def default_cache_dir() -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class InductorOptions:
-    """Options of one compile. Fields that change generated code are part of cache keys."""
+class CppOptions:
+    """Settings of the C++/OpenMP code generator and its compiler (CPU tensors)."""
 
     #: C++ compiler executable.
     cxx: str = "g++"
@@ -36,11 +36,26 @@ class InductorOptions:
         "-shared",
         "-fPIC",
     )
-    #: Directory for compiled kernels; None means ``default_cache_dir()`` at the entry point.
-    cache_dir: str | None = None
     #: Kernels with fewer elements of work than this run single-threaded.
     parallel_threshold: int = 32768
-    #: Threads running the compiler for the kernels of one graph.
+    #: Emit reductions over a strided dim (``x.sum(0)``) with the loops interchanged, so the
+    #: kept dim is the vectorized inner loop (see ``codegen/cpp_column.py``).
+    column_reductions: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class InductorOptions:
+    """Options of one compile. Fields that change generated code are part of cache keys.
+
+    General settings are fields here; each code generator's own settings are one nested
+    field (``cpp``).
+    """
+
+    #: The C++ code generator's and compiler's settings.
+    cpp: CppOptions = CppOptions()
+    #: Directory for compiled kernels; None means ``default_cache_dir()`` at the entry point.
+    cache_dir: str | None = None
+    #: Threads building the kernels of one graph (compiler processes).
     compile_threads: int = 2
     #: A pointwise value read by several consumers is stored once it loads more than this many inputs.
     realize_reads_threshold: int = 4
@@ -48,9 +63,6 @@ class InductorOptions:
     realize_ops_threshold: int = 40
     #: Most ops inlined into one value before it is stored regardless of users.
     max_inline_ops: int = 200
-    #: Emit reductions over a strided dim (``x.sum(0)``) with the loops interchanged, so the
-    #: kept dim is the vectorized inner loop (see ``codegen/cpp_column.py``).
-    column_reductions: bool = True
     #: Most nodes in one fused kernel.
     max_fusion_size: int = 64
     #: ATen ops kept as extern calls even when they have a lowering ("aten::op.overload" names).

@@ -1,181 +1,42 @@
 """Scheduling: which buffers are computed by which kernel, and in what order.
 
 Backend-neutral. Input: the realized buffers of a ``LoweredGraph``. Output: a
-list of ``KernelPlan`` and extern calls in execution order, with each kernel's
-loop structure (an outer iteration space, then a sequence of inner loops),
-which of its buffers stay in registers, and when every buffer dies.
+list of ``KernelPlan`` (``kernel_plan.py``) and extern calls in execution
+order, each plan with its loop structure (an outer iteration space, then a
+sequence of inner loops, both also merged: ``lay_out_loops``), which of its
+buffers stay in registers or in iteration-local storage, and what it reads and
+writes. When buffers are allocated and freed is ``memory_plan.py``'s job.
 
-Legality lives in ``plan_kernel`` (it returns a reason string when nodes
-cannot share a kernel); preference lives in ``fusion.score``.
+Legality lives in ``kernel_plan.plan_kernel`` (it returns a reason string when
+nodes cannot share a kernel); preference lives in ``fusion.score``.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-
 import sympy
 
+from .fusion import fuse
 from .graph import LoweredGraph
-from .index import affine_coefficients, index_symbols
-from .ir import Buffer, ComputedBuffer, ExternKernel, Index, MultiOutput, Reduction, ReinterpretView
-from .logs import perf_hints
-from .ops_handler import DepsOps
+from .ir import ComputedBuffer, ExternKernel, MultiOutput
+from .kernel_plan import (
+    ExternCall,
+    KernelPlan,
+    SchedNode,
+    Step,
+    make_sched_node,
+    plan_kernel,
+    private_numel,
+)
+from .loops import MergedLoops, merge_loops
 from .options import InductorOptions
 
-
-@dataclass(eq=False)
-class SchedNode:
-    """One computed buffer as the scheduler sees it (size-1 dims dropped)."""
-
-    order: int
-    buffer: ComputedBuffer
-    sizes: tuple[int, ...]
-    rsizes: tuple[int, ...]
-    reads: frozenset[str]
-
-    @property
-    def name(self) -> str:
-        return self.buffer.name
-
-    @property
-    def is_reduction(self) -> bool:
-        return isinstance(self.buffer.data, Reduction)
-
-    def full_index(self, syms: Sequence[sympy.Expr]) -> list[sympy.Expr]:
-        """Index over the buffer's size given symbols for its non-1 (outer) dims."""
-        it = iter(syms)
-        return [sympy.Integer(0) if s == 1 else next(it) for s in self.buffer.data.get_size()]
-
-    def reduction_index(self, syms: Sequence[sympy.Expr]) -> list[sympy.Expr]:
-        data = self.buffer.data
-        assert isinstance(data, Reduction)
-        it = iter(syms)
-        return [sympy.Integer(0) if s == 1 else next(it) for s in data.reduction_ranges]
-
-    def symbols(self, n_outer: int) -> tuple[list[sympy.Symbol], list[sympy.Symbol]]:
-        """(outer, inner) loop symbols when the first ``n_outer`` dims are the kernel's outer loops."""
-        outer = index_symbols("x", n_outer)
-        n_inner = len(self.rsizes) if self.is_reduction else len(self.sizes) - n_outer
-        return outer, index_symbols("r", n_inner)
-
-    @functools.cache  # noqa: B019 - nodes live for one compile
-    def accesses(self, n_outer: int) -> tuple[tuple[tuple[str, sympy.Expr], ...], sympy.Expr]:
-        """(loads, store index) with this node's loops split after ``n_outer`` dims."""
-        outer, inner = self.symbols(n_outer)
-        deps = DepsOps()
-        data = self.buffer.data
-        if isinstance(data, Reduction):
-            data.inner_fn(self.full_index(outer), self.reduction_index(inner), deps)
-            store = self.buffer.layout.index(self.full_index(outer))
-        else:
-            idx = self.full_index(list(outer) + list(inner))
-            data.inner_fn(idx, deps)
-            store = self.buffer.layout.index(idx)
-        return tuple(deps.loads), store
+#: Largest iteration-local buffer (bytes) a kernel may keep instead of a graph buffer.
+PRIVATE_BYTES = 64 * 1024
 
 
-@dataclass(eq=False)
-class Loop:
-    """One inner loop nest of a kernel (``inner == ()``: statements once per outer index)."""
-
-    inner: tuple[int, ...]
-    nodes: list[SchedNode] = field(default_factory=list)
-
-    @property
-    def has_reduction(self) -> bool:
-        return any(n.is_reduction for n in self.nodes)
-
-
-@dataclass(eq=False)
-class KernelPlan:
-    name: str
-    outer: tuple[int, ...]
-    nodes: list[SchedNode]
-    loops: list[Loop]
-    #: Buffers the kernel writes to memory (the rest stay in registers).
-    stores: list[str] = field(default_factory=list)
-    #: Buffers read from memory (produced elsewhere).
-    loads: list[str] = field(default_factory=list)
-    #: Buffers written and read back only within one outer iteration of this kernel
-    #: (softmax's ``exp(x - max)``): name -> elements per outer iteration. A backend keeps
-    #: them in iteration-local storage (a stack array in C++) instead of a graph buffer.
-    private: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def is_pointwise(self) -> bool:
-        return all(not loop.inner and not loop.has_reduction for loop in self.loops)
-
-
-@dataclass(eq=False)
-class ExternCall:
-    kernel: ExternKernel
-    outputs: list[MultiOutput]
-
-
-Step = KernelPlan | ExternCall
-
-
-def make_sched_node(order: int, buf: ComputedBuffer) -> SchedNode:
-    data = buf.data
-    sizes = tuple(s for s in data.get_size() if s != 1)
-    rsizes = (
-        tuple(s for s in data.reduction_ranges if s != 1) if isinstance(data, Reduction) else ()
-    )
-    node = SchedNode(order, buf, sizes, rsizes, frozenset())
-    loads, _ = node.accesses(len(sizes))
-    node.reads = frozenset(n for n, _ in loads)
-    return node
-
-
-def plan_kernel(nodes: Sequence[SchedNode], max_size: int) -> KernelPlan | str:
-    """The loop structure of one kernel computing ``nodes`` (in order), or why it is illegal."""
-    if len(nodes) > max_size:
-        return f"kernel would have more than {max_size} nodes"
-    reductions = [n for n in nodes if n.is_reduction]
-    outer = reductions[0].sizes if reductions else nodes[0].sizes
-    inner_of: dict[str, tuple[int, ...]] = {}
-    for n in nodes:
-        if n.is_reduction:
-            if n.sizes != outer:
-                return f"{n.name} reduces to {n.sizes}, the kernel's outer loops are {outer}"
-            inner_of[n.name] = n.rsizes
-        elif n.sizes == outer:
-            inner_of[n.name] = ()
-        elif reductions and n.sizes[: len(outer)] == outer:
-            inner_of[n.name] = n.sizes[len(outer) :]
-        else:
-            return f"{n.name} iterates {n.sizes}, the kernel iterates {outer}"
-    n_outer = len(outer)
-    producer = {n.name: n for n in nodes}
-    loops: list[Loop] = []
-    loop_of: dict[str, Loop] = {}
-    for n in nodes:
-        loads, _ = n.accesses(n_outer)
-        inner = inner_of[n.name]
-        needs_new = not loops or loops[-1].inner != inner
-        for name, expr in loads:
-            p = producer.get(name)
-            if p is None:
-                continue
-            if p.order >= n.order:
-                return f"{n.name} reads {name}, which is computed later"
-            _, store = p.accesses(n_outer)
-            if not p.is_reduction and inner_of[p.name] and inner_of[p.name] != inner:
-                return f"{n.name} reads {name} across different inner loops"
-            if sympy.expand(expr - store) != 0:
-                return f"{n.name} reads {name} at {expr}, it is written at {store}"
-            if p.is_reduction and loops and loop_of[p.name] is loops[-1]:
-                needs_new = True
-        if needs_new:
-            loops.append(Loop(inner))
-        loops[-1].nodes.append(n)
-        loop_of[n.name] = loops[-1]
-    return KernelPlan("", outer, list(nodes), loops)
-
-
-def _elide_locals(plan: KernelPlan, external_readers: set[str], outputs: set[str]) -> None:
+def _elide_locals(
+    plan: KernelPlan, external_readers: set[str], outputs: set[str], private_bytes: int
+) -> None:
     """Decide which buffers of ``plan`` must be stored; the rest live in registers."""
     n_outer = len(plan.outer)
     loop_of = {n.name: loop for loop in plan.loops for n in loop.nodes}
@@ -198,7 +59,7 @@ def _elide_locals(plan: KernelPlan, external_readers: set[str], outputs: set[str
     private = must_store - external_readers - outputs
     plan.private = {}
     for name in sorted(private):
-        numel = _private_numel(in_kernel[name], n_outer, loop_of[name].inner)
+        numel = private_numel(in_kernel[name], n_outer, loop_of[name].inner, private_bytes)
         if numel is not None:
             plan.private[name] = numel
     plan.stores = [
@@ -210,36 +71,14 @@ def _elide_locals(plan: KernelPlan, external_readers: set[str], outputs: set[str
     plan.loads = sorted(reads)
 
 
-#: Largest iteration-local buffer (bytes) a kernel may keep instead of a graph buffer.
-PRIVATE_BYTES = 64 * 1024
+def schedule(
+    graph: LoweredGraph, options: InductorOptions, private_bytes: int = PRIVATE_BYTES
+) -> list[Step]:
+    """Fuse computed buffers into kernels and order kernels and extern calls.
 
-
-def _private_numel(node: SchedNode, n_outer: int, inner: tuple[int, ...]) -> int | None:
-    """Elements per outer iteration if ``node``'s store offsets within one iteration are
-    ``0 <= offset < numel(inner)`` (see :func:`private_offset`); None otherwise."""
-    numel = 1
-    for s in inner:
-        numel *= s
-    if numel * node.buffer.layout.dtype.itemsize > PRIVATE_BYTES:
-        return None
-    _, inner_syms = node.symbols(n_outer)
-    _, store = node.accesses(n_outer)
-    fit = affine_coefficients(private_offset(store, inner_syms), inner_syms)
-    if fit is None or fit[1] != 0 or any(c < 0 for c in fit[0].values()):
-        return None
-    top = sum(c * (size - 1) for c, size in zip((fit[0][s] for s in inner_syms), inner))
-    return numel if top < numel else None
-
-
-def private_offset(index: sympy.Expr, inner_syms: Sequence[sympy.Symbol]) -> sympy.Expr:
-    """``index`` relative to the start of its outer iteration (inner symbols at 0)."""
-    return sympy.expand(index - index.xreplace({s: 0 for s in inner_syms}))
-
-
-def schedule(graph: LoweredGraph, options: InductorOptions) -> list[Step]:
-    """Fuse computed buffers into kernels and order kernels and extern calls."""
-    from .fusion import fuse
-
+    ``private_bytes``: the largest iteration-local buffer the code generator can keep
+    (0: it keeps none, every such buffer is a graph buffer).
+    """
     items: list[SchedNode | ExternCall] = []
     multi: dict[str, list[MultiOutput]] = {}
     for buf in graph.buffers:
@@ -280,10 +119,41 @@ def schedule(graph: LoweredGraph, options: InductorOptions) -> list[Step]:
             for n in plan.nodes
             if any(g_members_other(groups, g, member_set) for g in readers.get(n.name, ()))
         }
-        _elide_locals(plan, external, outputs)
+        _elide_locals(plan, external, outputs, private_bytes)
+        lay_out_loops(plan)
         steps.append(plan)
         del gi
     return steps
+
+
+def lay_out_loops(plan: KernelPlan) -> None:
+    """Merge the plan's outer dims, then each loop's inner dims, where every access allows.
+
+    Outer dims merge over every load and store of the kernel; a loop's inner dims over
+    the loads of its nodes and the stores of its pointwise nodes (a reduction's store
+    does not depend on the inner loop), knowing the merged outer ranges.
+    """
+    outer_syms = plan.outer_symbols
+    n_outer = len(plan.outer)
+    accesses: list[sympy.Expr] = []
+    for n in plan.nodes:
+        loads, store = n.accesses(n_outer)
+        accesses.extend(e for _, e in loads)
+        accesses.append(store)
+    outer = merge_loops(plan.outer, outer_syms, accesses)
+    plan.outer_loops = outer
+    if plan.is_pointwise:  # no inner dims anywhere: indices are rewritten by ``outer`` alone
+        for loop in plan.loops:
+            loop.ranges = MergedLoops((), (), lambda e: e)
+        return
+    for loop in plan.loops:
+        inner_accesses: list[sympy.Expr] = []
+        for n in loop.nodes:
+            loads, store = n.accesses(n_outer)
+            inner_accesses.extend(outer.rewrite(e) for _, e in loads)
+            if not n.is_reduction:
+                inner_accesses.append(outer.rewrite(store))
+        loop.ranges = merge_loops(loop.inner, loop.symbols, inner_accesses, outer.ranges)
 
 
 def g_members_other(groups: list[list[int]], g: int, members: set[int]) -> bool:
@@ -293,15 +163,7 @@ def g_members_other(groups: list[list[int]], g: int, members: set[int]) -> bool:
 def _reads(item: SchedNode | ExternCall) -> set[str]:
     if isinstance(item, SchedNode):
         return set(item.reads)
-    names: set[str] = set()
-    from torch.utils._pytree import tree_flatten
-
-    for a in tree_flatten((item.kernel.args, item.kernel.kwargs))[0]:
-        if isinstance(a, ReinterpretView):
-            names.add(a.base.name)
-        elif isinstance(a, Buffer):
-            names.add(a.name)
-    return names
+    return set(item.kernel.buffer_args())
 
 
 def _dependencies(items: list[SchedNode | ExternCall], owner: dict[str, int]) -> list[set[int]]:
@@ -345,23 +207,4 @@ def _order_groups(groups: list[list[int]], deps: list[set[int]]) -> list[list[in
     return order
 
 
-def log_rejection(a: str, b: str, reason: str) -> None:
-    perf_hints.debug("not fusing %s into %s: %s", b, a, reason)
-
-
-def iteration_symbols(plan: KernelPlan) -> tuple[list[sympy.Symbol], dict[int, list[sympy.Symbol]]]:
-    outer = index_symbols("x", len(plan.outer))
-    inner = {k: index_symbols("r", len(loop.inner)) for k, loop in enumerate(plan.loops)}
-    return outer, inner
-
-
-__all__ = [
-    "ExternCall",
-    "Index",
-    "KernelPlan",
-    "Loop",
-    "SchedNode",
-    "Step",
-    "plan_kernel",
-    "schedule",
-]
+__all__ = ["PRIVATE_BYTES", "lay_out_loops", "schedule"]

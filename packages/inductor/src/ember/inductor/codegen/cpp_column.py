@@ -18,16 +18,24 @@ the loop IR and the scheduler's plan are unchanged.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import sympy
 
 from ..ir import Reduction
-from ..loops import MergedLoops, merge_loops
-
-if TYPE_CHECKING:
-    from ..scheduler import KernelPlan, Loop, SchedNode
-    from .cpp import CppKernel
+from ..kernel_plan import KernelPlan, Loop, SchedNode
+from ..loops import MergedLoops
+from .cpp_loops import emit_inner_loop, merge_inner_loops, store_line
+from .cpp_ops import (
+    CTYPES,
+    CppKernel,
+    CppOps,
+    CppVar,
+    Scope,
+    nan_fixup,
+    nan_update,
+    reduction_init,
+    reduction_update,
+)
 
 #: Column-tile width (elements): accumulators live in stack arrays of this length.
 TILE = 64
@@ -46,7 +54,7 @@ def _stride(expr: sympy.Expr, sym: sympy.Symbol) -> int | None:
         return None
 
 
-def column_plan(plan: KernelPlan, outer: MergedLoops, n_outer: int) -> Loop | None:
+def column_plan(plan: KernelPlan, outer: MergedLoops) -> Loop | None:
     """The reduction loop of ``plan`` if it should be emitted as a column reduction.
 
     Requires: one loop with an inner (reduction) range, first in the plan, holding only
@@ -63,14 +71,14 @@ def column_plan(plan: KernelPlan, outer: MergedLoops, n_outer: int) -> Loop | No
         data = n.buffer.data
         if isinstance(data, Reduction) and data.reduction_type not in _SIMPLE:
             return None
-    outer_syms, inner_syms = first.nodes[0].symbols(n_outer)
-    if not inner_syms:
+    if not first.symbols:
         return None
+    n_outer = len(plan.outer)
     loads: list[sympy.Expr] = []
     for n in first.nodes:
         node_loads, _ = n.accesses(n_outer)
         loads.extend(outer.rewrite(e) for _, e in node_loads)
-    inner = merge_loops(first.inner, inner_syms, loads, outer.ranges)
+    inner = first.merged()
     xs, rs = outer.symbols[-1], inner.symbols[-1]
     column = row = 0
     for e in loads:
@@ -84,26 +92,12 @@ def column_plan(plan: KernelPlan, outer: MergedLoops, n_outer: int) -> Loop | No
 
 
 def emit_column_kernel(
-    k: CppKernel, plan: KernelPlan, outer: MergedLoops, n_outer: int, parallel: bool
+    k: CppKernel, plan: KernelPlan, outer: MergedLoops, parallel: bool
 ) -> list[str]:
     """The whole kernel body for a plan accepted by :func:`column_plan`."""
-    from .cpp import (
-        CTYPES,
-        CppOps,
-        CppVar,
-        Scope,
-        _emit_inner_loop,
-        _store_line,
-        merge_inner_loops,
-        nan_fixup,
-        nan_update,
-        reduction_init,
-        reduction_update,
-    )
-
     loop = plan.loops[0]
-    outer_syms, inner_syms = loop.nodes[0].symbols(n_outer)
-    inner = merge_inner_loops(k, loop, outer, n_outer)
+    outer_syms, inner_syms = plan.outer_symbols, loop.symbols
+    inner = merge_inner_loops(k, loop, outer)
     xs = outer.symbols[-1].name
     size = outer.sizes[-1]
     tile = min(TILE, size)
@@ -141,7 +135,7 @@ def emit_column_kernel(
             value = ops.to_dtype(data.inner_fn(idx, ops), n.buffer.get_dtype())
             k.locals[n.name] = value
             if n.name in plan.stores:
-                k.scope.lines.append(_store_line(k, n, value, n.buffer.layout.index(idx)))
+                k.scope.lines.append(store_line(k, n, value, n.buffer.layout.index(idx)))
     body = k.scope.lines
     for n in loop.nodes:
         if not n.is_reduction:
@@ -154,9 +148,9 @@ def emit_column_kernel(
     for n, var in accs:
         k.locals[n.name] = var
         if n.name in plan.stores:
-            finish.append(_store_line(k, n, var, n.buffer.layout.index(n.full_index(outer_syms))))
+            finish.append(store_line(k, n, var, n.buffer.layout.index(n.full_index(outer_syms))))
     for epilogue in plan.loops[1:]:
-        finish.extend(_emit_inner_loop(k, epilogue, outer, n_outer, parallel_inner=False))
+        finish.extend(emit_inner_loop(k, epilogue, outer, parallel_inner=False))
 
     rows: list[str] = []
     for d, (rsize, rsym) in enumerate(zip(inner.sizes, inner.symbols)):

@@ -2,8 +2,10 @@
 
 The wrapper is Python source (printed by ``EMBER_LOGS=output_code`` and written
 to the debug directory) executed once into a namespace holding the loaded
-kernels, constants and a few helpers. Buffers are freed right after their last
-use, and a dead buffer with the same byte size is reused for a new one.
+kernels, constants and a few helpers. It prints decisions made elsewhere: the
+step order (``scheduler.py``), when buffers are allocated, reused and freed
+(``memory_plan.py``), and how the backend calls a kernel and allocates memory
+(``Backend.call``/``Backend.allocate``).
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten
 
 from ..graph import LoweredGraph, OutputSpec, op_name
-from ..ir import Buffer, ExternKernel, IRNode, Layout, ReinterpretView
-from ..scheduler import ExternCall, KernelPlan, Step
+from ..ir import Buffer, ExternKernel, IRNode, ReinterpretView
+from ..kernel_plan import ExternCall, KernelPlan, Step
+from ..memory_plan import StepMemory
+from .backend import Backend, KernelSource
 
 
 def _restride(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:
@@ -41,16 +44,20 @@ class WrapperCode:
 
 class WrapperWriter:
     def __init__(
-        self, graph: LoweredGraph, steps: list[Step], kernel_args: dict[str, list[str]]
+        self,
+        graph: LoweredGraph,
+        steps: list[Step],
+        kernels: dict[str, KernelSource],
+        memory: list[StepMemory],
+        backend: Backend,
     ) -> None:
         self.graph = graph
         self.steps = steps
-        self.kernel_args = kernel_args
+        self.kernels = kernels
+        self.memory = memory
+        self.backend = backend
         self.consts: list[Any] = []
         self.lines: list[str] = []
-        self.layouts: dict[str, Layout] = {b.name: b.layout for b in graph.buffers}
-        self.layouts.update({b.name: b.layout for b in graph.inputs})
-        self.multi_names = {m.name for s in steps if isinstance(s, ExternCall) for m in s.outputs}
 
     def const(self, value: Any) -> str:
         self.consts.append(value)
@@ -76,46 +83,26 @@ class WrapperWriter:
     def write(self) -> WrapperCode:
         g = self.graph
         names = [b.name for b in g.inputs]
-        last_use = self._last_uses()
-        outputs = {o.name for o in g.outputs if o.kind != "const"}
-        keep = outputs | set(names) | set(g.constants)
-        pool: dict[tuple[int, torch.dtype], list[str]] = {}
-        allocated: set[str] = set()
-        pinned = self._aliased_by_externs()
         ln = self.lines
         ln.append("def call(args):")
         if names:
             ln.append(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args")
         for name in g.constants:
             ln.append(f"    {name} = _constants[{name!r}]")
-        for i, step in enumerate(self.steps):
+        for step, mem in zip(self.steps, self.memory):
+            for a in mem.allocate:
+                lay = a.layout
+                if a.reuses is not None:
+                    ln.append(
+                        f"    {a.name} = _view({a.reuses}, {lay.size}, {lay.stride}, 0)  # reuses {a.reuses}"
+                    )
+                else:
+                    ln.append(f"    {a.name} = {self.backend.allocate(lay)}")
             if isinstance(step, KernelPlan):
-                for name in step.stores:
-                    lay = self.layouts[name]
-                    key = (lay.storage_numel() * _itemsize(lay.dtype), lay.dtype)
-                    free = pool.get(key)
-                    if free and name not in outputs:
-                        old = free.pop()
-                        ln.append(
-                            f"    {name} = _view({old}, {lay.size}, {lay.stride}, 0)  # reuses {old}"
-                        )
-                    else:
-                        ln.append(
-                            f"    {name} = empty_strided({lay.size}, {lay.stride}, dtype={lay.dtype})"
-                        )
-                    allocated.add(name)
-                ptrs = ", ".join(f"{a}.data_ptr()" for a in self.kernel_args[step.name])
-                ln.append(f"    {step.name}({ptrs})")
+                ln.append(f"    {self.backend.call(step.name, self.kernels[step.name])}")
             else:
                 self._extern(step)
-            for name in sorted(n for n, s in last_use.items() if s == i and n not in keep):
-                dead = self.layouts.get(name)
-                if dead is not None and name in allocated and name not in pinned:
-                    pool.setdefault(
-                        (dead.storage_numel() * _itemsize(dead.dtype), dead.dtype), []
-                    ).append(name)
-                elif name in self.layouts or name in self.multi_names:
-                    ln.append(f"    del {name}")
+            ln.extend(f"    del {name}" for name in mem.free)
         ln.append(f"    return [{', '.join(self._output(o) for o in g.outputs)}]")
         return WrapperCode("\n".join(ln) + "\n", self.consts)
 
@@ -142,54 +129,20 @@ class WrapperWriter:
             return f"_view({o.name}, {o.layout.size}, {o.layout.stride}, {o.layout.offset})"
         return o.name
 
-    def _aliased_by_externs(self) -> set[str]:
-        """Buffers an extern op may return a view of: their memory must never be reused."""
-        pinned: set[str] = set()
-        for step in self.steps:
-            if not isinstance(step, ExternCall):
-                continue
-            schema = getattr(step.kernel.op, "_schema", None)
-            if schema is not None and not any(r.alias_info is not None for r in schema.returns):
-                continue
-            for a in tree_flatten((step.kernel.args, step.kernel.kwargs))[0]:
-                if isinstance(a, ReinterpretView):
-                    pinned.add(a.base.name)
-                elif isinstance(a, Buffer):
-                    pinned.add(a.name)
-        return pinned
-
-    def _last_uses(self) -> dict[str, int]:
-        last: dict[str, int] = {}
-        for i, step in enumerate(self.steps):
-            if isinstance(step, KernelPlan):
-                for name in self.kernel_args[step.name]:
-                    last[name] = i
-            else:
-                for a in tree_flatten((step.kernel.args, step.kernel.kwargs))[0]:
-                    if isinstance(a, ReinterpretView):
-                        last[a.base.name] = i
-                    elif isinstance(a, Buffer):
-                        last[a.name] = i
-                last[step.kernel.name] = i
-                for m in step.outputs:
-                    last.setdefault(m.name, i)
-        return last
-
-
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
-
 
 def namespace(
-    kernels: dict[str, Any], constants: dict[str, torch.Tensor], consts: list[Any]
+    backend: Backend,
+    kernels: dict[str, Any],
+    constants: dict[str, torch.Tensor],
+    consts: list[Any],
 ) -> dict[str, Any]:
     ns: dict[str, Any] = {
         "torch": torch,
-        "empty_strided": torch.empty_strided,
         "_restride": _restride,
         "_view": _view,
         "_c": consts,
         "_constants": constants,
     }
+    ns.update(backend.namespace())
     ns.update(kernels)
     return ns

@@ -5,6 +5,10 @@ explicitly), the fx node (for its fake-tensor metadata) and the op's arguments
 with every tensor replaced by its ``IRNode``. Ops without a lowering are
 decomposed when a decomposition is known, and otherwise called from the
 wrapper as ATen extern kernels.
+
+The tables fill when their modules (``creation``, ``pointwise``, ``reduction``,
+``views``) are imported; ``graph.py`` imports them, so importing ember.inductor
+registers every lowering.
 """
 
 from __future__ import annotations
@@ -156,9 +160,3 @@ def normalize_dim(dim: int, ndim: int) -> int:
         raise IndexError(f"dim {dim} out of range for {ndim} dims")
     return dim % ndim
 
-
-def _load_all() -> None:
-    from . import creation, pointwise, reduction, views  # noqa: F401
-
-
-_load_all()

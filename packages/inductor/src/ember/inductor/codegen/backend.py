@@ -1,0 +1,74 @@
+"""The ``Backend`` protocol: what a code generator provides to the rest of ember.inductor.
+
+Lowering, scheduling, fusion and memory planning are backend-neutral; a
+backend turns each ``KernelPlan`` into kernel source, builds and loads those
+sources (compiling in parallel, caching on disk), and supplies the few lines
+of the Python wrapper that differ per device: how a kernel is called and how
+a buffer is allocated. ``codegen/registry.py`` maps device types to backends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from ..ir import Layout
+from ..kernel_plan import KernelPlan
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """One generated kernel: its source, the buffers its call passes (in order), and
+    backend-specific launch data that must survive the graph cache (JSON values)."""
+
+    source: str
+    args: list[str]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class BuildStats:
+    """Build units compiled now and loaded from the on-disk cache."""
+
+    compiled: int = 0
+    cached: int = 0
+
+
+class Backend(Protocol):
+    """A code generator for one kind of device."""
+
+    #: Short name (``"cpp"``, ``"triton"``).
+    name: str
+    #: File suffix of its kernel sources in debug output (``"cpp"``, ``"py"``).
+    suffix: str
+    #: How messages name its lowering (``"dtype float16 has no C++ lowering"``).
+    label: str
+    #: Element types its kernels read and write; ops on other dtypes stay ATen calls.
+    dtypes: frozenset[torch.dtype]
+    #: Largest iteration-local buffer (bytes) its kernels keep (``KernelPlan.private``).
+    private_bytes: int
+
+    def generate(self, plan: KernelPlan, dtypes: Mapping[str, torch.dtype]) -> KernelSource:
+        """Kernel source for ``plan``; ``dtypes`` maps every buffer name to its dtype."""
+        ...
+
+    def build(
+        self, kernels: Mapping[str, KernelSource], stats: BuildStats
+    ) -> dict[str, Callable[..., Any]]:
+        """Compile (or load from the cache) and load every kernel; name -> callable."""
+        ...
+
+    def call(self, name: str, kernel: KernelSource) -> str:
+        """The wrapper statement calling kernel ``name`` with its argument buffers."""
+        ...
+
+    def allocate(self, layout: Layout) -> str:
+        """The wrapper expression allocating an uninitialized buffer of ``layout``."""
+        ...
+
+    def namespace(self) -> dict[str, Any]:
+        """Names the wrapper lines above refer to, besides the loaded kernels."""
+        ...

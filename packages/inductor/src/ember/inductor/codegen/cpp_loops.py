@@ -1,0 +1,209 @@
+"""C++ loop emission shared by the kernel skeletons: loop nests, stores, loop bodies.
+
+``cpp.py`` (row-major kernels) and ``cpp_column.py`` (column reductions) both
+build kernels from these pieces; the loop structure they emit comes from the
+scheduler's plan (``KernelPlan.outer_loops``, ``Loop.ranges``).
+"""
+
+from __future__ import annotations
+
+import sympy
+import torch
+
+from ..index import contiguous_strides
+from ..ir import Reduction
+from ..kernel_plan import Loop, SchedNode
+from ..loops import MergedLoops
+from .cpp_ops import (
+    _OMP_CLAUSE,
+    CTYPES,
+    CppKernel,
+    CppOps,
+    CppVar,
+    Scope,
+    _cast,
+    cexpr,
+    nan_fixup,
+    nan_update,
+    reduction_init,
+    reduction_update,
+)
+
+
+def numel(sizes: tuple[int, ...]) -> int:
+    n = 1
+    for s in sizes:
+        n *= s
+    return n
+
+
+def loop_nest(
+    loops: MergedLoops,
+    body: list[str],
+    *,
+    parallel: bool,
+    simd_inner: bool,
+    reductions: list[str],
+    parallel_reduction: bool = False,
+) -> list[str]:
+    depth = len(loops.sizes)
+    if depth == 0:
+        return ["{", *("  " + b for b in body), "}"]
+    out: list[str] = []
+    red = " ".join(reductions)
+    for d, (size, sym) in enumerate(zip(loops.sizes, loops.symbols)):
+        pragma = ""
+        if d == 0 and parallel:
+            collapse = depth - 1 if simd_inner and depth > 1 else depth
+            if simd_inner and depth == 1:
+                # "parallel for simd" on one loop leaves gcc's vector math calls scalar:
+                # tile it, threads over tiles and simd within a tile.
+                return _tiled_loop(size, sym.name, body, red)
+            else:
+                pragma = "#pragma omp parallel for" + (
+                    f" collapse({collapse})" if collapse > 1 else ""
+                )
+                pragma += f" {red}" if red else ""
+        elif d == depth - 1 and simd_inner:
+            pragma = f"#pragma omp simd {red}".rstrip()
+        if pragma:
+            out.append("  " * d + pragma)
+        out.append("  " * d + f"for (int64_t {sym.name} = 0; {sym.name} < {size}; ++{sym.name}) {{")
+    out.extend("  " * depth + b for b in body)
+    for d in reversed(range(depth)):
+        out.append("  " * d + "}")
+    return out
+
+
+_TILE = 4096
+
+
+def _tiled_loop(size: int, var: str, body: list[str], red: str) -> list[str]:
+    tile = f"{var}_tile"
+    out = [
+        f"#pragma omp parallel for {red}".rstrip(),
+        f"for (int64_t {tile} = 0; {tile} < {size}; {tile} += {_TILE}) {{",
+        f"  const int64_t {var}_end = {tile} + {_TILE} < {size} ? {tile} + {_TILE} : {size};",
+        f"  #pragma omp simd {red}".rstrip(),
+        f"  for (int64_t {var} = {tile}; {var} < {var}_end; ++{var}) {{",
+    ]
+    out.extend("    " + b for b in body)
+    out += ["  }", "}"]
+    return out
+
+
+def store_line(k: CppKernel, node: SchedNode, value: CppVar, index: sympy.Expr) -> str:
+    ptr, dtype = k.pointer(node.name)
+    return f"{ptr}[{cexpr(k.address(node.name, index))}] = {_cast(value, dtype)};"
+
+
+def emit_loop_body(k: CppKernel, outer: MergedLoops) -> list[str]:
+    """Pure pointwise kernels: every node once per (outer) index."""
+    k.scope = Scope([], {})
+    k.rewrite = outer.rewrite
+    ops = CppOps(k)
+    for loop in k.plan.loops:
+        for n in loop.nodes:
+            idx = n.full_index(k.plan.outer_symbols)
+            data = n.buffer.data
+            assert not isinstance(data, Reduction)
+            value = data.inner_fn(idx, ops)
+            value = ops.to_dtype(value, n.buffer.get_dtype())
+            k.locals[n.name] = value
+            if k.stored(n.name):
+                k.scope.lines.append(store_line(k, n, value, n.buffer.layout.index(idx)))
+    return k.scope.lines
+
+
+def merge_inner_loops(k: CppKernel, loop: Loop, outer: MergedLoops) -> MergedLoops:
+    """``loop``'s merged inner dims (from the plan); point ``k.rewrite`` at them."""
+    k.rewrite = loop.rewrite(outer)
+    return loop.merged()
+
+
+def emit_inner_loop(k: CppKernel, loop: Loop, outer: MergedLoops, *, parallel_inner: bool) -> list[str]:
+    outer_syms, inner_syms = k.plan.outer_symbols, loop.symbols
+    inner = merge_inner_loops(k, loop, outer)
+    outer_scope = k.scope
+    pre: list[str] = []
+    post: list[str] = []
+    clauses: list[str] = []
+    can_simd = True
+    k.scope = Scope([], {})
+    ops = CppOps(k)
+    results: list[tuple[SchedNode, CppVar]] = []
+    for n in loop.nodes:
+        data = n.buffer.data
+        if isinstance(data, Reduction):
+            acc = k.new_var()
+            rtype = data.reduction_type
+            dtype = data.dtype
+            ctype = CTYPES[dtype]
+            value = data.inner_fn(n.full_index(outer_syms), n.reduction_index(inner_syms), ops)
+            if rtype in ("argmax", "argmin"):
+                can_simd = False
+                src_ctype = CTYPES[data.src_dtype]
+                best = k.new_var()
+                lin = sum(
+                    (s * st for s, st in zip(inner_syms, _contig(loop.inner))), sympy.Integer(0)
+                )
+                cmp = ">" if rtype == "argmax" else "<"
+                pre += [f"{src_ctype} {best} = 0;", f"int64_t {acc} = -1;"]
+                isnan = f"({value} != {value})" if data.src_dtype.is_floating_point else "false"
+                best_nan = f"({best} != {best})" if data.src_dtype.is_floating_point else "false"
+                k.scope.lines.append(
+                    f"if ({acc} < 0 || (!{best_nan} && ({isnan} || {value} {cmp} {best}))) "
+                    f"{{ {best} = {value}; {acc} = {cexpr(k.rewrite(lin))}; }}"
+                )
+                post.append(f"if ({acc} < 0) {acc} = 0;")
+                results.append((n, CppVar(acc, torch.int64)))
+                continue
+            value = ops.to_dtype(value, dtype)
+            pre.append(f"{ctype} {acc} = {reduction_init(rtype, dtype)};")
+            k.scope.lines.append(reduction_update(rtype, acc, value))
+            clauses.append(f"reduction({_OMP_CLAUSE[rtype]}:{acc})")
+            if rtype in ("max", "min") and dtype.is_floating_point:
+                # the NaN flag is an int: a bool || reduction costs ~30% of a max loop
+                nan = k.new_var()
+                pre.append(f"int {nan} = 0;")
+                k.scope.lines.append(nan_update(nan, value))
+                clauses.append(f"reduction(|:{nan})")
+                post.append(nan_fixup(nan, acc, dtype))
+            results.append((n, CppVar(acc, dtype)))
+        else:
+            idx = n.full_index(list(outer_syms) + list(inner_syms))
+            value = ops.to_dtype(data.inner_fn(idx, ops), n.buffer.get_dtype())
+            if loop.inner:
+                k.locals[n.name] = value
+            else:
+                results.append((n, value))
+                k.locals[n.name] = value
+            if k.stored(n.name):
+                k.scope.lines.append(store_line(k, n, value, n.buffer.layout.index(idx)))
+    body = k.scope.lines
+    k.scope = outer_scope
+    out = list(pre)
+    if loop.inner:
+        parallel = parallel_inner and can_simd
+        out += loop_nest(inner, body, parallel=parallel, simd_inner=can_simd, reductions=clauses)
+    else:
+        out += body
+    out += post
+    for n, value in results:
+        if isinstance(n.buffer.data, Reduction):
+            k.locals[n.name] = value
+            if k.stored(n.name):
+                k.rewrite = outer.rewrite
+                out.append(
+                    store_line(k, n, value, n.buffer.layout.index(n.full_index(outer_syms)))
+                )
+    # values computed inside an inner loop are not visible after it
+    for n in loop.nodes:
+        if loop.inner and not n.is_reduction:
+            k.locals.pop(n.name, None)
+    k.rewrite = outer.rewrite
+    return out
+
+
+def _contig(sizes: tuple[int, ...]) -> list[int]:
+    return list(contiguous_strides(sizes))

@@ -1,0 +1,106 @@
+"""Write every wrapper and kernel ember.inductor generates for the benchmark workloads.
+
+    .venv/bin/python tools/dump_kernels.py OUT_DIR [WORKLOAD ...] [--options 'k=v,...']
+
+Compiles each workload of ``tools/bench`` (all of them by default, the HF ones
+when ``transformers`` is installed) with ``ember.dynamo`` + the ``inductor``
+backend on CPU, runs one step (a training step compiles the backward too), and
+writes each compiled graph's wrapper and kernel sources under
+``OUT_DIR/<workload>/<sha of the wrapper>/``. A fresh cache directory is used and
+the graph cache is off, so everything is generated again. Comparing two dumps
+(``diff -r before after``) shows whether a change to the compiler changed the
+code it generates; this is how refactors show their kernels are byte-identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import io
+import shutil
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch
+from bench import workloads as _builtin  # noqa: F401  (registers the workloads)
+from bench.registry import WORKLOADS
+
+import ember.dynamo
+import ember.inductor
+
+
+def _parse_options(text: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for part in filter(None, text.split(",")):
+        key, value = part.split("=", 1)
+        out[key.strip()] = eval(value, {})  # a developer's own command line
+    return out
+
+
+def dump(name: str, out: Path, cache: Path, extra: dict[str, Any]) -> int:
+    """Compile and run workload ``name``; returns how many graphs were written."""
+    work = Path(tempfile.mkdtemp(dir=out))
+    opts = replace(
+        ember.inductor.InductorOptions(
+            cache_dir=str(cache), debug_dir=str(work), graph_cache=False, fallback_on_error=False
+        ),
+        **extra,
+    )
+    case = WORKLOADS[name].build("cpu")
+    ember.dynamo.reset()
+    compiled = ember.dynamo.compile(case.model, backend=ember.inductor.make_backend(opts))
+    if getattr(case, "silence_stdout", False):
+        with contextlib.redirect_stdout(io.StringIO()):
+            case.step(compiled, case.inputs[0])
+    else:
+        case.step(compiled, case.inputs[0])
+    dest = out / name
+    dest.mkdir(parents=True, exist_ok=True)
+    count = 0
+    for graph in sorted(work.iterdir()):
+        wrapper = graph / "output_code.py"
+        if not wrapper.exists():
+            continue
+        digest = hashlib.sha256(wrapper.read_bytes()).hexdigest()[:16]
+        target = dest / digest
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.move(str(graph), str(target))
+        count += 1
+    shutil.rmtree(work, ignore_errors=True)
+    return count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", help="directory to write the dump into (created)")
+    parser.add_argument("workloads", nargs="*", help="workload names (default: all)")
+    parser.add_argument("--options", default="", help="InductorOptions overrides, 'field=python_value,...'")
+    args = parser.parse_args()
+    with contextlib.suppress(ImportError):
+        from bench import workloads_hf as _hf  # noqa: F401
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cache = Path(tempfile.mkdtemp(prefix="ember-dump-cache-"))
+    torch.set_num_threads(2)
+    names = args.workloads or sorted(WORKLOADS)
+    try:
+        for name in names:
+            try:
+                n = dump(name, out, cache, _parse_options(args.options))
+            except ImportError as e:  # an HF workload without transformers
+                print(f"{name:<20} skipped: {e}")
+                continue
+            print(f"{name:<20} {n} graphs")
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
