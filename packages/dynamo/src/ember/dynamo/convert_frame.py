@@ -24,9 +24,10 @@ from .codegen import PyCodegen
 from .config import DynamoOptions
 from .errors import Unsupported
 from .frame import CapturedGraph, CompilerFn, FrameHooks, FrameState, GraphBreak, GuardedCode
+from .mutable import TrailDict
 from .output_graph import OutputGraph
 from .split_frame import compile_break
-from .symbolic_convert import BreakSignal, InstructionTranslator, RestartAnalysis
+from .symbolic_convert import BreakSignal, InstructionTranslator
 from .variables.base import VariableTracker
 from .variables.functions import CellVariable
 from .variables.lazy import LazyVariable
@@ -80,36 +81,12 @@ def convert_frame(
     code = state.code
     if code.co_flags & UNSUPPORTED_FLAGS:
         raise Unsupported(f"`{code.co_name}` is a generator or coroutine")
-    break_before: dict[int, Unsupported] = {}
-    while True:
-        try:
-            return _convert_once(state, compiler, options, hooks, break_before)
-        except RestartAnalysis as restart:
-            if restart.offset in break_before or len(break_before) >= MAX_RESTARTS:
-                raise restart.reason from restart
-            # Nothing of the failed attempt is kept: a fresh trace that
-            # stops before the call it could not roll back.
-            break_before[restart.offset] = restart.reason
-
-
-#: how many times one frame may be traced again to move a break earlier
-MAX_RESTARTS = 8
-
-
-def _convert_once(
-    state: FrameState,
-    compiler: CompilerFn,
-    options: DynamoOptions,
-    hooks: FrameHooks,
-    break_before: dict[int, Unsupported],
-) -> GuardedCode:
-    code = state.code
     output = OutputGraph(state.f_globals)
     tx = InstructionTranslator(
         code,
         state.f_globals,
-        initial_locals(state),
-        initial_cells(state),
+        TrailDict(output.trail, initial_locals(state)),
+        TrailDict(output.trail, initial_cells(state)),
         output,
         options,
         None,
@@ -118,7 +95,6 @@ def _convert_once(
         if cell.real is not None:
             output.real_cells[id(cell.real)] = cell
     tx.may_break = not options.fullgraph and hooks is not None
-    tx.break_before = break_before
     prior_grad = torch.is_grad_enabled()
     try:
         try:

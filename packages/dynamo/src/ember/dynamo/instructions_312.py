@@ -112,7 +112,7 @@ class VersionInstructions(Handlers):
     def FOR_ITER(self, inst: Inst) -> None:
         it = self.stack[-1]
         assert isinstance(it, ListIteratorVariable)
-        item = it.next_item()
+        item = it.next_item(self)
         if item is not None:
             self.push(item)
             return

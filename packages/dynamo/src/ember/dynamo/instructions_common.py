@@ -162,9 +162,7 @@ class CommonInstructions(TranslatorCore):
         if isinstance(obj, DictVariable):
             obj.call_method(self, "__delitem__", [key], {})
         elif isinstance(obj, ListVariable):
-            k = key.as_python_constant()
-            obj.mutate(self)
-            del obj.items[k]
+            obj.delitem(self, key)
         else:
             raise Unsupported(f"`del` of an item of {obj.describe()}")
 
@@ -217,13 +215,13 @@ class CommonInstructions(TranslatorCore):
         v = self.pop()
         target = self.stack[-arg(inst)]
         assert isinstance(target, ListVariable)
-        target.items.append(v)
+        target.write(self, (*target.items, v))
 
     def LIST_EXTEND(self, inst: Inst) -> None:
         v = self.pop()
         target = self.stack[-arg(inst)]
         assert isinstance(target, ListVariable)
-        target.items.extend(v.unpack(self))
+        target.write(self, (*target.items, *v.unpack(self)))
 
     def SET_ADD(self, inst: Inst) -> None:
         raise Unsupported("set comprehension")
@@ -238,7 +236,7 @@ class CommonInstructions(TranslatorCore):
         key = self.pop()
         target = self.stack[-arg(inst)]
         assert isinstance(target, DictVariable)
-        target.items[dict_key(key)] = value
+        target.set_item(self, dict_key(key), value)
 
     def DICT_UPDATE(self, inst: Inst) -> None:
         other = self.pop()
@@ -247,7 +245,7 @@ class CommonInstructions(TranslatorCore):
         if not isinstance(other, DictVariable):
             raise Unsupported(f"`**` unpacking of {other.describe()}")
         other.realize_all(self)
-        target.items.update(other.items)
+        target.write(self, {**target.items, **other.items})
 
     DICT_MERGE = DICT_UPDATE
 

@@ -32,6 +32,7 @@ from .codegen import OUT_LOCAL, PyCodegen
 from .errors import Unsupported
 from .frame import CapturedGraph, CompilerFn
 from .guard_collector import GuardCollector
+from .mutable import Trail
 from .side_effects import SideEffects
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable, OpaqueConstantVariable, is_constant_value
@@ -78,14 +79,13 @@ class OutputGraph:
         self.root = torch.nn.Module()
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
         self.guards = GuardCollector()
-        self.side_effects = SideEffects()
+        #: undo log of every in-place change (see ``mutable``)
+        self.trail = Trail()
+        self.side_effects = SideEffects(self.trail)
         self.inputs: dict[str, GraphInput] = {}
         self.attrs: dict[int, TensorVariable] = {}
         self.modules: dict[int, str] = {}
         self.fake_params: dict[int, torch.Tensor] = {}
-        #: bumped by every in-place change of a list/dict tracker (a graph
-        #: break cannot roll those back)
-        self.mutations = 0
         #: undo actions for process state entered while tracing (autocast)
         self.cleanups: list[Callable[[], Any]] = []
         #: trackers of cells that existed before the frame ran, by id(cell)

@@ -1,84 +1,60 @@
 """Rolling the translator back to just before a failing instruction.
 
-Before each top-level instruction the translator takes a :class:`Snapshot`
-(value stack, locals, pending side effects, grad mode, graph tail, iterator
-positions); when the instruction raises ``Unsupported``, :func:`restore`
-puts everything back so the frame can be split there. A change made in
-place to a list or dict tracker cannot be undone: ``restore`` raises
-``Unsupported`` and the caller traces the frame again, stopping before the
-instruction (``RestartAnalysis``).
+Trackers are immutable and everything that changes in place (list and dict
+items, cells, iterator positions, grad-mode blocks, pending side effects,
+the root frame's locals and cells) is written through the capture's
+:class:`~ember.dynamo.mutable.Trail`. So the checkpoint taken before each
+top-level instruction is small: a mark in the trail, the value stack's
+references, pending keyword names, the graph's last node and the grad mode.
+When the instruction raises ``Unsupported``, :func:`restore` undoes the
+trail to the mark and drops the graph nodes the instruction added; the frame
+can then be split right there, even when the failing call had already
+mutated a container.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .errors import Unsupported
 from .variables.base import VariableTracker
-from .variables.lists import ListIteratorVariable
 
 if TYPE_CHECKING:
     from .translator_core import TranslatorCore
 
 
-@dataclass
-class Snapshot:
-    stack: list[VariableTracker]
-    locals: dict[str, VariableTracker]
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    mark: int
+    stack: tuple[VariableTracker, ...]
     kw_names: tuple[str, ...]
     last_node: Any
-    attrs: dict[Any, Any]
-    globals: dict[str, Any]
-    mutations: int
     grad_enabled: bool
-    cells: dict[str, Any]
-    iterators: list[tuple[ListIteratorVariable, int]] = field(default_factory=list)
 
 
-def take_snapshot(tx: TranslatorCore) -> Snapshot:
+def checkpoint(tx: TranslatorCore) -> Checkpoint:
+    """The state before the instruction about to run (nothing older is ever undone)."""
+    trail = tx.output.trail
+    trail.forget()
     nodes = tx.output.graph.nodes
     last = next(iter(reversed(nodes)), None) if len(nodes) else None
-    return Snapshot(
-        list(tx.stack),
-        dict(tx.symbolic_locals),
-        tx.kw_names,
-        last,
-        dict(tx.output.side_effects.attrs),
-        dict(tx.output.side_effects.globals),
-        tx.output.mutations,
-        torch.is_grad_enabled(),
-        dict(tx.output.side_effects.cells),
-        [
-            (v, v.index)
-            for v in [*tx.stack, *tx.symbolic_locals.values()]
-            if isinstance(v, ListIteratorVariable)
-        ],
-    )
+    return Checkpoint(trail.mark(), tuple(tx.stack), tx.kw_names, last, torch.is_grad_enabled())
 
 
-def restore(tx: TranslatorCore, snap: Snapshot) -> None:
-    """Undo a partly-executed instruction (graph nodes, stack, effects)."""
-    if tx.output.mutations != snap.mutations:
-        raise Unsupported("cannot split the graph here: a container was mutated by the failing call")
+def restore(tx: TranslatorCore, cp: Checkpoint) -> None:
+    """Undo a partly executed instruction: in-place changes, graph nodes, stack."""
+    tx.output.trail.undo(cp.mark)
     graph: torch.fx.Graph = tx.output.graph
     for node in reversed(list(graph.nodes)):
-        if node is snap.last_node:
+        if node is cp.last_node:
             break
         if node.op == "placeholder":
             continue
         graph.erase_node(node)
     alive = set(graph.nodes)
     tx.output.attrs = {k: v for k, v in tx.output.attrs.items() if v.node in alive}
-    tx.stack[:] = snap.stack
-    tx.symbolic_locals.clear()
-    tx.symbolic_locals.update(snap.locals)
-    tx.kw_names = snap.kw_names
-    tx.output.side_effects.attrs = dict(snap.attrs)
-    tx.output.side_effects.cells = dict(snap.cells)
-    for it, index in snap.iterators:
-        it.index = index
-    tx.output.side_effects.globals = dict(snap.globals)
-    torch._C._set_grad_enabled(snap.grad_enabled)
+    tx.stack[:] = cp.stack
+    tx.kw_names = cp.kw_names
+    torch._C._set_grad_enabled(cp.grad_enabled)

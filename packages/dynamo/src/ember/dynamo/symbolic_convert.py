@@ -24,7 +24,7 @@ from .errors import Unsupported
 from .instructions import VersionInstructions
 from .instructions_common import CommonInstructions
 from .output_graph import OutputGraph
-from .rollback import restore, take_snapshot
+from .rollback import checkpoint, restore
 from .translator_core import ReturnSignal, TranslatorCore
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable
@@ -73,47 +73,25 @@ class BreakSignal(Exception):
         self.reason = reason
 
 
-class RestartAnalysis(Exception):
-    """A break whose instruction cannot be rolled back (the failing call
-    mutated a container before it failed): trace the frame again from the
-    start, this time stopping *before* ``offset``."""
-
-    def __init__(self, offset: int, reason: Unsupported) -> None:
-        super().__init__(reason.message())
-        self.offset = offset
-        self.reason = reason
-
-
 class InstructionTranslator(InstructionTranslatorBase):
     """The translator for the frame being compiled. When ``may_break``, an
-    unsupported instruction rolls the state back to just before it and
-    raises ``BreakSignal`` so ``convert_frame`` can split the frame there."""
+    unsupported instruction rolls the state back to just before it
+    (``rollback``) and raises ``BreakSignal`` so ``convert_frame`` can split
+    the frame there."""
 
     may_break = False
-    #: offsets to break before, known from an earlier attempt (RestartAnalysis)
-    break_before: dict[int, Unsupported] = {}
 
     def dispatch(self, inst: dis.Instruction) -> None:
         if not self.may_break:
+            self.output.trail.forget()  # nothing is ever undone
             super().dispatch(inst)
             return
-        known = self.break_before.get(inst.offset)
-        if known is not None:
-            raise BreakSignal(inst, known)
-        snap = take_snapshot(self)
+        cp = checkpoint(self)
         try:
             super().dispatch(inst)
         except Unsupported as e:
             e.locate(self.user_stack())
-            try:
-                restore(self, snap)
-            except Unsupported as r:
-                if self.parent is None:
-                    raise RestartAnalysis(inst.offset, e) from e
-                # name what failed inside the call, not only why it can't split
-                cause = e.user_stack[-1] if e.user_stack else None
-                where = f" at {cause.filename}:{cause.lineno}" if cause else ""
-                raise Unsupported(f"{r.reason}; the call failed{where}: {e.reason}") from e
+            restore(self, cp)
             raise BreakSignal(inst, e) from e
 
     def RETURN_VALUE(self, inst: dis.Instruction) -> None:

@@ -74,26 +74,11 @@ def user_contains(tx: Tx, container: Any, item: VariableTracker) -> VariableTrac
         result = container.call_method(tx, "__contains__", [item], {})
         return ConstantVariable(result.truth(tx))
     if has is collections.abc.Mapping.__contains__ and isinstance(get, types.FunctionType):
-        fx = tx.output.side_effects
-
-        def state() -> tuple[Any, ...]:
-            return (
-                tx.output.mutations,
-                dict(fx.attrs),
-                dict(fx.globals),
-                dict(fx.cells),
-                torch.is_grad_enabled(),
-            )
-
-        before = state()
+        writes, grad = tx.output.trail.writes, torch.is_grad_enabled()
         try:
             container.call_method(tx, "__getitem__", [item], {})
         except MissingKey as e:
-            after = state()
-            if after[0] != before[0] or after[4] != before[4] or any(
-                a.keys() != b.keys() or any(a[k] is not b[k] for k in a)
-                for a, b in zip(after[1:4], before[1:4], strict=True)
-            ):
+            if tx.output.trail.writes != writes or torch.is_grad_enabled() != grad:
                 raise Unsupported(
                     f"`in` test on {container.describe()}: its __getitem__ changed state "
                     "before raising KeyError"
@@ -243,7 +228,7 @@ class BuiltinVariable(VariableTracker):
         if fn is next and 1 <= len(args) <= 2:
             it = args[0]
             if isinstance(it, ListIteratorVariable):
-                item = it.next_item()
+                item = it.next_item(tx)
                 if item is None:
                     if len(args) == 2:
                         return args[1]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ember.ir import Source
 
 from ..errors import MissingKey, Unsupported
+from ..mutable import Box
 from .base import NotConstant, VariableTracker
 from .constant import ConstantVariable
 from .lazy import LazyVariable
@@ -40,18 +42,35 @@ def dict_key(v: VariableTracker) -> Any:
 
 
 class DictVariable(VariableTracker):
+    """A dict with constant keys; its items live in a box every alias shares
+    (a change writes a new dict through the trail, never edits the old one)."""
+
     def __init__(
         self,
-        items: dict[Any, VariableTracker],
+        items: Mapping[Any, VariableTracker],
         source: Source | None = None,
         dict_type: type = dict,
     ) -> None:
         super().__init__(source)
-        self.items = dict(items)
+        self.box: Box[dict[Any, VariableTracker]] = Box(dict(items))
         self.dict_type = dict_type
+
+    @property
+    def items(self) -> Mapping[Any, VariableTracker]:
+        """The items now (read-only: change them with :meth:`write`)."""
+        return self.box.value
 
     def python_type(self) -> type:
         return self.dict_type
+
+    def write(self, tx: Tx, items: Mapping[Any, VariableTracker]) -> None:
+        """Replace the items (every alias sees it; undone if the instruction fails)."""
+        tx.output.trail.set(self.box, dict(items))
+        if self.source is not None:
+            tx.output.side_effects.track_dict(self)
+
+    def set_item(self, tx: Tx, key: Any, value: VariableTracker) -> None:
+        self.write(tx, {**self.items, key: value})
 
     def realize(self, tx: Tx, key: Any) -> VariableTracker:
         """The item for ``key``; items read from the frame are wrapped (and
@@ -59,7 +78,8 @@ class DictVariable(VariableTracker):
         v: VariableTracker = self.items[key]
         if isinstance(v, LazyVariable):
             v = v.realize(tx)
-            self.items[key] = v
+            # the same Python dict, only more of it read: nothing to write back
+            tx.output.trail.set(self.box, {**self.items, key: v}, observable=False)
         return v
 
     def realize_all(self, tx: Tx) -> None:
@@ -79,11 +99,6 @@ class DictVariable(VariableTracker):
 
     def unpack(self, tx: Tx) -> list[VariableTracker]:
         return [ConstantVariable(k) for k in self.items]
-
-    def mutate(self, tx: Tx) -> None:
-        tx.output.mutations += 1
-        if self.source is not None:
-            tx.output.side_effects.track_dict(self)
 
     def getitem(self, tx: Tx, key: VariableTracker) -> VariableTracker:
         k = dict_key(key)
@@ -140,34 +155,33 @@ class DictVariable(VariableTracker):
         if name == "copy" and not args:
             return DictVariable(self.items)
         if name in ("__setitem__",) and len(args) == 2:
-            self.mutate(tx)
-            self.items[dict_key(args[0])] = args[1]
+            self.set_item(tx, dict_key(args[0]), args[1])
             return none
         if name == "update" and len(args) <= 1:
-            self.mutate(tx)
+            items = dict(self.items)
             if args:
                 other = args[0]
                 if isinstance(other, DictVariable):
-                    self.items.update(other.items)
+                    items.update(other.items)
                 else:
                     for pair in other.unpack(tx):
                         k, v = pair.unpack(tx)
-                        self.items[dict_key(k)] = v
-            for kname, v in kwargs.items():
-                self.items[kname] = v
+                        items[dict_key(k)] = v
+            items.update(kwargs)
+            self.write(tx, items)
             return none
         if name == "setdefault" and 1 <= len(args) <= 2:
             k = dict_key(args[0])
             if k not in self.items:
-                self.mutate(tx)
-                self.items[k] = args[1] if len(args) == 2 else none
+                self.set_item(tx, k, args[1] if len(args) == 2 else none)
             found: VariableTracker = self.items[k]
             return found
         if name == "pop" and 1 <= len(args) <= 2:
             k = dict_key(args[0])
             if k in self.items:
-                self.mutate(tx)
-                popped: VariableTracker = self.items.pop(k)
+                items = dict(self.items)
+                popped: VariableTracker = items.pop(k)
+                self.write(tx, items)
                 return popped
             if len(args) == 2:
                 return args[1]
@@ -176,12 +190,12 @@ class DictVariable(VariableTracker):
             k = dict_key(args[0])
             if k not in self.items:
                 raise Unsupported(f"del of missing dict key {k!r} (KeyError)")
-            self.mutate(tx)
-            del self.items[k]
+            items = dict(self.items)
+            del items[k]
+            self.write(tx, items)
             return none
         if name == "clear" and not args:
-            self.mutate(tx)
-            self.items.clear()
+            self.write(tx, {})
             return none
         raise Unsupported(f"method `dict.{name}` cannot be traced")
 

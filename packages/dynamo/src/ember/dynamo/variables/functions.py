@@ -11,6 +11,7 @@ from bytecode.instr import CellVar, FreeVar
 from ember.ir import Attr, Item, Source
 
 from ..errors import Unsupported
+from ..mutable import Box
 from .base import VariableTracker
 from .constant import ConstantVariable, OpaqueConstantVariable
 from .dicts import DictVariable
@@ -44,9 +45,10 @@ def code_variable(code: types.CodeType, source: Source | None) -> VariableTracke
 
 
 class CellVariable(VariableTracker):
-    """A closure cell. Inside the traced region it is a mutable box; a cell
-    that existed before the frame ran (``real``) is read lazily (guarded) and
-    may not be written."""
+    """A closure cell. Its contents are a box written through the trail; a
+    cell that existed before the frame ran (``real``) is read lazily
+    (guarded) and may be written only when it belongs to the frame being
+    compiled."""
 
     def __init__(
         self,
@@ -57,38 +59,45 @@ class CellVariable(VariableTracker):
         owner: types.CodeType | None = None,
     ) -> None:
         super().__init__(source)
-        self.value = value
+        self.box: Box[VariableTracker | None] = Box(value)
         self.real = real
         self.name = name
         #: the code object whose frame holds this cell (None: not a frame cell)
         self.owner = owner
 
+    @property
+    def value(self) -> VariableTracker | None:
+        """What the cell holds now (``None``: not read or written yet)."""
+        return self.box.value
+
     def describe(self) -> str:
         return f"closure cell `{self.name}`"
 
     def get(self, tx: Tx) -> VariableTracker:
-        if self.value is None:
+        value = self.box.value
+        if value is None:
             if self.real is None:
                 raise Unsupported(f"free variable `{self.name}` read before assignment")
             try:
                 contents = self.real.cell_contents
             except ValueError as e:
                 raise Unsupported(f"free variable `{self.name}` is empty") from e
-            self.value = tx.wrap(contents, self.source)
-        return self.value
+            value = tx.wrap(contents, self.source)
+            tx.output.trail.set(self.box, value, observable=False)
+        return value
 
     def set(self, tx: Tx, value: VariableTracker) -> None:
         if self.real is not None and self.owner is tx.root_tx().code:
             # a free variable of the frame being compiled: written back
             # (STORE_DEREF) after the graph runs
-            self.value = value
+            tx.output.trail.set(self.box, value)
             tx.output.side_effects.store_cell(self)
             return
         if self.real is not None:
             raise Unsupported(
                 f"assignment to nonlocal `{self.name}` of an enclosing function cannot be traced"
             )
-        self.value = value
+        tx.output.trail.set(self.box, value)
 
 
 class BaseFunctionVariable(VariableTracker):

@@ -1,5 +1,10 @@
 """A frame argument not yet looked at: wrapped (and guarded) on first read,
-so arguments a function never uses add no guards."""
+so arguments a function never uses add no guards.
+
+``realized`` is a cache, not state: wrapping the same value from the same
+source always gives an equivalent tracker (tensors, lists and dicts read
+from the frame are memoized by the output graph), so it is never undone.
+"""
 
 from __future__ import annotations
 

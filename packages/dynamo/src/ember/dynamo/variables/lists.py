@@ -1,18 +1,23 @@
 """Tuples, lists and their iterators.
 
-Lists are mutable trackers: an ``append`` changes the tracker in place, so
-every name that refers to the same list sees it, exactly as in Python. A list
-that came from outside the frame (it has a source) and was mutated is written
-back after the graph runs (see ``side_effects``).
+Trackers are immutable; a list's items live in a :class:`~ember.dynamo.mutable.Box`
+that every alias of the list shares, so an ``append`` (a new items tuple
+written through the capture's trail) is seen through every name that refers
+to the same list, exactly as in Python, and is undone if the instruction
+fails. A list that came from outside the frame (it has a source) and was
+mutated is written back after the graph runs (see ``side_effects``). An
+iterator's position is a box too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ember.ir import Source
 
 from ..errors import Unsupported
+from ..mutable import Box
 from .base import NotConstant, VariableTracker
 from .constant import ConstantVariable
 from .misc import BoundCallVariable
@@ -29,12 +34,16 @@ def const_index(v: VariableTracker, what: str) -> Any:
 
 
 class BaseListVariable(VariableTracker):
-    items: list[VariableTracker]
     kind: type = list
 
-    def __init__(self, items: list[VariableTracker], source: Source | None = None) -> None:
+    def __init__(self, items: Sequence[VariableTracker], source: Source | None = None) -> None:
         super().__init__(source)
-        self.items = list(items)
+        self.box: Box[tuple[VariableTracker, ...]] = Box(tuple(items))
+
+    @property
+    def items(self) -> tuple[VariableTracker, ...]:
+        """The items now (a list's change as the trail last wrote it)."""
+        return self.box.value
 
     def python_type(self) -> type:
         return self.kind
@@ -62,7 +71,7 @@ class BaseListVariable(VariableTracker):
         result: VariableTracker = picked
         return result
 
-    def new(self, items: list[VariableTracker]) -> VariableTracker:
+    def new(self, items: Sequence[VariableTracker]) -> VariableTracker:
         return type(self)(items)
 
     def reconstruct(self, cg: PyCodegen) -> None:
@@ -114,7 +123,7 @@ class NamedTupleVariable(TupleVariable):
     """A named tuple or struct sequence (``torch.max(x, 0)`` returns one)."""
 
     def __init__(
-        self, items: list[VariableTracker], tuple_type: type, source: Source | None = None
+        self, items: Sequence[VariableTracker], tuple_type: type, source: Source | None = None
     ) -> None:
         super().__init__(items, source)
         self.tuple_type = tuple_type
@@ -137,7 +146,7 @@ class NamedTupleVariable(TupleVariable):
             return self.items[fields.index(name)]
         return super().var_getattr(tx, name)
 
-    def new(self, items: list[VariableTracker]) -> VariableTracker:
+    def new(self, items: Sequence[VariableTracker]) -> VariableTracker:
         return TupleVariable(items)
 
     def reconstruct_items(self, cg: PyCodegen) -> None:
@@ -154,20 +163,34 @@ class ListVariable(BaseListVariable):
     kind = list
 
     def __repr__(self) -> str:
-        return f"List{self.items!r}"
+        return f"List{list(self.items)!r}"
 
-    def mutate(self, tx: Tx) -> None:
-        tx.output.mutations += 1
+    def write(self, tx: Tx, items: Sequence[VariableTracker]) -> None:
+        """Replace the items (every alias sees it; undone if the instruction fails)."""
+        tx.output.trail.set(self.box, tuple(items))
         if self.source is not None:
             tx.output.side_effects.track_list(self)
 
     def setitem(self, tx: Tx, key: VariableTracker, value: VariableTracker) -> None:
         k = const_index(key, "list")
-        self.mutate(tx)
-        if isinstance(k, slice):
-            self.items[k] = value.unpack(tx)
-        else:
-            self.items[k] = value
+        items = list(self.items)
+        try:
+            if isinstance(k, slice):
+                items[k] = value.unpack(tx)
+            else:
+                items[k] = value
+        except (IndexError, TypeError, ValueError) as e:
+            raise Unsupported(f"{self.describe()}[{k!r}] = ... raised {type(e).__name__}: {e}") from e
+        self.write(tx, items)
+
+    def delitem(self, tx: Tx, key: VariableTracker) -> None:
+        k = const_index(key, "list")
+        items = list(self.items)
+        try:
+            del items[k]
+        except (IndexError, TypeError) as e:
+            raise Unsupported(f"del {self.describe()}[{k!r}] raised {type(e).__name__}: {e}") from e
+        self.write(tx, items)
 
     def call_method(
         self,
@@ -178,31 +201,33 @@ class ListVariable(BaseListVariable):
     ) -> VariableTracker:
         none = ConstantVariable(None)
         if name == "append" and len(args) == 1:
-            self.mutate(tx)
-            self.items.append(args[0])
+            self.write(tx, (*self.items, args[0]))
             return none
         if name == "extend" and len(args) == 1:
-            self.mutate(tx)
-            self.items.extend(args[0].unpack(tx))
+            self.write(tx, (*self.items, *args[0].unpack(tx)))
             return none
         if name == "insert" and len(args) == 2:
-            self.mutate(tx)
-            self.items.insert(const_index(args[0], "list.insert"), args[1])
+            items = list(self.items)
+            items.insert(const_index(args[0], "list.insert"), args[1])
+            self.write(tx, items)
             return none
         if name == "pop" and len(args) <= 1:
-            self.mutate(tx)
             idx = const_index(args[0], "list.pop") if args else -1
-            return self.items.pop(idx)
+            items = list(self.items)
+            try:
+                popped = items.pop(idx)
+            except (IndexError, TypeError) as e:
+                raise Unsupported(f"list.pop({idx!r}) raised {type(e).__name__}: {e}") from e
+            self.write(tx, items)
+            return popped
         if name == "clear" and not args:
-            self.mutate(tx)
-            self.items.clear()
+            self.write(tx, ())
             return none
         if name == "reverse" and not args:
-            self.mutate(tx)
-            self.items.reverse()
+            self.write(tx, self.items[::-1])
             return none
         if name == "copy" and not args:
-            return ListVariable(list(self.items))
+            return ListVariable(self.items)
         if name == "__setitem__" and len(args) == 2:
             self.setitem(tx, args[0], args[1])
             return none
@@ -210,27 +235,30 @@ class ListVariable(BaseListVariable):
 
 
 class ListIteratorVariable(VariableTracker):
-    """An iterator over a fixed list of items (loops are unrolled)."""
+    """An iterator over a fixed list of items (loops are unrolled); its position is a box."""
 
-    def __init__(self, items: list[VariableTracker]) -> None:
+    def __init__(self, items: Sequence[VariableTracker]) -> None:
         super().__init__(None)
-        self.items = list(items)
-        self.index = 0
+        self.items = tuple(items)
+        self.position: Box[int] = Box(0)
 
     def describe(self) -> str:
         return "iterator"
 
-    def next_item(self) -> VariableTracker | None:
-        if self.index >= len(self.items):
+    def next_item(self, tx: Tx) -> VariableTracker | None:
+        index = self.position.value
+        if index >= len(self.items):
             return None
-        item = self.items[self.index]
-        self.index += 1
-        return item
+        tx.output.trail.set(self.position, index + 1, observable=False)
+        return self.items[index]
+
+    def remaining(self) -> tuple[VariableTracker, ...]:
+        return self.items[self.position.value :]
 
     def unpack(self, tx: Tx) -> list[VariableTracker]:
-        rest = self.items[self.index :]
-        self.index = len(self.items)
-        return rest
+        rest = self.remaining()
+        tx.output.trail.set(self.position, len(self.items), observable=False)
+        return list(rest)
 
     def reconstruct(self, cg: PyCodegen) -> None:
         self.reconstruct_items(cg)
@@ -238,6 +266,7 @@ class ListIteratorVariable(VariableTracker):
 
     def reconstruct_items(self, cg: PyCodegen) -> None:
         """The remaining items as a tuple."""
-        for item in self.items[self.index :]:
+        rest = self.remaining()
+        for item in rest:
             item.reconstruct(cg)
-        cg.build(tuple, len(self.items) - self.index)
+        cg.build(tuple, len(rest))

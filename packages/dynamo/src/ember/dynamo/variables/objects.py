@@ -316,7 +316,8 @@ def construct_builtin_type(tx: Tx, cls: Any, args: Args, kwargs: Kwargs) -> Vari
         d = DictVariable({})
         if args:
             d.call_method(tx, "update", [args[0]], {})
-        d.items.update(kwargs)
+        if kwargs:
+            d.write(tx, {**d.items, **kwargs})
         return d
     if cls in (int, float, bool, str, complex) and args and isinstance(args[0], TensorVariable):
         raise Unsupported(

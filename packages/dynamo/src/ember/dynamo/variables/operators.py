@@ -8,6 +8,7 @@ fold (run now, in Python); on tensors they become graph nodes.
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Unsupported
@@ -23,7 +24,7 @@ Args = list[VariableTracker]
 Kwargs = dict[str, VariableTracker]
 
 
-def has_tensor(vs: list[VariableTracker]) -> bool:
+def has_tensor(vs: Sequence[VariableTracker]) -> bool:
     for v in vs:
         if isinstance(v, TensorVariable):
             return True

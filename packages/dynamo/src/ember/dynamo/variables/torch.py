@@ -15,6 +15,7 @@ import torch
 from ember.ir import Attr, Source
 
 from ..errors import Unsupported
+from ..mutable import Box
 from .base import VariableTracker
 from .constant import ConstantVariable
 
@@ -141,22 +142,23 @@ class AutocastVariable(VariableTracker):
     def __init__(self, params: tuple[Any, ...]) -> None:
         super().__init__(None)
         self.params = params
-        self.nodes: list[Any] = []
-        self.modes: list[Any] = []
+        #: (enter node, real autocast mode) of each entry not exited yet
+        self.entered: Box[tuple[tuple[Any, Any], ...]] = Box(())
 
     def describe(self) -> str:
         return f"torch.autocast{self.params}"
 
     def enter(self, tx: Tx) -> VariableTracker:
-        self.nodes.append(tx.output.graph.call_function(ENTER_AUTOCAST, self.params))
+        node = tx.output.graph.call_function(ENTER_AUTOCAST, self.params)
         mode = ENTER_AUTOCAST(*self.params)
-        self.modes.append(mode)
+        tx.output.trail.set(self.entered, (*self.entered.value, (node, mode)))
         tx.output.cleanups.append(lambda: mode.__exit__(None, None, None))
         return ConstantVariable(None)
 
     def exit(self, tx: Tx) -> VariableTracker:
-        tx.output.graph.call_function(EXIT_AUTOCAST, (self.nodes.pop(),))
-        mode = self.modes.pop()
+        *rest, (node, mode) = self.entered.value
+        tx.output.trail.set(self.entered, tuple(rest))
+        tx.output.graph.call_function(EXIT_AUTOCAST, (node,))
         EXIT_AUTOCAST(mode)
         tx.output.cleanups.pop()
         return ConstantVariable(None)
@@ -184,9 +186,8 @@ def grad_mode_ctx(
     else:
         target = bool(consts[0] if consts else ckw["mode"])
         # set_grad_enabled(...) takes effect when called, not only in `with`.
-        var = GradModeVariable(target)
+        var = GradModeVariable(target, entered_on_call=True)
         var.enter(tx)
-        var.entered_on_call = True
         return var
     return GradModeVariable(target)
 
@@ -199,23 +200,37 @@ class GradModeVariable(VariableTracker):
     for the fake tensors that trace the ops inside.
     """
 
-    def __init__(self, target: bool | None, source: Source | None = None) -> None:
+    def __init__(
+        self,
+        target: bool | None,
+        source: Source | None = None,
+        *,
+        priors: tuple[bool, ...] = (),
+        entered_on_call: bool = False,
+    ) -> None:
         super().__init__(source)
         self.target = target
-        self.prior: list[bool] = []
-        self.entered_on_call = False
+        #: the grad mode before each entry not exited yet, innermost last
+        self.priors: Box[tuple[bool, ...]] = Box(priors)
+        #: ``set_grad_enabled(b)`` took effect when called: its ``__enter__`` does nothing
+        self.entered_on_call: Box[bool] = Box(entered_on_call)
+
+    @property
+    def prior(self) -> tuple[bool, ...]:
+        return self.priors.value
 
     def describe(self) -> str:
         return f"grad mode context ({self.target})"
 
     def enter(self, tx: Tx) -> VariableTracker:
-        self.prior.append(torch.is_grad_enabled())
+        tx.output.trail.set(self.priors, (*self.priors.value, torch.is_grad_enabled()))
         if self.target is not None:
             tx.output.set_grad_enabled(self.target)
         return ConstantVariable(None)
 
     def exit(self, tx: Tx) -> VariableTracker:
-        prior = self.prior.pop()
+        *rest, prior = self.priors.value
+        tx.output.trail.set(self.priors, tuple(rest))
         if self.target is not None:
             tx.output.set_grad_enabled(prior)
         return ConstantVariable(None)
@@ -269,11 +284,11 @@ class ContextMethodVariable(VariableTracker):
             return self.ctx.enter(tx) if self.name == "__enter__" else self.ctx.exit(tx)
         ctx = self.ctx
         if self.name == "__enter__":
-            if ctx.entered_on_call:
-                self.ctx.entered_on_call = False
+            if ctx.entered_on_call.value:
+                tx.output.trail.set(ctx.entered_on_call, False)
                 return ConstantVariable(None)
-            return self.ctx.enter(tx)
-        return self.ctx.exit(tx)
+            return ctx.enter(tx)
+        return ctx.exit(tx)
 
 
 def wrap_grad_mode_exit(tx: Tx, value: GradModeExit, source: Source) -> VariableTracker:
@@ -281,7 +296,8 @@ def wrap_grad_mode_exit(tx: Tx, value: GradModeExit, source: Source) -> Variable
     entered before the split (guarded on the mode it restores)."""
     tx.output.guards.add_type(source, value)
     tx.output.guards.add_constant(Attr(source, "prior"), value.prior)
-    ctx = GradModeVariable(None if value.prior is None else not value.prior)
-    if value.prior is not None:
-        ctx.prior.append(value.prior)
+    ctx = GradModeVariable(
+        None if value.prior is None else not value.prior,
+        priors=() if value.prior is None else (value.prior,),
+    )
     return ContextMethodVariable(ctx, "__exit__")
