@@ -29,8 +29,6 @@ def test_compile_times_after_running() -> None:
     assert set(dynamo.compile_times(repr="dict")) >= {"convert_frame", "backend_compile"}
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21 stage C: EMBER_COMPILE_DEBUG writes dynamo's "
-                   "files under the debug folder and aotgrad's/inductor's elsewhere")
 def test_compile_debug_writes_one_folder_per_frame_with_every_stage(tmp_path) -> None:
     run_example("""
         import torch

@@ -87,8 +87,6 @@ def test_ember_logs_graph_breaks_recompiles_perf_hints(tmp_path) -> None:
     assert "extern kernel for aten::mm" in err, err
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21 stage C: output_code and perf_hints print "
-                   "every block twice")
 def test_ember_logs_print_each_block_once(tmp_path) -> None:
     proc = run_example("""
         import torch
@@ -236,8 +234,6 @@ def test_recompile_limit_falls_back_to_eager() -> None:
 # -- Debugging Compilation Issues ---------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21 stage C: EMBER_LOGS=+dynamo prints almost "
-                   "nothing (no per-instruction trace)")
 def test_ember_logs_plus_dynamo_traces_capture(tmp_path) -> None:
     proc = run_example("""
         import torch

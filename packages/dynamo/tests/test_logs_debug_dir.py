@@ -47,3 +47,29 @@ def test_debug_dir_has_bytecode_guards_and_graph_ir(tmp_path: Path, monkeypatch:
     assert (folder / "graph_0" / "graph.json").exists()
     assert "relu" in (folder / "graph_0.txt").read_text()
     assert not (folder / "errors.txt").exists()
+
+
+def test_each_graph_names_its_backend_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Backends (aotgrad, inductor) learn where to write from the graph they are given."""
+    from ember.ir.debug import debug_dir_of
+
+    monkeypatch.setenv("EMBER_COMPILE_DEBUG", "1")
+    monkeypatch.setenv("EMBER_COMPILE_DEBUG_DIR", str(tmp_path))
+    seen: list[str | None] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        seen.append(debug_dir_of(gm))
+        return gm.forward
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x.sin()
+        print("break")
+        return y.cos()
+
+    ember.dynamo.compile(f, backend=backend)(torch.randn(3))
+    assert len(seen) == 2 and all(s is not None for s in seen)
+    folders = [Path(s) for s in seen if s is not None]
+    assert [p.name for p in folders] == ["graph_0_backend", "graph_0_backend"]
+    assert folders[0].parent != folders[1].parent  # the frame, then its resume function
+    assert all(p.parent.parent.name.startswith("run_") for p in folders)
+    assert all((p.parent / "graph_0.txt").exists() for p in folders)

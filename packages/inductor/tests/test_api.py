@@ -27,7 +27,7 @@ def test_output_code_is_logged(
 ) -> None:
     monkeypatch.setenv("EMBER_LOGS", "output_code")
     x = torch.randn(16)
-    with caplog.at_level(logging.INFO, logger="ember.inductor.output_code"):
+    with caplog.at_level(logging.INFO, logger="ember.output_code"):
         compile_graph(make_fx(lambda x: x.exp() + 1)(x), [x], options)
     text = caplog.text
     assert "def call(args):" in text and 'extern "C" void ember_kernel' in text

@@ -96,7 +96,7 @@ def test_layer_norm_training_graph_has_no_prims_externs(caplog: pytest.LogCaptur
     model = nn.Sequential(nn.Linear(32, 64), nn.LayerNorm(64), nn.GELU(), nn.Linear(64, 8))
     x = torch.randn(16, 32)
     compiled = ed.compile(model, backend="inductor")
-    with caplog.at_level(logging.DEBUG, logger="ember.inductor.perf_hints"):
+    with caplog.at_level(logging.DEBUG, logger="ember.perf_hints"):
         compiled(x).square().mean().backward()
     grads = [p.grad.clone() for p in model.parameters()]  # type: ignore[union-attr]
     model.zero_grad()

@@ -13,11 +13,11 @@ of inputs only runs the compiled code.
 from __future__ import annotations
 
 import functools
-import logging
 import os
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -25,7 +25,7 @@ import torch.fx as fx
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten, treespec_dumps
 
 from ember.aotgrad import logs, plan_cache
-from ember.aotgrad.debug import debug_dir_from_env, write_graphs
+from ember.aotgrad.debug import debug_dir_from_env, own_folder, write_graphs
 from ember.aotgrad.decompositions import DecompTable, with_required
 from ember.aotgrad.errors import AotGradError
 from ember.aotgrad.exchange import example_inputs, round_trip
@@ -33,8 +33,10 @@ from ember.aotgrad.joint import TracedGraph, trace_graph
 from ember.aotgrad.partition import Partition, min_cut_rematerialization_partition, node_bytes
 from ember.aotgrad.plan_cache import StoredPlan
 from ember.aotgrad.runtime import Compiled, CompiledPlan
+from ember.ir.debug import debug_dir_of, set_debug_dir
+from ember.ir.logs import get_logger
 
-LOG = logging.getLogger("ember.aotgrad")
+LOG = get_logger("aotgrad")
 
 
 class GraphCompiler(Protocol):
@@ -82,7 +84,9 @@ def _compile_graph(compiler: GraphCompiler, gm: fx.GraphModule, name: str,
                    options: AotOptions) -> Compiled:
     inputs = example_inputs(gm)
     if options.exchange_dir is not None:
+        folder = debug_dir_of(gm)
         gm = round_trip(gm, options.exchange_dir, name)
+        set_debug_dir(gm, folder)
     return compiler(gm, inputs)
 
 
@@ -207,10 +211,40 @@ class AotFunction:
                             name, type(e).__name__, e, exc_info=True)
             return None, None
 
-    def _debug(self, graphs: dict[str, fx.GraphModule]) -> None:
+    def _debug_folder(self) -> Path | None:
+        """Where this compile's graphs go: the folder the frontend named for the
+        source graph, else (``EMBER_COMPILE_DEBUG``) a fresh one of aotgrad's own."""
+        named = debug_dir_of(self.source_graph)
+        if named is not None:
+            return Path(named)
         if self.options.debug_dir is not None:
             name = getattr(self.fn, "__qualname__", type(self.fn).__name__)
-            write_graphs(self.options.debug_dir, name, graphs)
+            return own_folder(self.options.debug_dir, name)
+        return None
+
+    def _report(self, stored: StoredPlan, joint: fx.GraphModule | None) -> None:
+        """Log and write (``EMBER_COMPILE_DEBUG``) the graphs about to be compiled,
+        traced now or loaded from the plan cache; name the compilers' folders."""
+        if stored.backward is not None:
+            graphs = {"forward": stored.forward, "backward": stored.backward}
+            saves = f"{stored.num_saved} values"
+            part = self.last_partition
+            if joint is not None and part is not None:
+                logs.log_graph("joint graph", joint)
+                saved_bytes = sum(node_bytes(n) for n in part.backward.graph.nodes
+                                  if n.op == "placeholder" and n.name in part.saved)
+                saves += f", {saved_bytes} bytes: {', '.join(part.saved)}"
+            logs.log_graph(f"forward graph (saves {saves})", stored.forward)
+            logs.log_graph("backward graph", stored.backward)
+        else:
+            graphs = {"inference": stored.forward}
+            logs.log_graph("inference graph", stored.forward)
+        folder = self._debug_folder()
+        if folder is None:
+            return
+        write_graphs(folder, {"joint": joint, **graphs} if joint is not None else graphs)
+        for kind, gm in graphs.items():
+            set_debug_dir(gm, folder / f"compiled_{kind}")
 
     def compile(
         self, flat: list[Any], positions: list[tuple[int, int]], in_spec: TreeSpec,
@@ -218,13 +252,17 @@ class AotFunction:
     ) -> tuple[CompiledPlan, TreeSpec]:
         key = self._persistent_key(flat, positions, in_spec, tensors)
         stored = plan_cache.lookup(self._cache_dir(), key) if key is not None else None
+        joint: fx.GraphModule | None = None
         if stored is None:
             stored = self._trace(flat, positions, in_spec, tensors)
             if key is not None:
                 plan_cache.store(self._cache_dir(), key, stored)
+            if self.last_traced is not None and self.last_traced.is_joint:
+                joint = self.last_traced.gm
         else:
             LOG.debug("ember.aotgrad: traced graphs of %s loaded from the plan cache",
                       getattr(self.fn, "__qualname__", "?"))
+        self._report(stored, joint)
         if stored.backward is not None:
             fw = _compile_graph(self.fw_compiler, stored.forward, "forward", self.options)
             bw = _compile_graph(self.bw_compiler, stored.backward, "backward", self.options)
@@ -254,20 +292,10 @@ class AotFunction:
         self.last_traced = traced
         backward: fx.GraphModule | None = None
         if traced.is_joint:
-            logs.log_graph("joint graph", traced.gm)
             part = self.partition_fn(traced.gm, num_fw_outputs=traced.num_fw_outputs)
             self.last_partition = part
-            saved_bytes = sum(node_bytes(n) for n in part.backward.graph.nodes
-                              if n.op == "placeholder" and n.name in part.saved)
-            logs.log_graph(f"forward graph (saves {len(part.saved)} values, {saved_bytes} "
-                           f"bytes: {', '.join(part.saved)})", part.forward)
-            logs.log_graph("backward graph", part.backward)
-            self._debug({"joint": traced.gm, "forward": part.forward,
-                         "backward": part.backward})
             forward, backward, num_saved = part.forward, part.backward, len(part.saved)
         else:
-            logs.log_graph("inference graph", traced.gm)
-            self._debug({"inference": traced.gm})
             forward, num_saved = traced.gm, 0
         return StoredPlan(
             forward=forward,

@@ -1,4 +1,4 @@
-"""``EMBER_COMPILE_DEBUG=1``: a debug directory per run, one folder per compiled frame.
+"""``EMBER_COMPILE_DEBUG=1``: one folder per compiled frame (layout: ``ember.ir.debug``).
 
     ember_debug/run_<YYYYmmdd_HHMMSS>_<pid>/
         frame_000_toy_example/
@@ -8,12 +8,16 @@
             guards.txt                the guards in words and the generated check function
             graph_0/                  the graph IR (ember.ir.save: graph.json + weights)
             graph_0.txt               the FX graph's Python code
+            graph_0_backend/          what the backend wrote for graph 0 (aotgrad, inductor)
 
 The base directory is ``EMBER_COMPILE_DEBUG_DIR`` (default ``./ember_debug``).
 Both variables are read once, when a callable is compiled
 (:func:`debug_dir_from_env`); the path then travels in
-``DynamoOptions.debug_dir``. Writing never breaks a compile: a failure to
-write one file is noted in ``errors.txt`` in that frame's folder.
+``DynamoOptions.debug_dir``. A frame's folder is named before capture
+(:func:`frame_folder`), so each graph handed to the backend carries its
+``graph_<i>_backend`` folder in ``gm.meta`` (:func:`name_backend_folder`).
+Writing never breaks a compile: a failure to write one file is noted in
+``errors.txt`` in that frame's folder.
 """
 
 from __future__ import annotations
@@ -21,34 +25,31 @@ from __future__ import annotations
 import dis
 import io
 import itertools
-import os
-import time
 import types
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ember import ir
+from ember.ir.debug import debug_base_from_env, run_folder, set_debug_dir
 
-_RUN_DIRS: dict[str, Path] = {}
+#: Numbers frame folders within a run (process-wide, like the run folder).
 _FRAME_COUNTER = itertools.count()
 
 
-def debug_dir_from_env(environ: dict[str, str] | None = None) -> str | None:
+def debug_dir_from_env(environ: Mapping[str, str] | None = None) -> str | None:
     """The base debug directory when ``EMBER_COMPILE_DEBUG=1``, else ``None``."""
-    env = os.environ if environ is None else environ
-    if env.get("EMBER_COMPILE_DEBUG", "0") not in ("1", "true", "True"):
-        return None
-    return env.get("EMBER_COMPILE_DEBUG_DIR") or os.path.join(os.getcwd(), "ember_debug")
+    return debug_base_from_env(environ)
 
 
-def _run_dir(base: str) -> Path:
-    run = _RUN_DIRS.get(base)
-    if run is None:
-        stamp = time.strftime("%Y%m%d_%H%M%S")
-        run = Path(base) / f"run_{stamp}_{os.getpid()}"
-        run.mkdir(parents=True, exist_ok=True)
-        _RUN_DIRS[base] = run
-    return run
+def frame_folder(base: str, code: types.CodeType) -> Path:
+    """The folder for one capture of ``code`` (made when the first file is written)."""
+    return run_folder(base) / f"frame_{next(_FRAME_COUNTER):03d}_{code.co_name}"
+
+
+def name_backend_folder(folder: Path, index: int, gm: Any) -> None:
+    """Tell the backend where graph ``index`` of this frame writes its debug output."""
+    set_debug_dir(gm, folder / f"graph_{index}_backend")
 
 
 def _dis_text(code: types.CodeType) -> str:
@@ -57,9 +58,8 @@ def _dis_text(code: types.CodeType) -> str:
     return out.getvalue()
 
 
-def write_frame(base: str, code: types.CodeType, guarded: Any) -> Path:
-    """Write one captured frame's artifacts; returns its folder."""
-    folder = _run_dir(base) / f"frame_{next(_FRAME_COUNTER):03d}_{code.co_name}"
+def write_frame(folder: Path, code: types.CodeType, guarded: Any) -> Path:
+    """Write one captured frame's artifacts into ``folder``; returns it."""
     folder.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
 

@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import logging
 import time
 import types
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -39,7 +41,7 @@ import torch
 from . import frame_hook, trace_rules
 from .cache import CacheTable, CodeCache, RecompileError, first_failure
 from .config import DynamoOptions
-from .debug_dir import write_frame
+from .debug_dir import frame_folder, name_backend_folder, write_frame
 from .errors import Unsupported
 from .frame import CompilerFn, ConvertFn, FrameState, GuardedCode
 from .logs import get_logger, log_capture
@@ -196,8 +198,21 @@ class Runtime:
         return found[1]
 
     # -- compile --------------------------------------------------------------
+    def compiler_for(self, folder: Path | None) -> CompilerFn:
+        """The backend handed to one capture: timed, and with ``EMBER_COMPILE_DEBUG``
+        each graph names its folder in the frame's debug folder (``gm.meta``)."""
+        if folder is None:
+            return self.compiler
+        graphs = itertools.count()
+
+        def compile_in_folder(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+            name_backend_folder(folder, next(graphs), gm)
+            return self.compiler(gm, example_inputs)
+
+        return compile_in_folder
+
     def compiler(self, gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
-        """The backend, timed (handed to capture as its CompilerFn)."""
+        """The backend, timed."""
         start = time.perf_counter()
         try:
             compiled = self.backend(gm, example_inputs)
@@ -218,11 +233,13 @@ class Runtime:
             closure=fn.__closure__,
             fn_name=fn.__name__,
         )
+        debug_base = self.options.debug_dir
+        folder = frame_folder(debug_base, cache.code) if debug_base is not None else None
         self.state.compiling += 1
         start = time.perf_counter()
         try:
             with frame_hook.suspended():
-                guarded = self._convert(state, self.compiler, self.options, self)
+                guarded = self._convert(state, self.compiler_for(folder), self.options, self)
         except Unsupported as exc:
             if self.options.fullgraph:
                 raise
@@ -250,8 +267,8 @@ class Runtime:
             self.state.record_time("convert_frame", time.perf_counter() - start)
         cache.add(guarded)
         frame_hook.mark_skip(guarded.code)  # the frame hook must not re-capture it
-        if self.options.debug_dir is not None:
-            folder = write_frame(self.options.debug_dir, cache.code, guarded)
+        if folder is not None:
+            write_frame(folder, cache.code, guarded)
             log_dynamo.info("debug artifacts for %s in %s", cache.where(), folder)
         log_capture(cache.where(), cache.code, guarded)
         if log_guards.isEnabledFor(logging.DEBUG):

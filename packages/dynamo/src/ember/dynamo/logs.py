@@ -1,155 +1,40 @@
-"""Logging areas over the standard ``logging`` module.
+"""Logging for ember.dynamo: the shared log areas, and what capture logs.
 
-One logger per area, named ``ember.<area>`` (``ember.graph_breaks``,
-``ember.recompiles``, ...). Areas are off (``WARNING``) until enabled by the
-``EMBER_LOGS`` environment variable or :func:`set_logs`::
+The areas, ``EMBER_LOGS`` and :func:`set_logs` are ember.ir's
+(``ember.ir.logs``): one ``ember.<area>`` logger per area for every package,
+so ``set_logs(output_code=True)`` reaches ember.inductor's logger too::
 
     EMBER_LOGS="graph_breaks,recompiles,+guards"   # +area: DEBUG level
     ember.dynamo.set_logs(graph_breaks=True, guards="debug")
 
-Enabled areas print to stderr through one handler on the ``ember`` logger;
-users may add their own handlers to any ``ember.<area>`` logger as usual.
-``EMBER_LOGS`` is parsed once, when ``ember.dynamo`` is imported.
+This module adds what the runtime logs after each capture.
 """
 
 from __future__ import annotations
 
 import dis
 import io
-import logging
-import os
-import sys
 
-AREAS: tuple[str, ...] = (
-    "graph_breaks",
-    "recompiles",
-    "guards",
-    "bytecode",
-    "graph_code",
-    "graph",
-    "aot_graphs",
-    "output_code",
-    "perf_hints",
-    "dynamo",
+from ember.ir.logs import (
+    AREAS,
+    LogSettingsError,
+    configure_from_env,
+    enabled,
+    get_logger,
+    parse_log_spec,
+    set_logs,
 )
 
-ROOT = "ember"
-_HANDLER_NAME = "ember.logs.stderr"
-
-
-class LogSettingsError(ValueError):
-    """An ``EMBER_LOGS`` entry or ``set_logs`` argument naming no area.
-
-    Example::
-
-        EMBER_LOGS names unknown log area 'recompile'; known areas: aot_graphs,
-        bytecode, dynamo, graph, graph_breaks, graph_code, guards, output_code,
-        perf_hints, recompiles
-    """
-
-
-def get_logger(area: str) -> logging.Logger:
-    """The logger for ``area`` (``ember.<area>``)."""
-    if area not in AREAS:
-        raise LogSettingsError(_unknown(area, "get_logger"))
-    return logging.getLogger(f"{ROOT}.{area}")
-
-
-def _unknown(area: str, where: str) -> str:
-    return f"{where} names unknown log area {area!r}; known areas: {', '.join(sorted(AREAS))}"
-
-
-def parse_log_spec(spec: str) -> dict[str, int]:
-    """``"graph_breaks,+guards"`` -> ``{"graph_breaks": INFO, "guards": DEBUG}``.
-
-    ``all`` / ``+all`` enable every area.
-    """
-    levels: dict[str, int] = {}
-    for raw in spec.split(","):
-        item = raw.strip()
-        if not item:
-            continue
-        level = logging.INFO
-        if item.startswith("+"):
-            level = logging.DEBUG
-            item = item[1:]
-        elif item.startswith("-"):
-            level = logging.WARNING
-            item = item[1:]
-        names = AREAS if item == "all" else (item,)
-        for name in names:
-            if name not in AREAS:
-                raise LogSettingsError(_unknown(name, "EMBER_LOGS"))
-            levels[name] = level
-    return levels
-
-
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever ``sys.stderr`` is at the time of the record (test capture, redirects)."""
-
-    @property
-    def stream(self) -> object:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, _value: object) -> None:
-        pass
-
-
-def _ensure_handler() -> None:
-    root = logging.getLogger(ROOT)
-    if any(h.get_name() == _HANDLER_NAME for h in root.handlers):
-        return
-    handler = _StderrHandler()
-    handler.set_name(_HANDLER_NAME)
-    handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
-    root.addHandler(handler)
-
-
-def _apply(levels: dict[str, int]) -> None:
-    if any(level < logging.WARNING for level in levels.values()):
-        _ensure_handler()
-    for area, level in levels.items():
-        logging.getLogger(f"{ROOT}.{area}").setLevel(level)
-
-
-def set_logs(**areas: bool | str) -> None:
-    """Enable (``True`` / ``"info"``), debug (``"debug"``) or disable (``False``) areas.
-
-    ``set_logs(graph_breaks=True, recompiles=True, guards="debug")``; areas not
-    named keep their level. ``set_logs(all=True)`` enables every area.
-    """
-    levels: dict[str, int] = {}
-    for name, value in areas.items():
-        if value is True or value == "info":
-            level = logging.INFO
-        elif value == "debug":
-            level = logging.DEBUG
-        elif value is False:
-            level = logging.WARNING
-        else:
-            raise LogSettingsError(
-                f"set_logs({name}={value!r}): use True, False, 'info' or 'debug'"
-            )
-        targets = AREAS if name == "all" else (name,)
-        for area in targets:
-            if area not in AREAS:
-                raise LogSettingsError(_unknown(area, "set_logs"))
-            levels[area] = level
-    _apply(levels)
-
-
-def configure_from_env(environ: dict[str, str] | None = None) -> None:
-    """Apply ``EMBER_LOGS`` (called once, when ember.dynamo is imported)."""
-    env = os.environ if environ is None else environ
-    spec = env.get("EMBER_LOGS", "")
-    if spec:
-        _apply(parse_log_spec(spec))
-
-
-def enabled(area: str, level: int = logging.INFO) -> bool:
-    """Whether ``area`` logs at ``level`` (cheap; check before building a costly message)."""
-    return logging.getLogger(f"{ROOT}.{area}").isEnabledFor(level)
+__all__ = [
+    "AREAS",
+    "LogSettingsError",
+    "configure_from_env",
+    "enabled",
+    "get_logger",
+    "log_capture",
+    "parse_log_spec",
+    "set_logs",
+]
 
 
 # -- what the runtime logs after each capture -------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dis
 import inspect
+import logging
 import operator
 import traceback
 import types
@@ -24,6 +25,7 @@ from .builder import wrap, wrap_constant_result
 from .config import DynamoOptions
 from .errors import InternalCaptureError, Unsupported, frame_summary
 from .instructions import GRAPH_BREAK_OPCODES
+from .logs import get_logger
 from .output_graph import OutputGraph
 from .variables.base import VariableTracker
 from .variables.builtins import contains
@@ -38,6 +40,8 @@ from .variables.operators import apply_operator, fold
 from .variables.tensor import TensorVariable
 
 MAX_STEPS = 200_000
+
+log_dynamo = get_logger("dynamo")
 
 
 class ReturnSignal(Exception):
@@ -75,12 +79,19 @@ class TranslatorCore:
     # --- the loop ----------------------------------------------------------------
     def run(self) -> VariableTracker:
         steps = 0
+        trace = log_dynamo.isEnabledFor(logging.DEBUG)
         try:
             while True:
                 inst = self.instructions[self.ip]
                 self.current = inst
                 if inst.positions is not None and inst.positions.lineno is not None:
                     self.lineno = inst.positions.lineno
+                if trace:
+                    log_dynamo.debug(
+                        "TRACE %s %s in `%s` (%s:%s), stack %s",
+                        inst.opname, inst.argrepr, self.code.co_name, self.code.co_filename,
+                        self.lineno, self.stack,
+                    )
                 self.ip += 1
                 self.dispatch(inst)
                 steps += 1

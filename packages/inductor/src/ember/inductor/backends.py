@@ -16,6 +16,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from ember.ir.debug import debug_dir_of, set_debug_dir
+
 from .compile_fx import compile_graph
 from .errors import InductorError
 from .options import InductorOptions, default_cache_dir
@@ -78,6 +80,7 @@ def make_backend(
                 )
             return training(gm, example_inputs)
         aten_gm = trace_to_aten(gm, list(example_inputs))
+        set_debug_dir(aten_gm, debug_dir_of(gm))  # the frontend's debug folder for this graph
         # With static shapes the calling frontend guards the sizes, strides and dtypes of
         # these inputs, so the compiled graph need not check them again on every call.
         static = all(all(type(d) is int for d in x.shape) for x in example_inputs)

@@ -19,6 +19,8 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_unflatten
 
+from ember.ir.debug import debug_dir_of
+
 from . import graph_cache
 from .codegen.backend import Backend, BuildStats, KernelSource
 from .codegen.registry import backend_for
@@ -213,7 +215,7 @@ def _compile(
             graph_cache.store(opts.cache_dir, key, art)
     else:
         for op, reason in art.externs:
-            perf_hints.debug("extern kernel for %s: %s", op, reason)
+            perf_hints.info("extern kernel for %s: %s", op, reason)
     report = CompileReport(
         kernels=len(art.kernel_sources),
         extern_calls=len(art.externs),
@@ -223,7 +225,7 @@ def _compile(
         graph_cached=hit,
         kernel_suffix=backend.suffix,
     )
-    _emit_debug(report, opts)
+    _emit_debug(report, opts, debug_dir_of(gm))
     stats = BuildStats()
     kernels = backend.build(art.kernels(), stats)
     constants = {name: _attr(gm, target) for name, target in art.constant_targets.items()}
@@ -274,13 +276,19 @@ def _attr(gm: torch.fx.GraphModule, target: str) -> torch.Tensor:
     return value
 
 
-def _emit_debug(report: CompileReport, opts: InductorOptions) -> None:
+def _emit_debug(report: CompileReport, opts: InductorOptions, folder: str | None) -> None:
+    """Log the code (``output_code``) and write it to ``folder`` (the one the frontend
+    named for this graph, ember.ir.debug) or, without one, under ``opts.debug_dir``."""
     if opts.output_code or output_code.isEnabledFor(20):
         text = "\n".join(f"// {name}\n{src}" for name, src in report.kernel_sources.items())
         output_code.info("wrapper:\n%s\nkernels:\n%s", report.wrapper_source, text)
-    if opts.debug_dir:
+    if folder is not None:
+        d = Path(folder)
+    elif opts.debug_dir:
         d = Path(opts.debug_dir) / f"graph_{abs(hash(report.wrapper_source)) % 10**10}"
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "output_code.py").write_text(report.wrapper_source)
-        for name, src in report.kernel_sources.items():
-            (d / f"{name}.{report.kernel_suffix}").write_text(src)
+    else:
+        return
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "output_code.py").write_text(report.wrapper_source)
+    for name, src in report.kernel_sources.items():
+        (d / f"{name}.{report.kernel_suffix}").write_text(src)

@@ -194,7 +194,7 @@ class GraphLowering:
     def fallback(self, fx_node: torch.fx.Node, reason: str) -> Any:
         op = fx_node.target
         self.fallbacks[op_name(op)] += 1
-        perf_hints.debug("extern kernel for %s: %s", op_name(op), reason)
+        perf_hints.info("extern kernel for %s: %s", op_name(op), reason)
         schema = getattr(op, "_schema", None)
         mutated_positions = []
         if schema is not None:

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ember.ir.debug import package_folder
+
 
 def default_cache_dir() -> str:
     """``$EMBER_CACHE_DIR`` or ``$XDG_CACHE_HOME/ember`` (``~/.cache/ember``)."""
@@ -95,19 +97,19 @@ class InductorOptions:
 
 
 def options_from_env(base: InductorOptions | None = None) -> InductorOptions:
-    """Apply ``EMBER_CACHE_DIR``, ``EMBER_LOGS`` (output_code), ``EMBER_GRAPH_CACHE`` and
-    ``EMBER_COMPILE_DEBUG`` once."""
+    """Apply ``EMBER_CACHE_DIR``, ``EMBER_GRAPH_CACHE`` and ``EMBER_COMPILE_DEBUG``
+    (``<debug base>/inductor``, ember.ir.debug) once. ``EMBER_LOGS`` is ember.ir's
+    (``logs.configure_from_env``): ``output_code`` enables the logger, not an option."""
     from dataclasses import replace
 
     opts = base or InductorOptions()
-    logs = {s.strip() for s in os.environ.get("EMBER_LOGS", "").split(",")}
     changes: dict[str, Any] = {}
     if opts.cache_dir is None:
         changes["cache_dir"] = default_cache_dir()
-    if "output_code" in logs:
-        changes["output_code"] = True
     if os.environ.get("EMBER_GRAPH_CACHE") == "0" and opts.graph_cache:
         changes["graph_cache"] = False
-    if os.environ.get("EMBER_COMPILE_DEBUG") == "1" and opts.debug_dir is None:
-        changes["debug_dir"] = str(Path(changes.get("cache_dir", opts.cache_dir) or ".") / "debug")
+    if opts.debug_dir is None:
+        debug_dir = package_folder("inductor")
+        if debug_dir is not None:
+            changes["debug_dir"] = debug_dir
     return replace(opts, **changes) if changes else opts

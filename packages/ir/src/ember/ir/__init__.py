@@ -12,8 +12,13 @@
 * The value encoding (:func:`encode_value` / :func:`decode_value`): tagged
   JSON for the constants found in graphs and guard payloads.
 * :class:`FormatError`: every malformed input, naming file, node and field.
+* The conventions every package shares at run time: log areas
+  (``ember.ir.logs``: ``ember.<area>`` loggers, ``EMBER_LOGS``, ``set_logs``)
+  and the debug folder (``ember.ir.debug``: ``EMBER_COMPILE_DEBUG``, one folder
+  per compiled frame).
 """
 
+from ember.ir import debug, logs
 from ember.ir.errors import FormatError, UnsupportedGraphError
 from ember.ir.fx_convert import detect_dialect, from_fx, meta_of, to_fx
 from ember.ir.graph import (
@@ -58,6 +63,8 @@ from ember.ir.versioning import GRAPH_FORMAT, GRAPH_VERSION, GUARDS_FORMAT, GUAR
 from ember.ir.weights import GRAPH_FILE, WEIGHTS_FILE, load, save
 
 __all__ = [
+    "debug",
+    "logs",
     "DIALECTS",
     "GRAPH_FILE",
     "OPS",
