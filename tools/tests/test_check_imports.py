@@ -66,3 +66,45 @@ def test_clean_package_and_namespace_rule(tmp_path: Path) -> None:
 def test_repository_itself_is_clean() -> None:
     root = Path(__file__).resolve().parents[2]
     assert check_imports.check(root) == []
+
+
+def _write(pkg_src: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = pkg_src / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_import_cycle_inside_a_package_is_rejected(tmp_path: Path) -> None:
+    mod = _make_pkg(tmp_path, "dynamo", ["torch"], "x = 1\n")
+    _write(mod.parent, {
+        "__init__.py": "",
+        "a.py": "from .b import g\n\ndef f():\n    return g()\n",
+        # the import inside a function closes the loop: it still counts
+        "b.py": "def g():\n    from .a import f\n    return f\n",
+    })
+    problems = check_imports.check(tmp_path)
+    assert len(problems) == 1, problems
+    assert "import cycle: 2 modules import each other (ember.dynamo.a, ember.dynamo.b)" in problems[0]
+    assert "ember.dynamo.a -> ember.dynamo.b -> ember.dynamo.a" in problems[0]
+
+
+def test_cycle_through_a_package_init_and_absolute_imports(tmp_path: Path) -> None:
+    mod = _make_pkg(tmp_path, "inductor", ["torch"], "x = 1\n")
+    _write(mod.parent, {
+        "__init__.py": "",
+        "lowering/__init__.py": "def load():\n    from . import views\n    return views\n",
+        "lowering/views.py": "import ember.inductor.lowering as lowering\n",
+    })
+    problems = "\n".join(check_imports.check(tmp_path))
+    assert "(ember.inductor.lowering, ember.inductor.lowering.views)" in problems
+
+
+def test_type_checking_imports_and_downward_imports_are_no_cycle(tmp_path: Path) -> None:
+    mod = _make_pkg(tmp_path, "aotgrad", ["torch"], "x = 1\n")
+    _write(mod.parent, {
+        "__init__.py": "from .high import h\n",
+        "low.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .high import h\n",
+        "high.py": "from .low import TYPE_CHECKING\n\ndef h():\n    from . import low\n    return low\n",
+    })
+    assert check_imports.check(tmp_path) == []
