@@ -1,6 +1,6 @@
 """Write every wrapper and kernel ember.inductor generates for the benchmark workloads.
 
-    .venv/bin/python tools/dump_kernels.py OUT_DIR [WORKLOAD ...] [--options 'k=v,...']
+    .venv/bin/python tools/dump_kernels.py OUT_DIR [WORKLOAD ...] [--options 'k=v,...'] [--check]
 
 Compiles each workload of ``tools/bench`` (all of them by default, the HF ones
 when ``transformers`` is installed) with ``ember.dynamo`` + the ``inductor``
@@ -10,6 +10,9 @@ writes each compiled graph's wrapper and kernel sources under
 the graph cache is off, so everything is generated again. Comparing two dumps
 (``diff -r before after``) shows whether a change to the compiler changed the
 code it generates; this is how refactors show their kernels are byte-identical.
+``--check`` also compares the compiled step with eager (within the workload's
+tolerances; workloads with random ops are not compared), e.g. with
+``--options 'cpu_backend="triton"'`` under ``TRITON_INTERPRET=1``.
 """
 
 from __future__ import annotations
@@ -43,7 +46,14 @@ def _parse_options(text: str) -> dict[str, Any]:
     return out
 
 
-def dump(name: str, out: Path, cache: Path, extra: dict[str, Any]) -> int:
+def _step(case: Any, fn: Any) -> list[torch.Tensor]:
+    if getattr(case, "silence_stdout", False):
+        with contextlib.redirect_stdout(io.StringIO()):
+            return list(case.step(fn, case.inputs[0]))
+    return list(case.step(fn, case.inputs[0]))
+
+
+def dump(name: str, out: Path, cache: Path, extra: dict[str, Any], check: bool = False) -> int:
     """Compile and run workload ``name``; returns how many graphs were written."""
     work = Path(tempfile.mkdtemp(dir=out))
     opts = replace(
@@ -52,14 +62,15 @@ def dump(name: str, out: Path, cache: Path, extra: dict[str, Any]) -> int:
         ),
         **extra,
     )
-    case = WORKLOADS[name].build("cpu")
+    workload = WORKLOADS[name]
+    case = workload.build("cpu")
     ember.dynamo.reset()
     compiled = ember.dynamo.compile(case.model, backend=ember.inductor.make_backend(opts))
-    if getattr(case, "silence_stdout", False):
-        with contextlib.redirect_stdout(io.StringIO()):
-            case.step(compiled, case.inputs[0])
-    else:
-        case.step(compiled, case.inputs[0])
+    got = _step(case, compiled)
+    if check and not workload.random:
+        want = _step(case, case.model)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, atol=workload.atol, rtol=workload.rtol)
     dest = out / name
     dest.mkdir(parents=True, exist_ok=True)
     count = 0
@@ -82,6 +93,7 @@ def main() -> None:
     parser.add_argument("out", help="directory to write the dump into (created)")
     parser.add_argument("workloads", nargs="*", help="workload names (default: all)")
     parser.add_argument("--options", default="", help="InductorOptions overrides, 'field=python_value,...'")
+    parser.add_argument("--check", action="store_true", help="compare each compiled step with eager")
     args = parser.parse_args()
     with contextlib.suppress(ImportError):
         from bench import workloads_hf as _hf  # noqa: F401
@@ -93,11 +105,11 @@ def main() -> None:
     try:
         for name in names:
             try:
-                n = dump(name, out, cache, _parse_options(args.options))
+                n = dump(name, out, cache, _parse_options(args.options), args.check)
             except ImportError as e:  # an HF workload without transformers
                 print(f"{name:<20} skipped: {e}")
                 continue
-            print(f"{name:<20} {n} graphs")
+            print(f"{name:<20} {n} graphs" + (" (matches eager)" if args.check and not WORKLOADS[name].random else ""))
     finally:
         shutil.rmtree(cache, ignore_errors=True)
 

@@ -20,6 +20,9 @@ targets+=(tools/check_imports.py)
 "$VPY" -m mypy "${targets[@]}"
 MYPYPATH=tools "$VPY" -m mypy tools/bench
 echo "[test] pytest"
+# ember.inductor's Triton tests run Triton kernels on CPU tensors in Triton's interpreter,
+# which needs this before triton is first imported (ADR 0012).
+export TRITON_INTERPRET=1
 marker="not slow"
 [ "${EMBER_SLOW:-0}" = 1 ] && marker=""
 "$VPY" -m pytest -n "${EMBER_TEST_WORKERS:-2}" -m "$marker" "$@"

@@ -1,6 +1,18 @@
+"""Fixtures of ember.inductor's tests.
+
+``check``/``compile_fn`` compile with the backend of the test's ``backend``
+parameter: ``cpp``, and ``triton`` (Triton kernels on CPU tensors, in Triton's
+interpreter) for modules that set ``BACKENDS = ("cpp", "triton")`` or tests
+marked ``@pytest.mark.backends(...)``.
+"""
+
 from __future__ import annotations
 
 import os
+
+# Triton's interpreter runs only if this is set before triton is first imported.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -18,9 +30,32 @@ CACHE = os.environ.get(
 )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "backends(*names): the code generators a test runs with (default: the module's BACKENDS)"
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("backends")
+    names = marker.args if marker else getattr(metafunc.module, "BACKENDS", ("cpp",))
+    metafunc.parametrize("backend", names)
+
+
 @pytest.fixture
-def options() -> InductorOptions:
-    return InductorOptions(cache_dir=CACHE, fallback_on_error=False)
+def backend() -> str:  # parametrized by pytest_generate_tests
+    return "cpp"
+
+
+def backend_options(backend: str = "cpp") -> InductorOptions:
+    return InductorOptions(cache_dir=CACHE, fallback_on_error=False, cpu_backend=backend)
+
+
+@pytest.fixture
+def options(backend: str) -> InductorOptions:
+    return backend_options(backend)
 
 
 def _compile_fn(
@@ -55,10 +90,18 @@ def _check(
 
 
 @pytest.fixture
-def check() -> Callable[..., CompiledGraph]:
-    return _check
+def check(options: InductorOptions) -> Callable[..., CompiledGraph]:
+    def run(fn: Callable[..., Any], *inputs: Any, **kw: Any) -> CompiledGraph:
+        kw.setdefault("options", options)
+        return _check(fn, *inputs, **kw)
+
+    return run
 
 
 @pytest.fixture
-def compile_fn() -> Callable[..., CompiledGraph]:
-    return _compile_fn
+def compile_fn(options: InductorOptions) -> Callable[..., CompiledGraph]:
+    def run(fn: Callable[..., Any], *inputs: Any, **kw: Any) -> CompiledGraph:
+        kw.setdefault("options", options)
+        return _compile_fn(fn, *inputs, **kw)
+
+    return run

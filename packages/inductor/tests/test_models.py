@@ -13,6 +13,9 @@ from torch import nn
 import ember.inductor.backends as backends
 from ember.inductor import CompiledGraph, InductorOptions, make_backend
 
+#: every model runs with both code generators (Triton in its interpreter, on CPU tensors)
+BACKENDS = ("cpp", "triton")
+
 
 class GPTBlock(nn.Module):
     def __init__(self, d: int = 64, heads: int = 4) -> None:
@@ -61,6 +64,9 @@ def _models() -> dict[str, tuple[Callable[[], nn.Module], Callable[[], torch.Ten
 
 @pytest.fixture
 def reports(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    import torch._dynamo
+
+    torch._dynamo.reset()  # each test's torch.compile starts fresh (recompile limits are per process)
     seen: list[Any] = []
     real = backends.compile_graph
 

@@ -6,12 +6,19 @@ the rest must match eager within torch.testing's default tolerances for the
 dtype. ``opinfo_known_failures.txt`` lists pairs that are known not to match,
 with the reason. The full sweep is ``slow``; a fast subset runs by default.
 
-Coverage summary: ``python packages/inductor/tests/test_opinfo.py [--samples N]``.
+The Triton backend (kernels run by Triton's interpreter on CPU tensors) is swept
+over OpInfo's elementwise and reduction ops at float32: a representative subset
+by default, all of them in the slow sweep.
+
+Coverage summary: ``python packages/inductor/tests/test_opinfo.py [--samples N] [--backend triton]``.
 """
 
 from __future__ import annotations
 
 import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (Triton sweep)
+
 import sys
 import tempfile
 from collections.abc import Callable
@@ -22,6 +29,11 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.testing._internal.common_methods_invocations import op_db
+from torch.testing._internal.opinfo.core import (
+    BinaryUfuncInfo,
+    ReductionOpInfo,
+    UnaryUfuncInfo,
+)
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ember.inductor import CompiledGraph, InductorOptions, compile_graph
@@ -63,9 +75,12 @@ FAST = {
 }
 
 
-def _known_failures() -> dict[tuple[str, str], str]:
+def _known_failures(backend: str = "cpp") -> dict[tuple[str, str], str]:
     out: dict[tuple[str, str], str] = {}
-    path = Path(__file__).with_name("opinfo_known_failures.txt")
+    name = "opinfo_known_failures.txt" if backend == "cpp" else f"opinfo_known_failures_{backend}.txt"
+    path = Path(__file__).with_name(name)
+    if not path.exists():  # (no known failures for this backend)
+        return out
     for line in path.read_text().splitlines():
         if not line.strip() or line.startswith("#"):
             continue
@@ -106,7 +121,7 @@ def _graph_fn(op: Any, samples: list[Any]) -> tuple[Callable[..., Any], list[tor
     return fn, tensors
 
 
-def sweep(op: Any, dtype: torch.dtype, max_samples: int) -> tuple[str, str]:
+def sweep(op: Any, dtype: torch.dtype, max_samples: int, backend: str = "cpp") -> tuple[str, str]:
     """('lowered'|'fallback'|'skip', detail); raises AssertionError on a mismatch."""
     if dtype not in op.supported_dtypes("cpu"):
         return "skip", "dtype not supported by the op"
@@ -127,7 +142,7 @@ def sweep(op: Any, dtype: torch.dtype, max_samples: int) -> tuple[str, str]:
         return "skip", f"does not trace: {type(e).__name__}"
     if not any(n.op == "call_function" for n in gm.graph.nodes):
         return "skip", "no ATen ops (pure view of an input)"
-    opts = InductorOptions(cache_dir=CACHE, fallback_on_error=False)
+    opts = InductorOptions(cache_dir=CACHE, fallback_on_error=False, cpu_backend=backend)
     compiled = compile_graph(gm, tensors, opts)
     if not isinstance(compiled, CompiledGraph):
         return "skip", f"ran eagerly: {compiled.report.eager_reason}"
@@ -145,17 +160,45 @@ def sweep(op: Any, dtype: torch.dtype, max_samples: int) -> tuple[str, str]:
 
 
 PAIRS = [(op, dtype) for op in op_db for dtype in DTYPES]
+#: OpInfo's elementwise (unary and binary ufuncs) and reduction ops: the Triton sweep
+TRITON_OPS = [op for op in op_db if isinstance(op, (UnaryUfuncInfo, BinaryUfuncInfo, ReductionOpInfo))]
+#: the Triton ops of the default run (transcendental, comparison, rounding, integer-style and
+#: NaN-sensitive math; every reduction kind)
+TRITON_FAST = {
+    "add",
+    "mul",
+    "div",
+    "exp",
+    "log1p",
+    "tanh",
+    "sigmoid",
+    "erf",
+    "atan2",
+    "pow",
+    "remainder",
+    "floor_divide",
+    "maximum",
+    "eq",
+    "round",
+    "sum",
+    "prod",
+    "mean",
+    "amax",
+    "argmin",
+    "var",
+    "all",
+}
 
 
 def _id(pair: tuple[Any, torch.dtype]) -> str:
     return f"{_variant_name(pair[0])}-{str(pair[1]).removeprefix('torch.')}"
 
 
-def _run(op: Any, dtype: torch.dtype, samples: int) -> None:
+def _run(op: Any, dtype: torch.dtype, samples: int, backend: str = "cpp") -> None:
     key = (_variant_name(op), str(dtype).removeprefix("torch."))
-    known = _known_failures().get(key)
+    known = _known_failures(backend).get(key)
     try:
-        status, detail = sweep(op, dtype, samples)
+        status, detail = sweep(op, dtype, samples, backend)
     except (AssertionError, Exception) as e:
         if known:
             pytest.xfail(known)
@@ -179,16 +222,31 @@ def test_opinfo_full(pair: tuple[Any, torch.dtype]) -> None:
     _run(pair[0], pair[1], samples=8)
 
 
+@pytest.mark.parametrize("op", [op for op in TRITON_OPS if op.name in TRITON_FAST], ids=_variant_name)
+def test_opinfo_triton_fast(op: Any) -> None:
+    _run(op, torch.float32, samples=2, backend="triton")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op", TRITON_OPS, ids=_variant_name)
+def test_opinfo_triton_full(op: Any) -> None:
+    _run(op, torch.float32, samples=8, backend="triton")
+
+
 def main(argv: list[str]) -> None:
     samples = int(argv[argv.index("--samples") + 1]) if "--samples" in argv else 8
-    only = {a for a in argv if not a.startswith("-") and not a.isdigit()}
+    backend = argv[argv.index("--backend") + 1] if "--backend" in argv else "cpp"
+    flags = {"--samples", "--backend"}
+    values = {argv[i + 1] for i, a in enumerate(argv[:-1]) if a in flags}
+    only = {a for a in argv if not a.startswith("-") and a not in values}
+    pairs = PAIRS if backend == "cpp" else [(op, torch.float32) for op in TRITON_OPS]
     counts: dict[str, int] = {}
     failures = []
-    for op, dtype in PAIRS:
+    for op, dtype in pairs:
         if only and op.name not in only:
             continue
         try:
-            status, detail = sweep(op, dtype, samples)
+            status, detail = sweep(op, dtype, samples, backend)
         except Exception as e:
             status, detail = (
                 "FAIL",

@@ -10,6 +10,8 @@ import torch
 from ember.inductor import CompiledGraph, InductorOptions
 
 Check = Callable[..., CompiledGraph]
+#: every test here runs with both code generators (Triton in its interpreter)
+BACKENDS = ("cpp", "triton")
 
 
 def test_reductions_match_eager(check: Check) -> None:
@@ -47,6 +49,7 @@ def test_softmax_is_one_kernel(check: Check, options: InductorOptions) -> None:
     assert src.count("for (int64_t r0") <= 3  # max pass, sum pass, normalize pass per row
 
 
+@pytest.mark.backends("cpp")  # (Triton keeps no kernel-local arrays: private_bytes = 0)
 def test_softmax_computes_exp_once(check: Check) -> None:
     # exp(x - max) feeds both the sum and the division: it is kept in a per-row local
     # array instead of being recomputed (what made the fused kernel lose to ATen before)

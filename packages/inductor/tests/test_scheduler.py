@@ -9,6 +9,8 @@ import torch
 from ember.inductor import CompiledGraph
 
 Check = Callable[..., CompiledGraph]
+#: every test here runs with both code generators (Triton in its interpreter)
+BACKENDS = ("cpp", "triton")
 
 
 def test_horizontal_fusion_of_siblings(check: Check) -> None:

@@ -10,6 +10,7 @@ error if gradients are needed.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +40,28 @@ def _needs_grad(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> bool:
     return any(t.requires_grad for t in tensors) or any(p.requires_grad for p in gm.parameters())
 
 
+def options_for(
+    base: InductorOptions | None, mode: str | None, options: dict[str, Any] | None
+) -> InductorOptions:
+    """``base`` with torch.compile's ``mode`` and ``options`` applied.
+
+    ``options`` keys are ``InductorOptions`` field names (``{"cpu_backend": "triton"}``);
+    an unknown key or mode is a ``ValueError`` naming the known ones.
+    """
+    opts = base or InductorOptions()
+    changes: dict[str, Any] = dict(options or {})
+    known = {f.name for f in dataclasses.fields(InductorOptions)}
+    unknown = sorted(set(changes) - known)
+    if unknown:
+        raise ValueError(
+            f"ember.inductor: unknown options key(s) {', '.join(map(repr, unknown))}; "
+            f"InductorOptions fields are {', '.join(sorted(known))}"
+        )
+    if mode is not None:
+        changes["mode"] = mode
+    return dataclasses.replace(opts, **changes) if changes else opts
+
+
 def make_backend(
     options: InductorOptions | None = None,
 ) -> Callable[[torch.fx.GraphModule, list[Any]], Any]:
@@ -49,6 +72,7 @@ def make_backend(
     requires grad) are traced to ATen directly: no autograd wrapper at run
     time. The frontend guards on grad mode, so the choice holds for every call.
     """
+    base = options
     try:
         import ember.aotgrad as aotgrad
     except ImportError:
@@ -68,7 +92,16 @@ def make_backend(
             options=aotgrad.AotOptions(fallback_to_eager=True, cache=True, cache_dir=cache_dir),
         )
 
-    def backend_fn(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+    def backend_fn(
+        gm: torch.fx.GraphModule,
+        example_inputs: list[Any],
+        *,
+        mode: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> Any:
+        if mode is not None or options:  # torch.compile(backend=..., mode=..., options=...)
+            return configure(mode, options)(gm, example_inputs)
+        opts = base
         from .aten_trace import trace_to_aten
 
         symbolic = any(not isinstance(x, torch.Tensor) for x in example_inputs)
@@ -84,14 +117,38 @@ def make_backend(
         # With static shapes the calling frontend guards the sizes, strides and dtypes of
         # these inputs, so the compiled graph need not check them again on every call.
         static = all(all(type(d) is int for d in x.shape) for x in example_inputs)
-        return compile_graph(aten_gm, list(example_inputs), options, inputs_guarded=static)
+        return compile_graph(aten_gm, list(example_inputs), opts, inputs_guarded=static)
 
+    def configure(mode: str | None, extra: dict[str, Any] | None) -> Any:
+        """This backend with torch.compile's ``mode``/``options`` applied (ember.dynamo's hook)."""
+        return make_backend(options_for(base, mode, extra))
+
+    backend_fn.configure = configure  # type: ignore[attr-defined]
     return backend_fn
 
 
-def inductor(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-    """The default-options backend, registered as ``inductor`` under ``ember.backends``."""
-    return make_backend()(gm, example_inputs)
+def inductor(
+    gm: torch.fx.GraphModule,
+    example_inputs: list[Any],
+    *,
+    mode: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> Any:
+    """The default-options backend, registered as ``inductor`` under ``ember.backends``.
+
+    ``mode``/``options`` are what torch.compile passes a callable backend
+    (``torch.compile(m, backend=ember.inductor.backend, mode="max-autotune")``);
+    ember.dynamo passes them through :func:`configure`.
+    """
+    return make_backend(options_for(None, mode, options))(gm, example_inputs)
+
+
+def configure(mode: str | None, options: dict[str, Any] | None) -> Any:
+    """ember.dynamo's backend hook: ``compile(m, backend="inductor", mode=..., options=...)``."""
+    return make_backend(options_for(None, mode, options))
+
+
+inductor.configure = configure  # type: ignore[attr-defined]
 
 
 backend = inductor

@@ -31,6 +31,7 @@ from .graph_cache import GraphArtifact
 from .kernel_plan import KernelPlan
 from .logs import configure_from_env, log, output_code, perf_hints
 from .memory_plan import plan_memory
+from .modes import warn_mode
 from .options import InductorOptions, options_from_env
 from .scheduler import schedule
 
@@ -139,14 +140,14 @@ def _as_graph_module(graph: Any) -> torch.fx.GraphModule:
 
 
 def _eager_reason(
-    gm: torch.fx.GraphModule, example_inputs: list[Any], backend: Backend | None
+    gm: torch.fx.GraphModule, example_inputs: list[Any], backend: Backend | str
 ) -> str | None:
     device = graph_device(example_inputs)
     for i, x in enumerate(example_inputs):
         if not isinstance(x, torch.Tensor):
             return f"input {i} is a {type(x).__name__}; only tensor inputs are compiled"
-        if backend is None:
-            return f"input {i} is on {x.device}; ember.inductor has no code generator for {x.device.type}"
+        if isinstance(backend, str):
+            return f"input {i} is on {x.device}; {backend}"
         if x.device != device:
             return f"input {i} is on {x.device}, input 0 on {device}; one graph runs on one device"
         if x.is_sparse:
@@ -178,12 +179,14 @@ def compile_graph(
     configure_from_env()
     opts = options_from_env(options)
     gm = _as_graph_module(graph)
-    backend = backend_for(graph_device(example_inputs), opts)
+    device = graph_device(example_inputs)
+    backend = backend_for(device, opts)
     reason = _eager_reason(gm, example_inputs, backend)
     if reason is not None:
         perf_hints.info("running graph eagerly: %s", reason)
         return EagerGraph(gm, reason)
-    assert backend is not None
+    assert not isinstance(backend, str)
+    warn_mode(opts.mode, device, backend.label)
     try:
         return _compile(gm, example_inputs, opts, backend, inputs_guarded)
     except Exception as e:
@@ -240,7 +243,9 @@ def _generate(
     gm: torch.fx.GraphModule, example_inputs: list[Any], opts: InductorOptions, backend: Backend
 ) -> GraphArtifact:
     """Lower, schedule and generate code: everything a compiled graph is rebuilt from."""
-    lowered = GraphLowering(gm, example_inputs, opts, backend.dtypes, backend.label).run()
+    lowered = GraphLowering(
+        gm, example_inputs, opts, backend.dtypes, backend.label, welford=backend.welford
+    ).run()
     steps = schedule(lowered, opts, backend.private_bytes)
     memory = plan_memory(lowered, steps)
     dtypes = {b.name: b.layout.dtype for b in lowered.buffers}
@@ -280,7 +285,8 @@ def _emit_debug(report: CompileReport, opts: InductorOptions, folder: str | None
     """Log the code (``output_code``) and write it to ``folder`` (the one the frontend
     named for this graph, ember.ir.debug) or, without one, under ``opts.debug_dir``."""
     if opts.output_code or output_code.isEnabledFor(20):
-        text = "\n".join(f"// {name}\n{src}" for name, src in report.kernel_sources.items())
+        mark = "#" if report.kernel_suffix == "py" else "//"
+        text = "\n".join(f"{mark} {name}\n{src}" for name, src in report.kernel_sources.items())
         output_code.info("wrapper:\n%s\nkernels:\n%s", report.wrapper_source, text)
     if folder is not None:
         d = Path(folder)

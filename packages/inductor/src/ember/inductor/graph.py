@@ -107,13 +107,17 @@ class GraphLowering:
         options: InductorOptions,
         dtypes: frozenset[torch.dtype] = SUPPORTED_DTYPES,
         label: str = "C++",
+        *,
+        welford: bool = False,
     ) -> None:
-        """``dtypes``: what the backend's kernels handle (``label`` names it in messages)."""
+        """``dtypes``: what the backend's kernels handle (``label`` names it in messages);
+        ``welford``: its kernels compute ``welford_m2`` reductions (variance in one pass)."""
         self.gm = gm
         self.example_inputs = example_inputs
         self.options = options
         self.dtypes = dtypes
         self.label = label
+        self.welford = welford
         self.device = graph_device(example_inputs)
         self.buffers: list[Buffer] = []
         self.inputs: list[InputBuffer] = []

@@ -27,7 +27,9 @@ Index = Sequence[sympy.Expr]
 Loader = Callable[[Index, OpsHandler], Any]
 ReductionFn = Callable[[Index, Index, OpsHandler], Any]
 
-REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all")
+#: ``welford_m2``: the sum of squared deviations from the mean (variance's numerator),
+#: emitted by the lowering only for backends that compute it in one pass (Welford).
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all", "welford_m2")
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,21 @@ class CppOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class TritonOptions:
+    """Settings of the Triton code generator (CUDA tensors; CPU tensors with ``cpu_backend``)."""
+
+    #: Benchmark a kernel's candidate launch configurations on its first call and keep the
+    #: fastest (cached on disk); False: use the first candidate.
+    autotune: bool = True
+
+
+#: ``mode=`` values (torch.compile's): what each asks of ember.inductor is in ADR 0011.
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+#: Code generators ``cpu_backend`` may name.
+CPU_BACKENDS = ("cpp", "triton")
+
+
+@dataclass(frozen=True, slots=True)
 class InductorOptions:
     """Options of one compile. Fields that change generated code are part of cache keys.
 
@@ -55,6 +70,16 @@ class InductorOptions:
 
     #: The C++ code generator's and compiler's settings.
     cpp: CppOptions = CppOptions()
+    #: The Triton code generator's settings.
+    triton: TritonOptions = TritonOptions()
+    #: Which generator compiles graphs on CPU tensors: ``"cpp"`` (C++/OpenMP), or
+    #: ``"triton"`` (Triton kernels run by Triton's interpreter: slow, for testing the
+    #: Triton backend without a GPU; needs the ``triton`` package).
+    cpu_backend: str = "cpp"
+    #: torch.compile's ``mode``: ``"max-autotune"``/``"max-autotune-no-cudagraphs"`` widen
+    #: the Triton autotuning space and try a Triton matmul template against ATen's;
+    #: ``"reduce-overhead"`` (CUDA graphs) is not implemented and warns (ADR 0011).
+    mode: str = "default"
     #: Directory for compiled kernels; None means ``default_cache_dir()`` at the entry point.
     cache_dir: str | None = None
     #: Threads building the kernels of one graph (compiler processes).
@@ -79,6 +104,15 @@ class InductorOptions:
     #: second process skips lowering and codegen (``graph_cache.py``). ``EMBER_GRAPH_CACHE=0``
     #: turns it off.
     graph_cache: bool = True
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"InductorOptions.mode={self.mode!r}: known modes are {', '.join(MODES)}")
+        if self.cpu_backend not in CPU_BACKENDS:
+            raise ValueError(
+                f"InductorOptions.cpu_backend={self.cpu_backend!r}: known CPU backends are "
+                f"{', '.join(CPU_BACKENDS)}"
+            )
 
     def cache_key_fields(self) -> str:
         skip = {

@@ -50,6 +50,9 @@ class Backend(Protocol):
     dtypes: frozenset[torch.dtype]
     #: Largest iteration-local buffer (bytes) its kernels keep (``KernelPlan.private``).
     private_bytes: int
+    #: Its kernels compute ``welford_m2`` reductions (variance in one pass over the input);
+    #: the lowering emits them only for such a backend.
+    welford: bool
 
     def generate(self, plan: KernelPlan, dtypes: Mapping[str, torch.dtype]) -> KernelSource:
         """Kernel source for ``plan``; ``dtypes`` maps every buffer name to its dtype."""
@@ -67,6 +70,11 @@ class Backend(Protocol):
 
     def allocate(self, layout: Layout) -> str:
         """The wrapper expression allocating an uninitialized buffer of ``layout``."""
+        ...
+
+    def extern_name(self, op_name: str) -> str | None:
+        """A ``namespace()`` name the wrapper calls instead of ATen op ``op_name``
+        (``"aten::mm"``), or None: the op is called as it is."""
         ...
 
     def namespace(self) -> dict[str, Any]:

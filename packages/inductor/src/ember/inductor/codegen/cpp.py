@@ -97,6 +97,7 @@ class CppBackend:
     label = "C++"
     dtypes = SUPPORTED_DTYPES
     private_bytes = PRIVATE_BYTES
+    welford = False
 
     def __init__(self, options: InductorOptions) -> None:
         self.options = options
@@ -142,6 +143,9 @@ class CppBackend:
 
     def allocate(self, layout: Layout) -> str:
         return f"empty_strided({layout.size}, {layout.stride}, dtype={layout.dtype})"
+
+    def extern_name(self, op_name: str) -> str | None:
+        return None
 
     def namespace(self) -> dict[str, Any]:
         return {"empty_strided": torch.empty_strided}

@@ -110,7 +110,7 @@ class WrapperWriter:
         k: ExternKernel = step.kernel
         args = [self.arg(a) for a in k.args]
         args += [f"{key}={self.arg(v)}" for key, v in k.kwargs.items()]
-        op = self.const(k.op)
+        op = self.backend.extern_name(op_name(k.op)) or self.const(k.op)
         self.lines.append(f"    {k.name} = {op}({', '.join(args)})  # {op_name(k.op)}: {k.reason}")
         if not k.tuple_result:
             lay = k.layout

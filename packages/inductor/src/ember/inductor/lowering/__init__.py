@@ -42,6 +42,9 @@ SUPPORTED_DTYPES = frozenset(
 class LoweringContext(Protocol):
     """What lowerings may ask of the graph being lowered (implemented by ``GraphLowering``)."""
 
+    #: the backend computes ``welford_m2`` reductions (variance in one pass over the input)
+    welford: bool
+
     def realize(self, node: IRNode) -> Buffer | ReinterpretView: ...
 
     def fallback(self, fx_node: torch.fx.Node, reason: str) -> Any: ...

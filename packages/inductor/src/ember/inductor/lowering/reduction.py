@@ -174,29 +174,42 @@ def _any(
 
 
 def _var(
-    ctx: LoweringContext, x: IRNode, dims: Any, correction: Any, keepdim: bool, dtype: torch.dtype
-) -> tuple[IRNode, IRNode]:
+    ctx: LoweringContext,
+    x: IRNode,
+    dims: Any,
+    correction: Any,
+    keepdim: bool,
+    dtype: torch.dtype,
+    with_mean: bool = True,
+) -> tuple[IRNode, IRNode | None]:
+    """(variance, mean or None). Two passes (the mean, then squared deviations from it),
+    or one ``welford_m2`` reduction where the backend computes it (``ctx.welford``)."""
     d = _dims(x, dims)
     count = 1
     for k in d:
         count *= x.get_size()[k]
-    mean: IRNode = divide_by(ctx, reduce(ctx, x, d, True, "sum", dtype, dtype), count, dtype)
-    mean_load = mean.make_loader()
-    x_load = x.make_loader()
-    size = x.get_size()
-    red = set(d)
+    mean: IRNode | None = None
+    if with_mean or not ctx.welford:
+        mean = divide_by(ctx, reduce(ctx, x, d, True, "sum", dtype, dtype), count, dtype)
+    if ctx.welford:  # one pass over x: the backend tracks the mean of what it has seen
+        total = reduce(ctx, x, d, keepdim, "welford_m2", dtype, dtype)
+    else:
+        assert mean is not None
+        mean_load = mean.make_loader()
+        x_load = x.make_loader()
+        red = set(d)
 
-    def sq_dev(idx: Index, ops: OpsHandler) -> Any:
-        v = ops.to_dtype(x_load(idx, ops), dtype)
-        m = mean_load([sympy.Integer(0) if k in red else i for k, i in enumerate(idx)], ops)
-        diff = ops.sub(v, m)
-        return ops.mul(diff, diff)
+        def sq_dev(idx: Index, ops: OpsHandler) -> Any:
+            v = ops.to_dtype(x_load(idx, ops), dtype)
+            m = mean_load([sympy.Integer(0) if k in red else i for k, i in enumerate(idx)], ops)
+            diff = ops.sub(v, m)
+            return ops.mul(diff, diff)
 
-    total = reduce(ctx, Pointwise(size, dtype, sq_dev), d, keepdim, "sum", dtype, dtype)
+        total = reduce(ctx, Pointwise(x.get_size(), dtype, sq_dev), d, keepdim, "sum", dtype, dtype)
     corr = 1.0 if correction is None else float(correction)
     denom = max(count - corr, 0.0)
     var = divide_by(ctx, total, denom, dtype) if denom > 0 else _nan_like(total, dtype)
-    if not keepdim:
+    if mean is not None and not keepdim:
         mean = reshape(ctx.realize(mean), var.get_size())
     return var, mean
 
@@ -223,7 +236,7 @@ def _var_lower(
     correction: Any = None,
 ) -> IRNode:
     corr = _correction(node, unbiased, correction)
-    return _var(ctx, x, dims, corr, keepdim, out_dtype(node))[0]
+    return _var(ctx, x, dims, corr, keepdim, out_dtype(node), with_mean=False)[0]
 
 
 def _correction(node: torch.fx.Node, unbiased: Any, correction: Any) -> float:
@@ -248,7 +261,7 @@ def _std(
     correction: Any = None,
 ) -> IRNode:
     dtype = out_dtype(node)
-    var = _var(ctx, x, dims, _correction(node, unbiased, correction), keepdim, dtype)[0]
+    var = _var(ctx, x, dims, _correction(node, unbiased, correction), keepdim, dtype, with_mean=False)[0]
     load = var.make_loader()
     return Pointwise(var.get_size(), dtype, lambda idx, ops: ops.sqrt(load(idx, ops)))
 
@@ -266,4 +279,6 @@ def _var_mean(
     dtype = (
         out_dtype(node) if not isinstance(node.meta["val"], tuple) else node.meta["val"][0].dtype
     )
-    return _var(ctx, x, dims, _correction(node, None, correction), keepdim, dtype)
+    var, mean = _var(ctx, x, dims, _correction(node, None, correction), keepdim, dtype)
+    assert mean is not None
+    return var, mean

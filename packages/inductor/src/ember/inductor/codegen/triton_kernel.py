@@ -1,0 +1,321 @@
+"""Triton code generation for one ``KernelPlan``: the kernel skeleton around ``TritonOps``.
+
+Three skeletons, chosen from the plan:
+
+- **pointwise** (1-D blocks): the plan's merged outer loops flattened into
+  ``xindex``, ``XBLOCK`` elements per program, masked at the end;
+- **tiled** (2-D blocks): when some access runs contiguously along an outer dim
+  other than the last (a transpose), ``[YBLOCK, XBLOCK]`` tiles, ``y`` over the
+  leading dims and ``x`` over the last;
+- **reduction**: ``XBLOCK`` outer rows per program; each inner ``Loop`` of the
+  plan iterates its (merged, flattened) range in ``RBLOCK`` chunks
+  (*looped*), or as one block when every inner range has at most
+  ``PERSISTENT_RNUMEL`` elements (*persistent*: values stay in registers between
+  the plan's loops). Reduction epilogues (the plan's loops without an inner
+  range) and several outputs share the kernel.
+
+Sizes come from the plan (its merged loops); the element counts are kernel
+arguments, so the launch grid is computed from sizes at call time. Indices are
+int32 unless an address or element count can reach 2**31.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import sympy
+import torch
+
+from ..index import affine_coefficients, upper_bound
+from ..ir import Reduction
+from ..kernel_plan import KernelPlan, Loop, SchedNode
+from .backend import KernelSource
+from .triton_ops import Scope, TritonKernel, TritonOps, TVar
+from .triton_reduce import ReductionCode, reduce_block, reduce_loop, reduce_trivial
+
+#: Largest inner range a reduction keeps in one block (no loop over chunks).
+PERSISTENT_RNUMEL = 1024
+
+_HEADER = """import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+"""
+
+
+def _numel(sizes: Sequence[int]) -> int:
+    return math.prod(sizes)
+
+
+def _decompose(var: str, syms: Sequence[sympy.Symbol], sizes: Sequence[int]) -> list[str]:
+    """Lines defining each loop symbol from the flat lane index ``var`` (row-major)."""
+    lines = []
+    inner = 1
+    for k in reversed(range(len(syms))):
+        expr = var if inner == 1 else f"({var} // {inner})"
+        if k > 0:
+            expr = f"({expr} % {sizes[k]})"
+        lines.append(f"{syms[k].name} = {expr}")
+        inner *= sizes[k]
+    return list(reversed(lines))
+
+
+class _Gen:
+    """Emits one kernel; ``source()`` assembles signature, header and body."""
+
+    def __init__(self, plan: KernelPlan, dtypes: Mapping[str, torch.dtype], name: str) -> None:
+        self.plan = plan
+        self.name = name
+        pointers = {n: (f"in_{n}", dtypes[n]) for n in plan.loads}
+        pointers.update({n: (f"out_{n}", dtypes[n]) for n in plan.stores})
+        self.k = TritonKernel(pointers)
+        self.ops = TritonOps(self.k)
+        self.outer = plan.merged_outer()
+        self.numels: list[tuple[str, int]] = []
+        self.blocks: list[str] = ["XBLOCK"]
+        self.header: list[str] = []
+        self.kind = "pointwise"
+        self.persistent = False
+        self.rblock = 0
+
+    # -- shared pieces --------------------------------------------------------------------
+    def _outer_lanes(self, var: str, syms: Sequence[sympy.Symbol], sizes: Sequence[int], mask: str) -> None:
+        self.header.extend(_decompose(var, syms, sizes))
+        for s, n in zip(syms, sizes):
+            self.k.symbol_masks[s] = mask
+            self.k.ranges[s] = n
+
+    def _compute(self, n: SchedNode, idx: list[sympy.Expr]) -> TVar:
+        data = n.buffer.data
+        assert not isinstance(data, Reduction)
+        value = data.inner_fn(idx, self.ops)
+        if not isinstance(value, TVar):
+            value = self.ops.constant(value, n.buffer.get_dtype())
+        return self.ops.to_dtype(value, n.buffer.get_dtype())
+
+    def _emit_pointwise_node(self, n: SchedNode, idx: list[sympy.Expr]) -> None:
+        value = self._compute(n, idx)
+        self.k.locals[n.name] = value
+        if n.name in self.plan.stores:
+            self.k.store(n.name, n.buffer.layout.index(idx), value)
+
+    def _int64(self) -> bool:
+        limit = 2**31 - 1
+        if any(v > limit for _, v in self.numels):
+            return True
+        for e in self.k.addresses:
+            bound = upper_bound(e, self.k.ranges)
+            if bound is None or bound > limit:
+                return True
+        return False
+
+    # -- pointwise ------------------------------------------------------------------------
+    def _tiled(self) -> bool:
+        """Some access is contiguous along an outer dim other than the last (a transpose)."""
+        syms = self.outer.symbols
+        if len(syms) < 2:
+            return False
+        n_outer = len(self.plan.outer)
+        for n in self.plan.nodes:
+            loads, store = n.accesses(n_outer)
+            for e in [*(e for _, e in loads), store]:
+                fit = affine_coefficients(self.outer.rewrite(e), syms)
+                if fit is not None and fit[0][syms[-1]] not in (0, 1) and 1 in (fit[0][s] for s in syms[:-1]):
+                    return True
+        return False
+
+    def pointwise(self) -> None:
+        sizes, syms = self.outer.sizes, self.outer.symbols
+        k = self.k
+        if self._tiled():
+            self.kind = "tiled"
+            self.blocks = ["YBLOCK", "XBLOCK"]
+            self.numels = [("ynumel", _numel(sizes[:-1])), ("xnumel", sizes[-1])]
+            self.header += [
+                "xtiles = tl.cdiv(xnumel, XBLOCK)",
+                "pid = tl.program_id(0)",
+                "xoffset = (pid % xtiles) * XBLOCK",
+                "yoffset = (pid // xtiles) * YBLOCK",
+                "xindex = xoffset + tl.arange(0, XBLOCK)[None, :]",
+                "yindex = yoffset + tl.arange(0, YBLOCK)[:, None]",
+                "xmask = xindex < xnumel",
+                "ymask = yindex < ynumel",
+            ]
+            self._outer_lanes("yindex", syms[:-1], sizes[:-1], "ymask")
+            self._outer_lanes("xindex", syms[-1:], sizes[-1:], "xmask")
+            k.lane_mask, k.lane_index = "ymask & xmask", "(yindex + xindex)"
+        else:
+            self.numels = [("xnumel", _numel(sizes))]
+            self.header += [
+                "xoffset = tl.program_id(0) * XBLOCK",
+                "xindex = xoffset + tl.arange(0, XBLOCK)",
+                "xmask = xindex < xnumel",
+            ]
+            self._outer_lanes("xindex", syms, sizes, "xmask")
+        k.rewrite = self.outer.rewrite
+        for loop in self.plan.loops:
+            for n in loop.nodes:
+                self._emit_pointwise_node(n, n.full_index(self.plan.outer_symbols))
+
+    # -- reductions ------------------------------------------------------------------------
+    def reduction(self) -> None:
+        self.kind = "reduction"
+        k = self.k
+        sizes, syms = self.outer.sizes, self.outer.symbols
+        self.numels = [("xnumel", _numel(sizes))]
+        self.header += [
+            "xoffset = tl.program_id(0) * XBLOCK",
+            "xindex = xoffset + tl.arange(0, XBLOCK)[:, None]",
+            "xmask = xindex < xnumel",
+        ]
+        self._outer_lanes("xindex", syms, sizes, "xmask")
+        groups: dict[tuple[int, ...], int] = {}
+        for loop in self.plan.loops:
+            if loop.inner:
+                groups.setdefault(loop.merged().sizes, len(groups))
+        for g_sizes, g in groups.items():
+            self.numels.append((f"r{g}numel", _numel(g_sizes)))
+        widest = max((_numel(s) for s in groups), default=1)
+        self.persistent = widest <= PERSISTENT_RNUMEL
+        if self.persistent:
+            self.rblock = max(16, 1 << (widest - 1).bit_length())
+        self.blocks = ["XBLOCK", "RBLOCK"]
+        outer_scope = k.scope
+        group_scopes: dict[int, Scope] = {}
+        group_locals: dict[int, dict[str, TVar]] = {}
+        stored_before: set[str] = set()
+        for loop in self.plan.loops:
+            if not loop.inner:
+                self._outer_loop(loop)
+            else:
+                g = groups[loop.merged().sizes]
+                if self.persistent:
+                    scope = group_scopes.setdefault(g, Scope(outer_scope.lines, {}, outer_scope))
+                    self._inner_loop(loop, g, scope, group_locals.setdefault(g, {}))
+                else:
+                    if any(n.reads & stored_before for n in loop.nodes):
+                        # earlier chunks of this program wrote what this loop reads
+                        k.line("tl.debug_barrier()")
+                    self._inner_loop(loop, g, Scope([], {}, outer_scope), None)
+            stored_before.update(n.name for n in loop.nodes if n.name in self.plan.stores)
+            k.scope = outer_scope
+
+    def _outer_loop(self, loop: Loop) -> None:
+        """Statements once per outer row (epilogues; reductions over nothing)."""
+        k = self.k
+        k.rewrite = loop.rewrite(self.outer)
+        k.lane_mask, k.lane_index = "xmask", "xindex"
+        for n in loop.nodes:
+            if n.is_reduction:
+                value = self._reduction_value(n, [])
+                self._finish(n, reduce_trivial(self.k, n, value))
+            else:
+                self._emit_pointwise_node(n, n.full_index(self.plan.outer_symbols))
+
+    def _reduction_value(self, n: SchedNode, inner_syms: Sequence[sympy.Symbol]) -> TVar:
+        data = n.buffer.data
+        assert isinstance(data, Reduction)
+        value = data.inner_fn(n.full_index(self.plan.outer_symbols), n.reduction_index(inner_syms), self.ops)
+        if not isinstance(value, TVar):
+            value = self.ops.constant(value, data.src_dtype)
+        if data.reduction_type not in ("argmax", "argmin"):
+            value = self.ops.to_dtype(value, data.dtype)
+        return value
+
+    def _finish(self, n: SchedNode, result: TVar) -> None:
+        """A reduction's result is in registers for the rest of the kernel; store it if needed."""
+        k = self.k
+        k.locals[n.name] = result
+        if n.name in self.plan.stores:
+            k.rewrite = self.outer.rewrite
+            k.lane_mask, k.lane_index = "xmask", "xindex"
+            k.store(n.name, n.buffer.layout.index(n.full_index(self.plan.outer_symbols)), result)
+
+    def _inner_loop(
+        self, loop: Loop, g: int, scope: Scope, kept: dict[str, TVar] | None
+    ) -> None:
+        """One of the plan's inner loops: chunks of ``RBLOCK`` (looped) or one block."""
+        k = self.k
+        outer_scope = k.scope
+        inner = loop.merged()
+        rvar, rmask, rnumel = f"r{g}index", f"r{g}mask", f"r{g}numel"
+        k.scope = scope
+        start = "0" if self.persistent else f"r{g}offset"
+        k.line(f"{rvar} = {start} + tl.arange(0, RBLOCK)[None, :]")
+        k.line(f"{rmask} = {rvar} < {rnumel}")
+        for text in _decompose(rvar, inner.symbols, inner.sizes):
+            k.line(text)
+        for s, size in zip(inner.symbols, inner.sizes):
+            k.symbol_masks[s] = rmask
+            k.ranges[s] = size
+        k.rewrite = loop.rewrite(self.outer)
+        k.lane_mask, k.lane_index = f"xmask & {rmask}", f"(xindex + {rvar})"
+        if kept:
+            k.locals.update(kept)
+        codes: list[tuple[SchedNode, ReductionCode]] = []
+        for n in loop.nodes:
+            if n.is_reduction:
+                value = self._reduction_value(n, loop.symbols)
+                make = reduce_block if self.persistent else reduce_loop
+                codes.append((n, make(k, n, value, rvar, rnumel)))
+            else:
+                self._emit_pointwise_node(n, n.full_index(self.plan.outer_symbols + loop.symbols))
+                if kept is not None:
+                    kept[n.name] = k.locals[n.name]
+        for n in loop.nodes:  # values of the inner range are not visible after it
+            if not n.is_reduction:
+                k.locals.pop(n.name, None)
+        body = scope.lines
+        k.scope = outer_scope
+        if not self.persistent:
+            for _, code in codes:
+                outer_scope.lines.extend(code.before)
+            outer_scope.lines.append(f"for r{g}offset in range(0, {rnumel}, RBLOCK):")
+            outer_scope.lines.extend("    " + ln for ln in body)
+        for n, code in codes:
+            outer_scope.lines.extend(code.after)
+            self._finish(n, code.result)
+
+    # -- assembly --------------------------------------------------------------------------
+    def source(self) -> str:
+        if self._int64():
+            self.header = [
+                ln.replace("tl.program_id(0)", "tl.program_id(0).to(tl.int64)") for ln in self.header
+            ]
+            self.k.scope.lines[:] = [
+                ln.replace("+ tl.arange(0, RBLOCK)", "+ tl.arange(0, RBLOCK).to(tl.int64)")
+                for ln in self.k.scope.lines
+            ]
+        params = [ptr for ptr, _ in self.k.pointers.values()]
+        if self.k.index_check:
+            params.append("err_ptr")
+        params += [name for name, _ in self.numels]
+        params += [f"{b}: tl.constexpr" for b in self.blocks]
+        lines = [_HEADER]
+        for helper in self.k.helpers.values():
+            lines += ["", "@triton.jit", helper]
+        lines += ["", "@triton.jit", f"def {self.name}({', '.join(params)}):"]
+        lines += ["    " + ln for ln in self.header + self.k.scope.lines]
+        return "\n".join(lines) + "\n"
+
+
+def generate_kernel(plan: KernelPlan, dtypes: Mapping[str, torch.dtype]) -> KernelSource:
+    """Triton source of one kernel (a module defining ``kernel``) and its launch data."""
+    gen = _Gen(plan, dtypes, "kernel")
+    if plan.is_pointwise:
+        gen.pointwise()
+    else:
+        gen.reduction()
+    src = gen.source()
+    meta = {
+        "kind": gen.kind,
+        "numels": [v for _, v in gen.numels],
+        "n_tensors": len(plan.args),
+        "persistent": gen.persistent,
+        "rblock": gen.rblock,
+        "index_check": gen.k.index_check,
+    }
+    return KernelSource(src, plan.args, meta)
+
+
+__all__ = ["PERSISTENT_RNUMEL", "generate_kernel"]

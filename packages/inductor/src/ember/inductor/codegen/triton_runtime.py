@@ -1,0 +1,269 @@
+"""Loading, compiling, launching and autotuning Triton kernels.
+
+Each kernel's source is a module written to ``<cache_dir>/triton/<key[:2]>/<key>.py``
+(Triton reads a kernel's source from its file), keyed by the source, Triton's
+version and the device's architecture, and imported once per process. On a GPU
+the kernels of a graph are compiled in parallel (one ``warmup`` per candidate
+configuration, in threads; Triton keeps the binaries in its own cache). For CPU
+tensors the kernel runs under Triton's interpreter, with ``libdevice`` bound to
+``triton_libdevice.py``.
+
+A ``Launcher`` is what the wrapper calls: ``kernel3(buf0, buf1, 4096, 512)`` (the
+buffers, then the element counts). The grid comes from the counts and the chosen
+configuration. With several candidate configurations the first call benchmarks
+them on the real arguments (one progress line on stderr) and the winner is
+written to ``<cache_dir>/triton_tune/``, so a warm start does no tuning. On CUDA
+Triton launches on the current stream.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+import types
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ember.ir.cache_entry import entry_path, load_entry, store_entry
+
+from ..errors import KernelIndexError
+from ..logs import log
+from .backend import BuildStats, KernelSource
+from .triton_configs import Config, candidate_configs, grid
+
+
+@functools.cache
+def triton_version() -> str:
+    import triton
+
+    return str(triton.__version__)
+
+
+def device_arch(device: torch.device) -> str:
+    """What compiled code depends on: the GPU's name and compute capability, or the interpreter."""
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"cuda {torch.cuda.get_device_name(device)} sm_{major}{minor}"
+    return f"interpreter ({device.type})"
+
+
+def interpreted(device: torch.device) -> bool:
+    return device.type == "cpu"
+
+
+def kernel_key(source: str, device: torch.device) -> str:
+    h = hashlib.sha256()
+    for part in (source, triton_version(), device_arch(device)):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+# Modules imported in this process, by key.
+_MODULES: dict[str, types.ModuleType] = {}
+
+
+def _write_source(path: Path, source: str) -> bool:
+    """Make ``path`` hold ``source``; True if it already did (a cache hit)."""
+    try:
+        if path.read_text() == source:
+            return True
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".py.tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(source)
+    os.replace(tmp, path)
+    return False
+
+
+def load_module(source: str, cache_dir: str, device: torch.device) -> tuple[types.ModuleType, bool]:
+    """The kernel module for ``source`` (imported once per process) and whether its file was cached."""
+    key = kernel_key(source, device)
+    hit = _MODULES.get(key)
+    if hit is not None:
+        return hit, True
+    path = Path(cache_dir) / "triton" / key[:2] / f"{key}.py"
+    cached = _write_source(path, source)
+    name = f"ember_triton_{key[:24]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    if interpreted(device):
+        _interpret(module)
+    _MODULES[key] = module
+    return module, cached
+
+
+def _interpret(module: types.ModuleType) -> None:
+    """Rebind the module's kernels to Triton's interpreter and its ``libdevice`` to numpy."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from . import triton_libdevice
+
+    for name, value in list(vars(module).items()):
+        raw = getattr(value, "fn", None)
+        if raw is not None and callable(raw) and type(value).__name__ in ("JITFunction", "InterpretedFunction"):
+            setattr(module, name, InterpretedFunction(raw))
+    module.libdevice = triton_libdevice  # type: ignore[attr-defined]
+
+
+@dataclass
+class Launcher:
+    """Calls one kernel: picks (or tunes) its configuration, computes the grid, checks indices."""
+
+    name: str
+    fn: Any
+    meta: dict[str, Any]
+    configs: list[Config]
+    device: torch.device
+    tune_path: Path | None
+    chosen: Config | None = None
+    err: torch.Tensor | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.configs) == 1:
+            self.chosen = self.configs[0]
+        if self.meta.get("index_check"):
+            self.err = torch.zeros(1, dtype=torch.int32, device=self.device)
+
+    def _launch(self, config: Config, tensors: Sequence[Any], numels: Sequence[int]) -> None:
+        extra = (self.err,) if self.err is not None else ()
+        g = grid(self.meta["kind"], numels, config)
+        if g[0] == 0:
+            return
+        if self.device.type == "cuda" and self.device.index != torch.cuda.current_device():
+            with torch.cuda.device(self.device):  # Triton launches on the current device's stream
+                self.fn[g](*tensors, *extra, *numels, **config.kwargs())
+            return
+        self.fn[g](*tensors, *extra, *numels, **config.kwargs())
+
+    def __call__(self, *args: Any) -> None:
+        n = self.meta["n_tensors"]
+        tensors, numels = args[:n], args[n:]
+        config = self.chosen
+        if config is None:
+            config = self.chosen = self._tune(tensors, numels)
+        self._launch(config, tensors, numels)
+        if self.err is not None and int(self.err.item()):
+            self.err.zero_()
+            raise KernelIndexError(
+                f"index out of range in generated kernel {self.name} (an indirect index from "
+                "gather/index/index_select/embedding was outside its dimension)"
+            )
+
+    def _tune(self, tensors: Sequence[Any], numels: Sequence[int]) -> Config:
+        """Benchmark every candidate on these arguments (the kernel's stores never alias its
+        loads, so running it repeatedly is harmless); the winner goes to the disk cache."""
+        if self.tune_path is not None:
+            hit = load_entry(self.tune_path, Config.from_json, log)
+            if hit is not None and hit in self.configs:
+                return hit
+        timings: list[tuple[float, Config]] = []
+        start = time.perf_counter()
+        for config in self.configs:
+            try:
+                t = benchmark(functools.partial(self._launch, config, tensors, numels), self.device)
+            except Exception as e:  # a configuration this kernel cannot run (resources)
+                log.debug("autotune %s: %s failed (%s: %s)", self.name, config, type(e).__name__, e)
+                continue
+            timings.append((t, config))
+        if not timings:
+            raise RuntimeError(f"no configuration of Triton kernel {self.name} ran")
+        best_t, best = min(timings, key=lambda tc: tc[0])
+        sys.stderr.write(
+            f"[ember.inductor] autotuned {self.name} ({self.meta['kind']}, numels {list(numels)}): "
+            f"{len(timings)} configs in {time.perf_counter() - start:.2f}s, best {best} "
+            f"{best_t * 1e3:.3f} ms\n"
+        )
+        if self.tune_path is not None:
+            store_entry(self.tune_path, best.to_json(), Config.from_json, log)
+        return best
+
+
+def benchmark(fn: Callable[[], object], device: torch.device) -> float:
+    """Seconds per call of ``fn`` (CUDA: Triton's event-timed ``do_bench``; else best of 3)."""
+    if device.type == "cuda":
+        from triton.testing import do_bench
+
+        return float(do_bench(fn, warmup=5, rep=25)) / 1e3
+    fn()
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def _tune_path(cache_dir: str, source_key: str, numels: Sequence[int], configs: Sequence[Config]) -> Path:
+    h = hashlib.sha256(
+        json.dumps([source_key, list(numels), [c.to_json() for c in configs]]).encode()
+    ).hexdigest()
+    return entry_path(cache_dir, "triton_tune", h)
+
+
+def build(
+    kernels: Mapping[str, KernelSource],
+    cache_dir: str,
+    device: torch.device,
+    *,
+    max_autotune: bool,
+    autotune: bool,
+    threads: int,
+    stats: BuildStats,
+) -> dict[str, Launcher]:
+    """Load every kernel's module and make its launcher; on a GPU, compile the candidate
+    configurations of all kernels in parallel before the first call."""
+    launchers: dict[str, Launcher] = {}
+    for name, k in kernels.items():
+        module, cached = load_module(k.source, cache_dir, device)
+        stats.cached += cached
+        stats.compiled += not cached
+        configs = candidate_configs(k.meta, device, max_autotune=max_autotune)
+        if not autotune:
+            configs = configs[:1]
+        path = _tune_path(cache_dir, kernel_key(k.source, device), k.meta["numels"], configs)
+        launchers[name] = Launcher(name, module.kernel, k.meta, configs, device, path)
+    if device.type == "cuda":
+        _precompile(launchers, kernels, threads)
+    return launchers
+
+
+def _precompile(launchers: Mapping[str, Launcher], kernels: Mapping[str, KernelSource], threads: int) -> None:
+    """Compile each (kernel, configuration) ahead of the first call, ``threads`` at a time.
+
+    Never run: no GPU was available when this was written (see ADR 0011)."""
+    jobs: list[Callable[[], Any]] = []
+    for name, launcher in launchers.items():
+        dtypes = kernels[name].meta["arg_dtypes"]
+        dummies = [torch.empty(16, dtype=getattr(torch, d), device=launcher.device) for d in dtypes]
+        if launcher.err is not None:
+            dummies.append(launcher.err)
+        numels = kernels[name].meta["numels"]
+        for config in launcher.configs:
+            jobs.append(
+                functools.partial(
+                    launcher.fn.warmup, *dummies, *numels, grid=(1,), **config.kwargs()
+                )
+            )
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        for fut in [pool.submit(job) for job in jobs]:
+            try:
+                fut.result()
+            except Exception as e:  # the configuration fails again at tuning and is skipped
+                log.debug("precompiling a Triton kernel failed: %s: %s", type(e).__name__, e)
