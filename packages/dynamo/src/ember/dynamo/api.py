@@ -30,9 +30,8 @@ from . import cache as cache_mod
 from . import frame_hook, trace_rules
 from .backends import backend_name, lookup_backend, with_repro_hook
 from .config import OPTION_NAMES, DynamoOptions, config, warn_not_implemented
-from .convert_frame import convert_frame
 from .debug_dir import debug_dir_from_env
-from .frame import CompilerFn
+from .frame import CompilerFn, FrameHooks, FrameState, GuardedCode
 from .function_entry import CompiledFunction, CompiledMethod, Runtime, RuntimeState
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -49,9 +48,17 @@ STANCES: tuple[str, ...] = ("default", "force_eager", "eager_on_recompile", "fai
 STATE = RuntimeState()
 
 
+def capture(state: FrameState, compiler: CompilerFn, options: Any, hooks: FrameHooks) -> GuardedCode:
+    """ember's capture (``convert_frame``), imported on the first miss so that
+    ``import ember.dynamo`` stays cheap (a downward import: no cycle)."""
+    from .convert_frame import convert_frame
+
+    return convert_frame(state, compiler, options, hooks)
+
+
 def new_runtime(backend: CompilerFn, options: DynamoOptions) -> Runtime:
     """A runtime over ``backend`` with this process's state and ember's capture."""
-    return Runtime(backend, options, convert=convert_frame, state=STATE)
+    return Runtime(backend, options, convert=capture, state=STATE)
 
 
 class CompileOptionsError(ValueError):
