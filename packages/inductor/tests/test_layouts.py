@@ -30,6 +30,8 @@ def test_column_reduction_matches_eager(
     x = torch.randn(rows, cols)
     if reduce == "prod":
         x = 1 + x / 100  # keep the product finite
+        if backend == "triton":  # Triton's interpreter runs tl.reduce's combine per element
+            x = x[:, :32].contiguous()
 
     def f(x: torch.Tensor) -> torch.Tensor:
         return getattr(torch, reduce)(x * 2 + 1, 0)

@@ -9,7 +9,7 @@ integer operands.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import sympy
 
@@ -186,3 +186,28 @@ def _combine_div_mod(expr: sympy.Expr) -> sympy.Expr:
             if changed:
                 break
     return sympy.Add(*terms)
+
+
+def print_index(
+    expr: sympy.Expr, *, div: str, mul: str, integer: Callable[[int], str] = str
+) -> str:
+    """An index expression as source text: ``div`` is the language's floor division of
+    non-negative integers, ``mul`` joins factors, ``integer`` prints a constant. The
+    backends' printers (C++ ``cexpr``, Triton ``texpr``) differ only in these."""
+
+    def p(e: sympy.Expr) -> str:
+        if isinstance(e, sympy.Integer):
+            return integer(int(e))
+        if isinstance(e, sympy.Symbol):
+            return str(e.name)
+        if isinstance(e, FloorDiv):
+            return f"({p(e.args[0])} {div} {p(e.args[1])})"
+        if isinstance(e, ModIndex):
+            return f"({p(e.args[0])} % {p(e.args[1])})"
+        if isinstance(e, sympy.Add):
+            return "(" + " + ".join(p(a) for a in e.args) + ")"
+        if isinstance(e, sympy.Mul):
+            return "(" + mul.join(p(a) for a in e.args) + ")"
+        raise NotImplementedError(f"cannot print index expression {e!r}")
+
+    return p(expr)

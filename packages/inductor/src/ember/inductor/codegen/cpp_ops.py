@@ -17,7 +17,7 @@ from typing import Any
 import sympy
 import torch
 
-from ..index import FloorDiv, ModIndex, index_symbols
+from ..index import index_symbols, print_index
 from ..kernel_plan import KernelPlan, private_offset
 from ..ops_handler import DefaultOps
 from ..options import InductorOptions
@@ -45,22 +45,13 @@ def mem_ctype(dtype: torch.dtype) -> str:
     return "uint8_t" if dtype == torch.bool else CTYPES[dtype]
 
 
+def _c_integer(v: int) -> str:
+    return f"{v}LL" if abs(v) >= 2**31 else str(v)
+
+
 def cexpr(expr: sympy.Expr) -> str:
     """Print an integer index expression as C++ (int64 arithmetic)."""
-    if isinstance(expr, sympy.Integer):
-        v = int(expr)
-        return f"{v}LL" if abs(v) >= 2**31 else str(v)
-    if isinstance(expr, sympy.Symbol):
-        return str(expr.name)
-    if isinstance(expr, FloorDiv):
-        return f"({cexpr(expr.args[0])} / {cexpr(expr.args[1])})"
-    if isinstance(expr, ModIndex):
-        return f"({cexpr(expr.args[0])} % {cexpr(expr.args[1])})"
-    if isinstance(expr, sympy.Add):
-        return "(" + " + ".join(cexpr(a) for a in expr.args) + ")"
-    if isinstance(expr, sympy.Mul):
-        return "(" + "*".join(cexpr(a) for a in expr.args) + ")"
-    raise NotImplementedError(f"cannot print index expression {expr!r} as C++")
+    return print_index(expr, div="/", mul="*", integer=_c_integer)
 
 
 def literal(value: bool | int | float, dtype: torch.dtype) -> str:

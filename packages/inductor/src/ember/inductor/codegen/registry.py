@@ -50,7 +50,10 @@ def backend_for(device: torch.device, options: InductorOptions) -> Backend | str
             return f"ember.inductor has no code generator for {device.type} tensors"
         factory = found
     if name == "triton" and importlib.util.find_spec("triton") is None:
-        return f"the Triton backend ({device.type} tensors) needs the triton package (ember-inductor[triton])"
+        reason = f"the Triton backend ({device.type} tensors) needs the triton package (ember-inductor[triton])"
+        if device.type == "cpu":  # asked for by name: an error, not a quiet fallback
+            raise InductorError(f"InductorOptions(cpu_backend='triton'): {reason}")
+        return reason
     if name == "triton" and device.type == "cpu":
         _check_interpreter()
     return factory(options, device)

@@ -85,6 +85,17 @@ class _Gen:
             self.k.symbol_masks[s] = mask
             self.k.ranges[s] = n
 
+    def _flat_x(self, sizes: Sequence[int], syms: Sequence[sympy.Symbol], shape: str) -> None:
+        """All outer dims flattened into ``xindex``: ``XBLOCK`` consecutive elements per program
+        (``shape``: ``""`` for a 1-D block, ``"[:, None]"`` for the rows of a reduction)."""
+        self.numels = [("xnumel", _numel(sizes))]
+        self.header += [
+            "xoffset = tl.program_id(0) * XBLOCK",
+            f"xindex = xoffset + tl.arange(0, XBLOCK){shape}",
+            "xmask = xindex < xnumel",
+        ]
+        self._outer_lanes("xindex", syms, sizes, "xmask")
+
     def _compute(self, n: SchedNode, idx: list[sympy.Expr]) -> TVar:
         data = n.buffer.data
         assert not isinstance(data, Reduction)
@@ -145,13 +156,7 @@ class _Gen:
             self._outer_lanes("xindex", syms[-1:], sizes[-1:], "xmask")
             k.lane_mask, k.lane_index = "ymask & xmask", "(yindex + xindex)"
         else:
-            self.numels = [("xnumel", _numel(sizes))]
-            self.header += [
-                "xoffset = tl.program_id(0) * XBLOCK",
-                "xindex = xoffset + tl.arange(0, XBLOCK)",
-                "xmask = xindex < xnumel",
-            ]
-            self._outer_lanes("xindex", syms, sizes, "xmask")
+            self._flat_x(sizes, syms, "")
         k.rewrite = self.outer.rewrite
         for loop in self.plan.loops:
             for n in loop.nodes:
@@ -161,14 +166,7 @@ class _Gen:
     def reduction(self) -> None:
         self.kind = "reduction"
         k = self.k
-        sizes, syms = self.outer.sizes, self.outer.symbols
-        self.numels = [("xnumel", _numel(sizes))]
-        self.header += [
-            "xoffset = tl.program_id(0) * XBLOCK",
-            "xindex = xoffset + tl.arange(0, XBLOCK)[:, None]",
-            "xmask = xindex < xnumel",
-        ]
-        self._outer_lanes("xindex", syms, sizes, "xmask")
+        self._flat_x(self.outer.sizes, self.outer.symbols, "[:, None]")
         groups: dict[tuple[int, ...], int] = {}
         for loop in self.plan.loops:
             if loop.inner:

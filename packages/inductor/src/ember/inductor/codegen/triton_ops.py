@@ -25,7 +25,7 @@ from typing import Any
 import sympy
 import torch
 
-from ..index import FloorDiv, ModIndex
+from ..index import print_index
 from ..ops_handler import DefaultOps
 
 TL_DTYPES = {
@@ -51,19 +51,7 @@ def register_dtype(dtype: torch.dtype) -> str:
 
 def texpr(expr: sympy.Expr) -> str:
     """Print an integer index expression as Triton (Python) arithmetic."""
-    if isinstance(expr, sympy.Integer):
-        return str(int(expr))
-    if isinstance(expr, sympy.Symbol):
-        return str(expr.name)
-    if isinstance(expr, FloorDiv):
-        return f"({texpr(expr.args[0])} // {texpr(expr.args[1])})"
-    if isinstance(expr, ModIndex):
-        return f"({texpr(expr.args[0])} % {texpr(expr.args[1])})"
-    if isinstance(expr, sympy.Add):
-        return "(" + " + ".join(texpr(a) for a in expr.args) + ")"
-    if isinstance(expr, sympy.Mul):
-        return "(" + " * ".join(texpr(a) for a in expr.args) + ")"
-    raise NotImplementedError(f"cannot print index expression {expr!r} as Triton")
+    return print_index(expr, div="//", mul=" * ")
 
 
 def scalar_literal(value: bool | int | float, dtype: torch.dtype) -> str:
