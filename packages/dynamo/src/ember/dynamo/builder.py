@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import collections
+import collections.abc
 import enum
 import functools
 import math
@@ -28,17 +29,31 @@ from .errors import Unsupported
 from .function_entry import CompiledFunction
 from .variables.base import VariableTracker
 from .variables.builtins import BuiltinVariable
-from .variables.constant import ConstantVariable, OpaqueConstantVariable, is_constant_value
+from .variables.classes import ClassVariable, ObjectNewVariable, PythonModuleVariable
+from .variables.constant import (
+    ConstantVariable,
+    OpaqueConstantVariable,
+    is_constant_value,
+    is_typing_value,
+)
 from .variables.dicts import DictVariable
-from .variables.functions import UserFunctionVariable, UserMethodVariable
+from .variables.functions import PartialVariable, UserFunctionVariable, UserMethodVariable
 from .variables.lazy import LazyVariable
 from .variables.lists import ListVariable, TupleVariable
 from .variables.misc import ControlFunctionVariable
 from .variables.nn_module import NNModuleVariable
-from .variables.objects import ClassVariable, PythonModuleVariable, UserObjectVariable
+from .variables.objects import (
+    MODELLED_BASES,
+    BaseMethodVariable,
+    UserObjectVariable,
+    base_method_owner,
+)
+from .variables.stdlib import wrap_stdlib
 from .variables.torch import (
     AUTOCAST_CLASSES,
+    GRAD_MODE_OBJECTS,
     GradModeExit,
+    GradModeVariable,
     TorchFunctionVariable,
     wrap_grad_mode_exit,
 )
@@ -112,7 +127,7 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
         if g is not None and source is not None:
             g.add_constant(source, value)
         return ConstantVariable(value, source)
-    if isinstance(value, enum.Enum):
+    if isinstance(value, enum.Enum) or is_typing_value(value):
         if g is not None and source is not None:
             g.add_id(source, value)
         return OpaqueConstantVariable(value, source)
@@ -149,12 +164,27 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
                 dict_type=type(value),
             ),
         )
+    owner = base_method_owner(value)
+    if owner is not None:  # object.__setattr__, dict.__setitem__, ... read from the class
+        return BaseMethodVariable(owner, value.__name__, None)
+    if any(value is cls.__new__ for cls in MODELLED_BASES):
+        return ObjectNewVariable(value)
+    stdlib = wrap_stdlib(value, source)
+    if stdlib is not None:
+        if g is not None and source is not None:
+            g.add_id(source, value)
+        return stdlib
+    if isinstance(value, GRAD_MODE_OBJECTS):
+        # a `torch.no_grad()` object (a decorator's saved context)
+        if g is not None and source is not None:
+            g.add_type(source, value)
+        return GradModeVariable(isinstance(value, torch.enable_grad))
     control = control_kind(value)
     if control is not None:
         if control == "compiled":
             return wrap(tx, value.__wrapped__, Attr(source, "__wrapped__") if source else None)
         return ControlFunctionVariable(value, control)
-    if is_torch_callable(value):
+    if is_torch_callable(value) and not trace_rules.is_inlined_torch_function(value):
         if g is not None and source is not None:
             g.add_function(source, value)
         return TorchFunctionVariable(value, source)
@@ -182,6 +212,8 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
         obj_src = Attr(source, "__self__") if source else None
         fn_src = Attr(source, "__func__") if source else None
         fn = value.__func__
+        if isinstance(value.__self__, GRAD_MODE_OBJECTS):
+            return wrap(tx, value.__self__, obj_src).var_getattr(tx, fn.__name__)
         if not isinstance(fn, types.FunctionType):
             raise Unsupported(f"bound method `{getattr(fn, '__name__', fn)}` of a C type")
         return UserMethodVariable(UserFunctionVariable(fn, fn_src), wrap(tx, value.__self__, obj_src))
@@ -195,8 +227,17 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
         return ClassVariable(value, source)
     if isinstance(value, (torch.finfo, torch.iinfo)):
         return OpaqueConstantVariable(value, source)
-    if isinstance(value, functools.partial):
-        raise Unsupported("calling a functools.partial object")
+    if type(value) is functools.partial:
+        if g is not None and source is not None:
+            g.add_type(source, value)
+        part = (lambda name: Attr(source, name)) if source is not None else (lambda name: None)
+        args_src, kw_src = part("args"), part("keywords")
+        return PartialVariable(
+            wrap(tx, value.func, part("func")),
+            [wrap(tx, a, Item(args_src, i) if args_src else None) for i, a in enumerate(value.args)],
+            {k: wrap(tx, v, Item(kw_src, k) if kw_src else None) for k, v in value.keywords.items()},
+            source,
+        )
     if type(value).__module__.startswith(("numpy", "torch")):
         raise Unsupported(f"value of type `{type(value).__qualname__}` cannot be traced")
     if hasattr(value, "__dict__") and not callable(value):
@@ -214,11 +255,13 @@ def wrap_constant_result(value: Any) -> VariableTracker:
         return TupleVariable([wrap_constant_result(v) for v in value])
     if type(value) is list:
         return ListVariable([wrap_constant_result(v) for v in value])
-    if type(value) is dict:
+    if type(value) is dict or isinstance(value, types.MappingProxyType):
         return DictVariable({k: wrap_constant_result(v) for k, v in value.items()})
+    if isinstance(value, (collections.abc.KeysView, collections.abc.ValuesView, collections.abc.ItemsView)):
+        return TupleVariable([wrap_constant_result(v) for v in value])
     if is_member(value, BUILTIN_FUNCTIONS) or is_member(value, BUILTIN_TYPES):
         return BuiltinVariable(value)
-    if isinstance(value, (torch.finfo, torch.iinfo, enum.Enum)):
+    if isinstance(value, (torch.finfo, torch.iinfo, enum.Enum)) or is_typing_value(value):
         return OpaqueConstantVariable(value)
     if isinstance(value, type):
         return ClassVariable(value)

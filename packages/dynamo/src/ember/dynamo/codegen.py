@@ -11,6 +11,7 @@ an attribute load is spelled on the running Python comes from ``instructions``.
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bytecode import Instr
@@ -18,6 +19,7 @@ from bytecode.instr import CellVar, FreeVar
 
 from ember.ir import Attr, Global, Item, Local, Source
 
+from .errors import Unsupported
 from .instructions import emit_call, load_attr_arg
 
 if TYPE_CHECKING:
@@ -43,6 +45,9 @@ class PyCodegen:
         self.outputs: list[TensorVariable] = []
         self._out_index: dict[int, int] = {}
         self._tmp = 0
+        #: id(tracker) -> temporary holding the object it was rebuilt into
+        self._built: dict[int, str] = {}
+        self._building: set[int] = set()
 
     # --- primitive emission ------------------------------------------------
     def emit(self, name: str, arg: Any = None) -> None:
@@ -142,6 +147,25 @@ class PyCodegen:
         self.load_local(OUT_LOCAL)
         self.load_const(self._out_index[key])
         self.subscr()
+
+    def reconstruct_once(self, var: VariableTracker, build: Callable[[], None]) -> None:
+        """Push the one real object for ``var``: built by ``build`` the first
+        time, loaded from its temporary afterwards, so every place that holds
+        an object made while tracing (a stack slot, a local, another object's
+        attribute) gets the same object, as in Python."""
+        tmp = self._built.get(id(var))
+        if tmp is not None:
+            self.load_local(tmp)
+            return
+        if id(var) in self._building:
+            raise Unsupported(f"{var.describe()} refers to itself: rebuilding it would not end")
+        self._building.add(id(var))
+        build()
+        self._building.discard(id(var))
+        tmp = self.new_tmp()
+        self.emit("COPY", 1)
+        self.store_local(tmp)
+        self._built[id(var)] = tmp
 
     def new_tmp(self) -> str:
         self._tmp += 1

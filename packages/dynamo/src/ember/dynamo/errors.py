@@ -9,6 +9,7 @@ from __future__ import annotations
 import linecache
 import traceback
 import types
+from typing import Any
 
 
 class Unsupported(Exception):
@@ -53,10 +54,26 @@ class Unsupported(Exception):
         return self.message()
 
 
-class MissingKey(Unsupported):
+class UserRaised(Unsupported):
+    """The traced code raises an exception (``raise IndexError(...)``): a
+    graph break, unless the caller models the ``except`` itself (iteration
+    through ``__getitem__`` stops at ``IndexError``)."""
+
+    def __init__(self, exc_type: type[BaseException], reason: str, exception: Any = None) -> None:
+        super().__init__(reason)
+        self.exc_type = exc_type
+        #: the exception object's tracker (None: made on demand from ``exc_type``)
+        self.exception = exception
+
+
+class MissingKey(UserRaised):
     """A traced lookup of a key a traced dict does not hold (a ``KeyError``
     at run time). Still a graph break, unless the caller models the
     ``except KeyError`` itself (``Mapping.__contains__``)."""
+
+    def __init__(self, reason: str, key: Any = None) -> None:
+        super().__init__(KeyError, reason)
+        self.key = key
 
 
 class InternalCaptureError(Exception):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from bytecode import Compare
 
 from .bytecode_transform import arg
+from .variables.constant import ConstantVariable
 from .variables.lists import ListIteratorVariable
 from .variables.misc import BoundCallVariable, NullVariable
 
@@ -76,6 +77,20 @@ class VersionInstructions(Handlers):
 
     def JUMP_IF_TRUE_OR_POP(self, inst: Inst) -> None:
         self.branch(inst, True, pop=False)
+
+    def SEND(self, inst: Inst) -> None:
+        """``yield from``'s step: the next item, or (exhausted) the
+        sub-iterator's return value in its place and a jump past the loop."""
+        self.pop()  # the value sent in: None (generators are run, not driven)
+        it = self.stack[-1]
+        assert isinstance(it, ListIteratorVariable)
+        item = it.next_item(self)
+        if item is None:
+            self.pop()
+            self.push(it.returned or ConstantVariable(None))
+            self.jump_to(inst.argval)
+        else:
+            self.push(item)
 
     def FOR_ITER(self, inst: Inst) -> None:
         it = self.stack[-1]
@@ -145,14 +160,8 @@ GRAPH_BREAK_OPCODES: dict[str, str] = {
     "GET_AITER": _GENERATORS,
     "GET_ANEXT": _GENERATORS,
     "GET_AWAITABLE": _GENERATORS,
-    "GET_YIELD_FROM_ITER": _GENERATORS,
-    "SEND": _GENERATORS,
     "CHECK_EG_MATCH": _HANDLERS,
-    "CHECK_EXC_MATCH": _HANDLERS,
-    "POP_EXCEPT": _HANDLERS,
     "PREP_RERAISE_STAR": _HANDLERS,
-    "PUSH_EXC_INFO": _HANDLERS,
-    "RERAISE": _HANDLERS,
     "WITH_EXCEPT_START": _HANDLERS,
     "DELETE_NAME": _NAMES,
     "IMPORT_STAR": _NAMES,
@@ -166,10 +175,8 @@ GRAPH_BREAK_OPCODES: dict[str, str] = {
     "MATCH_KEYS": _MATCH,
     "MATCH_MAPPING": _MATCH,
     "MATCH_SEQUENCE": _MATCH,
-    "DELETE_ATTR": "`del` of an attribute inside a compiled region",
     "DELETE_DEREF": "`del` of a closure variable inside a compiled region",
     "DELETE_GLOBAL": "`del` of a global inside a compiled region",
-    "SET_UPDATE": "Python sets are not traced",
 }
 
 #: Opcodes ``dis.get_instructions`` never yields for a code object (inline

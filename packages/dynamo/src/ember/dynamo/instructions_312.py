@@ -109,6 +109,25 @@ class VersionInstructions(Handlers):
         else:
             raise Unsupported(f"CALL_INTRINSIC_1 {inst.argrepr}")
 
+    def SEND(self, inst: Inst) -> None:
+        """``yield from``'s step: the next item, or (exhausted) the
+        sub-iterator's return value in place of the sent value and a jump
+        to ``END_SEND``."""
+        self.pop()  # the value sent in: None (generators are run, not driven)
+        it = self.stack[-1]
+        assert isinstance(it, ListIteratorVariable)
+        item = it.next_item(self)
+        if item is None:
+            self.push(it.returned or ConstantVariable(None))
+            self.jump_to(inst.argval)
+        else:
+            self.push(item)
+
+    def END_SEND(self, inst: Inst) -> None:
+        value = self.pop()
+        self.pop()
+        self.push(value)
+
     def FOR_ITER(self, inst: Inst) -> None:
         it = self.stack[-1]
         assert isinstance(it, ListIteratorVariable)
@@ -166,7 +185,6 @@ _REMOVED_IN_312 = ("ASYNC_GEN_WRAP", "IMPORT_STAR", "LOAD_CLASSDEREF", "PREP_RER
 GRAPH_BREAK_OPCODES: dict[str, str] = {
     **{k: v for k, v in previous.GRAPH_BREAK_OPCODES.items() if k not in _REMOVED_IN_312},
     "CLEANUP_THROW": "generators and coroutines are not traced",
-    "END_SEND": "generators and coroutines are not traced",
     "CALL_INTRINSIC_2": "exception groups and type parameters are not traced",
     "LOAD_FROM_DICT_OR_DEREF": "module and class bodies are not captured (name-based variable access)",
     "LOAD_FROM_DICT_OR_GLOBALS": "module and class bodies are not captured (name-based variable access)",

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .bytecode_transform import arg
-from .errors import Unsupported
+from .errors import Unsupported, UserRaised
 from .translator_core import TranslatorCore
 from .variables.base import VariableTracker
 from .variables.builtins import BuiltinVariable
@@ -24,6 +24,8 @@ from .variables.functions import CellVariable, NestedFunctionVariable
 from .variables.lazy import LazyVariable
 from .variables.lists import BaseListVariable, ListVariable, TupleVariable
 from .variables.misc import NullVariable
+from .variables.objects import MISSING, ExceptionVariable, NewObjectVariable, ObjectVariable
+from .variables.sets import SetVariable
 from .variables.tensor import TensorVariable
 from .variables.torch import AutocastVariable, ContextMethodVariable, GradModeVariable
 
@@ -137,6 +139,12 @@ class CommonInstructions(TranslatorCore):
         value = self.pop()
         self.store_attr(obj, inst.argval, value)
 
+    def DELETE_ATTR(self, inst: Inst) -> None:
+        obj = self.pop()
+        if not isinstance(obj, NewObjectVariable):
+            raise Unsupported(f"`del` of attribute `{inst.argval}` of {obj.describe()}")
+        obj.delete_attr(self, inst.argval)
+
     def BINARY_SUBSCR(self, inst: Inst) -> None:
         key = self.pop()
         obj = self.pop()
@@ -153,6 +161,9 @@ class CommonInstructions(TranslatorCore):
             self.output.create_op("call_function", operator.setitem, [obj, key, value], {})
         elif isinstance(obj, (ListVariable, DictVariable)):
             obj.call_method(self, "__setitem__", [key, value], {})
+        elif isinstance(obj, ObjectVariable):
+            if obj.call_dunder(self, "__setitem__", [key, value]) is MISSING:
+                raise Unsupported(f"{obj.describe()} does not support item assignment (TypeError)")
         else:
             raise Unsupported(f"item assignment on {obj.describe()}")
 
@@ -163,6 +174,8 @@ class CommonInstructions(TranslatorCore):
             obj.call_method(self, "__delitem__", [key], {})
         elif isinstance(obj, ListVariable):
             obj.delitem(self, key)
+        elif isinstance(obj, ObjectVariable) and obj.call_dunder(self, "__delitem__", [key]) is not MISSING:
+            pass
         else:
             raise Unsupported(f"`del` of an item of {obj.describe()}")
 
@@ -174,7 +187,7 @@ class CommonInstructions(TranslatorCore):
         self.push(ListVariable(self.popn(arg(inst))))
 
     def BUILD_SET(self, inst: Inst) -> None:
-        raise Unsupported("Python sets are not traced")
+        self.push(SetVariable.of(self, self.popn(arg(inst))))
 
     def BUILD_MAP(self, inst: Inst) -> None:
         flat = self.popn(2 * arg(inst))
@@ -224,7 +237,12 @@ class CommonInstructions(TranslatorCore):
         target.write(self, (*target.items, *v.unpack(self)))
 
     def SET_ADD(self, inst: Inst) -> None:
-        raise Unsupported("set comprehension")
+        v = self.pop()
+        self.stack[-arg(inst)].call_method(self, "add", [v], {})
+
+    def SET_UPDATE(self, inst: Inst) -> None:
+        v = self.pop()
+        self.stack[-arg(inst)].call_method(self, "update", [v], {})
 
     def LIST_TO_TUPLE(self, inst: Inst) -> None:
         lst = self.pop()
@@ -414,8 +432,60 @@ class CommonInstructions(TranslatorCore):
         args = self.popn(arg(inst))
         what = args[0].describe() if args else "re-raise"
         if args and args[0].is_python_constant() and args[0].as_python_constant() is AssertionError:
-            raise Unsupported("assertion failed while tracing (AssertionError)")
+            raise UserRaised(AssertionError, "assertion failed while tracing (AssertionError)")
+        if args and isinstance(args[0], ExceptionVariable):
+            raise UserRaised(
+                args[0].cls, f"`raise {args[0].message()}` inside a compiled region", args[0]
+            )
+        exc = args[0].as_python_constant() if args and args[0].is_python_constant() else None
+        if isinstance(exc, type) and issubclass(exc, BaseException):
+            raise UserRaised(exc, f"`raise {exc.__name__}` inside a compiled region")
         raise Unsupported(f"`raise` of {what} inside a compiled region")
+
+    # --- exception handlers (for exceptions the traced code raises itself) ---------------
+    def PUSH_EXC_INFO(self, inst: Inst) -> None:
+        exc = self.pop()
+        self.push(self.exc_infos[-1] if self.exc_infos else ConstantVariable(None))
+        self.push(exc)
+        self.exc_infos.append(exc)
+
+    def POP_EXCEPT(self, inst: Inst) -> None:
+        self.pop()
+        self.exc_infos.pop()
+
+    def CHECK_EXC_MATCH(self, inst: Inst) -> None:
+        want = self.pop().as_python_constant()
+        exc = self.stack[-1]
+        try:
+            self.push(ConstantVariable(issubclass(exc.python_type(), want)))
+        except TypeError as e:
+            raise Unsupported(f"`except` with {want!r} (TypeError)") from e
+
+    def RERAISE(self, inst: Inst) -> None:
+        exc = self.pop()
+        if arg(inst):
+            self.pop()  # the saved instruction offset
+        if not isinstance(exc, ExceptionVariable):
+            raise Unsupported(f"re-raising {exc.describe()} inside a compiled region")
+        raise UserRaised(exc.cls, f"`raise {exc.message()}` inside a compiled region", exc)
+
+    def catch(self, inst: Inst, error: UserRaised) -> bool:
+        """Go to the handler of the ``try`` block ``inst`` is in, as CPython
+        does for an exception the traced code raised; False if there is none."""
+        entry = self.exception_entry(inst.offset)
+        if entry is None:
+            return False
+        start, end, target, depth, lasti = entry
+        exc = error.exception
+        if exc is None:
+            key = getattr(error, "key", None)
+            exc = ExceptionVariable(error.exc_type, [] if key is None else [ConstantVariable(key)])
+        del self.stack[depth:]
+        if lasti:
+            self.push(ConstantVariable(inst.offset))
+        self.push(exc)
+        self.jump_to(target)
+        return True
 
     def LOAD_BUILD_CLASS(self, inst: Inst) -> None:
         raise Unsupported("class definition inside a compiled region")

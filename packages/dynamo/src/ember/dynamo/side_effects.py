@@ -44,6 +44,8 @@ class SideEffects:
         self._lists: Box[dict[int, ListVariable]] = Box({})
         self._dicts: Box[dict[int, DictVariable]] = Box({})
         self._cells: Box[dict[str, Any]] = Box({})
+        #: calls made only for their output (logging, warnings), in order
+        self._calls: Box[tuple[tuple[Any, list[VariableTracker], dict[str, VariableTracker]], ...]] = Box(())
         # Trackers of containers read from the frame, by identity of the real
         # object, so two paths to one list share one tracker (a memo, never undone).
         self.seen: dict[int, tuple[Any, VariableTracker]] = {}
@@ -91,6 +93,12 @@ class SideEffects:
         if cell.name not in self.cells:
             self._put(self._cells, cell.name, cell)
 
+    def record_call(
+        self, fn: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> None:
+        """``fn(*args, **kwargs)`` is to be called after the graph runs."""
+        self._trail.set(self._calls, (*self._calls.value, (fn, list(args), dict(kwargs))))
+
     def track_list(self, var: ListVariable) -> None:
         if id(var) not in self.lists:
             self._put(self._lists, id(var), var)
@@ -114,7 +122,9 @@ class SideEffects:
         return var
 
     def is_empty(self) -> bool:
-        return not (self.attrs or self.globals or self.lists or self.dicts or self.cells)
+        return not (
+            self.attrs or self.globals or self.lists or self.dicts or self.cells or self._calls.value
+        )
 
     def codegen(self, cg: PyCodegen) -> None:
         """Emit the writes. Every value (and target) is computed into a
@@ -130,6 +140,10 @@ class SideEffects:
             plans.append(("global", name, cg.stash(value), None))
         for name, cell in self.cells.items():
             plans.append(("cell", name, cg.stash(cell.value), None))
+        calls = [
+            (fn, [cg.stash(a) for a in args], {k: cg.stash(v) for k, v in kwargs.items()})
+            for fn, args, kwargs in self._calls.value
+        ]
         for kind, name, value_tmp, target_tmp in plans:
             if kind == "attr":
                 cg.load_local(value_tmp)
@@ -149,3 +163,10 @@ class SideEffects:
             else:
                 cg.load_local(value_tmp)
                 cg.store_global(name)
+        for fn, arg_tmps, kwarg_tmps in calls:
+            cg.push_null()
+            cg.load_const(fn)
+            for tmp in [*arg_tmps, *kwarg_tmps.values()]:
+                cg.load_local(tmp)
+            cg.call(len(arg_tmps) + len(kwarg_tmps), tuple(kwarg_tmps))
+            cg.pop_top()

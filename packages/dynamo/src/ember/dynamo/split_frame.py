@@ -27,9 +27,8 @@ from .instructions import COND_JUMPS, native_stack_effect, replay_arg
 from .resume import live_locals
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable
-from .variables.dicts import DictVariable
 from .variables.functions import UserFunctionVariable, UserMethodVariable
-from .variables.lists import BaseListVariable, ListIteratorVariable, ListVariable
+from .variables.lists import ListIteratorVariable
 from .variables.misc import BoundCallVariable, NullVariable
 from .variables.nn_module import NNModuleVariable, has_hooks, is_leaf_module
 from .variables.torch import AutocastVariable, ContextMethodVariable, GradModeVariable
@@ -56,6 +55,8 @@ class BreakResult:
 def check_breakable(tx: InstructionTranslator, inst: dis.Instruction) -> None:
     if inst.opname not in REPLAYABLE and inst.opname not in COND_JUMPS:
         raise Unsupported(f"graph break at {inst.opname} is not supported")
+    if tx.exc_infos:
+        raise Unsupported("graph break inside an `except` block")
     for v in tx.stack:
         if isinstance(v, (GradModeVariable, AutocastVariable)):
             raise Unsupported("graph break while a context manager is being entered")
@@ -100,31 +101,18 @@ def compile_break(
         if isinstance(v, ListIteratorVariable)
     )
 
+    # Objects made while tracing (lists, dicts, instances) are rebuilt once
+    # however many slots, locals and containers hold them (``reconstruct_once``).
     cg = PyCodegen(code.co_cellvars, code.co_freevars, lineno, code)
-    shared_tmp: dict[int, str] = {}
-    shared = shared_containers(
-        [v for i, v in enumerate(stack) if i not in iter_slots]
-        + [tx.symbolic_locals[name] for name in live]
-    )
-    for v in shared.values():
-        shared_tmp[id(v)] = cg.stash(v)
-
-    def rebuild(v: VariableTracker) -> None:
-        tmp = shared_tmp.get(id(v))
-        if tmp is not None:
-            cg.load_local(tmp)  # one object, however many places hold it
-        else:
-            v.reconstruct(cg)
-
     for i, v in enumerate(stack):
         if isinstance(v, NullVariable):
             cg.push_null()
         elif i in iter_slots:
             v.reconstruct_items(cg)  # type: ignore[attr-defined]
         else:
-            rebuild(v)
+            v.reconstruct(cg)
     for name in live:
-        rebuild(tx.symbolic_locals[name])
+        tx.symbolic_locals[name].reconstruct(cg)
     # cells of this frame hold what tracing stored in them; write it to the
     # real cells, which the resume function (and inner functions) share
     cells = [n for n in code.co_cellvars if n in tx.cells and tx.cells[n].value is not None]
@@ -223,45 +211,6 @@ def native_effect(inst: dis.Instruction) -> int:
     if effect is not None:
         return effect
     return dis.stack_effect(inst.opcode, arg(inst) if inst.opcode >= dis.HAVE_ARGUMENT else None, jump=False)
-
-
-def shared_containers(values: list[VariableTracker]) -> dict[int, VariableTracker]:
-    """Containers made while tracing (rebuilt, not loaded from a source) that
-    sit in more than one stack slot or local: they must be rebuilt once and
-    shared, or a mutation through one alias would miss the others.
-
-    A shared container reached *through another container* (``lst = [d]`` with
-    ``d`` live too) cannot be shared that way, since nested items are rebuilt by
-    their parent; such a split raises ``Unsupported`` so the frame runs
-    eagerly rather than losing the aliasing."""
-    seen: dict[int, int] = {}
-    nested: set[int] = set()
-    by_id: dict[int, VariableTracker] = {}
-
-    def visit(v: VariableTracker, depth: int) -> None:
-        if isinstance(v, (ListVariable, DictVariable)) and v.source is None:
-            seen[id(v)] = seen.get(id(v), 0) + 1
-            by_id[id(v)] = v
-            if depth:
-                nested.add(id(v))
-            if seen[id(v)] > 1:
-                return  # its items were counted on the first visit
-        if isinstance(v, BaseListVariable) and v.source is None:
-            for item in v.items:
-                visit(item, depth + 1)
-        elif isinstance(v, DictVariable) and v.source is None:
-            for item in v.items.values():
-                visit(item, depth + 1)
-
-    for v in values:
-        visit(v, 0)
-    shared = {k: by_id[k] for k, n in seen.items() if n > 1}
-    if any(k in nested for k in shared):
-        raise Unsupported(
-            "graph break where a list or dict is reachable both directly and through "
-            "another container: splitting the frame would lose that aliasing"
-        )
-    return shared
 
 
 def rewrite_call(

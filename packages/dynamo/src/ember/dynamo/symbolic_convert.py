@@ -14,13 +14,14 @@ and value semantics in ``translator_core``.
 from __future__ import annotations
 
 import dis
+import inspect
 import types
 from typing import Any
 
 from ember.ir import Attr, Item, Source
 
 from .config import DynamoOptions
-from .errors import Unsupported
+from .errors import Unsupported, UserRaised
 from .instructions import VersionInstructions
 from .instructions_common import CommonInstructions
 from .output_graph import OutputGraph
@@ -51,14 +52,14 @@ class InstructionTranslatorBase(VersionInstructions, CommonInstructions):
         if self.depth + 1 > self.options.max_inline_depth:
             raise Unsupported(f"inlining deeper than max_inline_depth={self.options.max_inline_depth}")
         code = fn.code
-        is_genexpr = code.co_name == "<genexpr>" and code.co_flags & 0x20
-        if not is_genexpr and code.co_flags & (0x20 | 0x80 | 0x100 | 0x200):
-            raise Unsupported(f"calling generator or coroutine `{code.co_name}`")
+        is_generator = bool(code.co_flags & inspect.CO_GENERATOR)
+        if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE):
+            raise Unsupported(f"calling coroutine `{code.co_name}`")
         bound = fn.bind(self, args, kwargs)
         cells: dict[str, CellVariable] = {}
         for name, cell in zip(code.co_freevars, fn.closure_cells(self), strict=True):
             cells[name] = cell
-        cls = InliningGeneratorTranslator if is_genexpr else InliningInstructionTranslator
+        cls = InliningGeneratorTranslator if is_generator else InliningInstructionTranslator
         child = cls(code, fn.get_globals(), bound, cells, self.output, self.options, self, fn)
         return child.run()
 
@@ -90,6 +91,8 @@ class InstructionTranslator(InstructionTranslatorBase):
         try:
             super().dispatch(inst)
         except Unsupported as e:
+            if isinstance(e, UserRaised) and self.exception_entry(inst.offset) is not None:
+                raise  # the frame's own `try` handles it (``run`` goes to the handler)
             e.locate(self.user_stack())
             restore(self, cp)
             raise BreakSignal(inst, e) from e
@@ -127,9 +130,15 @@ class InliningInstructionTranslator(InstructionTranslatorBase):
 
 
 class InliningGeneratorTranslator(InliningInstructionTranslator):
-    """Runs a generator expression to completion; the call's result is an
-    iterator over everything it yielded (consumers such as ``sum``,
-    ``tuple``, ``torch.cat`` read it all)."""
+    """Runs a generator function (or expression) to completion when it is
+    called; the call's result is an iterator over everything it yielded, in
+    order (``yield from`` included), carrying the generator's return value.
+
+    The body runs before the consumer sees the first item, which is what
+    eager Python would compute as long as the two do not observe each other's
+    writes between items (the generators of model code yield tensors and
+    layers); a generator that yields more than ``max_loop_unroll`` items is
+    a graph break."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -140,13 +149,19 @@ class InliningGeneratorTranslator(InliningInstructionTranslator):
 
     def YIELD_VALUE(self, inst: dis.Instruction) -> None:
         self.yielded.append(self.pop())
+        if len(self.yielded) > self.options.max_loop_unroll:
+            raise Unsupported(f"generator `{self.code.co_name}` yields more than max_loop_unroll items")
         self.push(ConstantVariable(None))
 
-    def RETURN_VALUE(self, inst: dis.Instruction) -> None:
-        self.pop()
-        self.return_value = ListIteratorVariable(self.yielded)
+    def GET_YIELD_FROM_ITER(self, inst: dis.Instruction) -> None:
+        self.push(self.get_iter(self.pop()))
+
+    def finish_generator(self, returned: VariableTracker) -> None:
+        self.return_value = ListIteratorVariable(self.yielded, returned=returned)
         raise ReturnSignal
 
+    def RETURN_VALUE(self, inst: dis.Instruction) -> None:
+        self.finish_generator(self.pop())
+
     def RETURN_CONST(self, inst: dis.Instruction) -> None:
-        self.return_value = ListIteratorVariable(self.yielded)
-        raise ReturnSignal
+        self.finish_generator(ConstantVariable(inst.argval))

@@ -46,6 +46,15 @@ for _query in (torch.compiler.is_compiling, torch.compiler.is_dynamo_compiling):
     register_control(_query, "is_compiling")
 
 
+#: torch modules whose Python functions are traced like user code (inlined),
+#: not put in the graph as one call: helpers, decorators' wrappers.
+INLINED_TORCH_MODULES = frozenset({"torch.nn.modules.utils", "torch.utils._contextlib"})
+
+
+def is_inlined_torch_function(fn: Any) -> bool:
+    return isinstance(fn, types.FunctionType) and fn.__module__ in INLINED_TORCH_MODULES
+
+
 def allow_in_graph(fn: Any) -> None:
     ALLOWED_IN_GRAPH[id(fn)] = fn
     DISALLOWED_IN_GRAPH.pop(id(fn), None)

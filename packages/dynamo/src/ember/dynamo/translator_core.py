@@ -12,7 +12,6 @@ records its guards). The opcode handlers are mixins over this class
 from __future__ import annotations
 
 import dis
-import inspect
 import logging
 import operator
 import traceback
@@ -23,7 +22,7 @@ from ember.ir import Attr, Global, Source
 
 from .builder import wrap, wrap_constant_result
 from .config import DynamoOptions
-from .errors import InternalCaptureError, Unsupported, frame_summary
+from .errors import InternalCaptureError, Unsupported, UserRaised, frame_summary
 from .instructions import GRAPH_BREAK_OPCODES
 from .logs import get_logger
 from .output_graph import OutputGraph
@@ -35,7 +34,7 @@ from .variables.functions import BaseFunctionVariable, CellVariable
 from .variables.lists import BaseListVariable, ListIteratorVariable
 from .variables.misc import DeferredAttrVariable
 from .variables.nn_module import NNModuleVariable
-from .variables.objects import UserObjectVariable
+from .variables.objects import ObjectVariable
 from .variables.operators import apply_operator, fold
 from .variables.tensor import TensorVariable
 
@@ -75,6 +74,9 @@ class TranslatorCore:
         self.lineno = code.co_firstlineno
         self.return_value: VariableTracker | None = None
         self.depth: int = 0 if parent is None else parent.depth + 1
+        #: exceptions being handled (``except`` blocks entered), innermost last
+        self.exc_infos: list[VariableTracker] = []
+        self._exception_table: list[tuple[int, int, int, int, bool]] | None = None
 
     # --- the loop ----------------------------------------------------------------
     def run(self) -> VariableTracker:
@@ -93,7 +95,11 @@ class TranslatorCore:
                         self.lineno, self.stack,
                     )
                 self.ip += 1
-                self.dispatch(inst)
+                try:
+                    self.dispatch(inst)
+                except UserRaised as e:
+                    if not self.catch(inst, e):
+                        raise
                 steps += 1
                 if steps > MAX_STEPS:
                     raise Unsupported(f"more than {MAX_STEPS} bytecodes traced (unbounded loop?)")
@@ -128,6 +134,19 @@ class TranslatorCore:
 
     def jump_to(self, offset: int) -> None:
         self.ip = self.index_of[offset]
+
+    def exception_entry(self, offset: int) -> tuple[int, int, int, int, bool] | None:
+        """The exception-table entry (start, end, target, depth, lasti) covering ``offset``."""
+        if self._exception_table is None:
+            entries = getattr(dis.Bytecode(self.code), "exception_entries", [])
+            self._exception_table = [(e.start, e.end, e.target, e.depth, e.lasti) for e in entries]
+        for entry in self._exception_table:
+            if entry[0] <= offset < entry[1]:
+                return entry
+        return None
+
+    def catch(self, inst: dis.Instruction, error: UserRaised) -> bool:
+        raise NotImplementedError
 
     # --- stack ---------------------------------------------------------------------
     def push(self, v: VariableTracker) -> None:
@@ -199,11 +218,8 @@ class TranslatorCore:
             return obj.getitem(self, key)
         if isinstance(obj, NNModuleVariable):
             return obj.call_method(self, "__getitem__", [key], {})
-        if isinstance(obj, UserObjectVariable) and isinstance(
-            inspect.getattr_static(type(obj.value), "__getitem__", None), types.FunctionType
-        ):
-            # a Python-level __getitem__: inline it like any other method
-            return obj.call_method(self, "__getitem__", [key], {})
+        if isinstance(obj, ObjectVariable):
+            return obj.getitem(self, key)
         if obj.is_python_constant() and key.is_python_constant():
             return fold(self, operator.getitem, [obj, key])
         raise Unsupported(f"indexing {obj.describe()} with {key.describe()}")
@@ -216,6 +232,9 @@ class TranslatorCore:
             result = a.as_python_constant() is b.as_python_constant()
         elif isinstance(a, ConstantVariable) or isinstance(b, ConstantVariable):
             # a constant (None, True, ...) is never a tensor/list/object tracker
+            result = False
+        elif a.fresh or b.fresh:
+            # an object made while tracing is only ever itself
             result = False
         elif isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
             result = a.node is b.node
@@ -238,12 +257,7 @@ class TranslatorCore:
         return ListIteratorVariable(items)
 
     def store_attr(self, obj: VariableTracker, name: str, value: VariableTracker) -> None:
-        if isinstance(obj, (UserObjectVariable, NNModuleVariable)):
-            obj.store_attr(self, name, value)
-            return
-        if isinstance(obj, TensorVariable):
-            raise Unsupported(f"setting tensor attribute `{name}` inside a compiled region")
-        raise Unsupported(f"attribute write `{name}` on {obj.describe()}")
+        obj.store_attr(self, name, value)
 
     def binary(self, fn: Any, a: VariableTracker, b: VariableTracker) -> VariableTracker:
         return apply_operator(self, fn, [a, b])

@@ -33,6 +33,8 @@ class VariableTracker:
     """A symbolic Python value. ``source`` says how to reach the real one."""
 
     source: Source | None
+    #: an object created during this capture (nothing outside the frame can be it)
+    fresh: bool = False
 
     def __init__(self, source: Source | None = None) -> None:
         self.source = source
@@ -62,6 +64,9 @@ class VariableTracker:
 
     def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
         raise Unsupported(f"attribute `{name}` of {self.describe()} cannot be traced")
+
+    def store_attr(self, tx: Tx, name: str, value: VariableTracker) -> None:
+        raise Unsupported(f"attribute write `{name}` on {self.describe()}")
 
     def call_function(
         self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import collections.abc
+import functools
 import inspect
 import operator
 import types
@@ -20,10 +21,12 @@ from ember.ir import Attr
 
 from ..errors import MissingKey, Unsupported
 from .base import VariableTracker
+from .classes import BUILTIN_CONSTRUCTORS, construct_builtin_type, make_super
 from .constant import ConstantVariable
 from .dicts import DictVariable, dict_key
-from .lists import BaseListVariable, ListIteratorVariable, TupleVariable
-from .objects import UserObjectVariable, construct_builtin_type, make_super
+from .iterators import EndlessIteratorVariable
+from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
+from .objects import MISSING, NewObjectVariable, ObjectVariable
 from .operators import (
     ARITH,
     Args,
@@ -33,8 +36,10 @@ from .operators import (
     fold,
     has_tensor,
     iterate,
+    less_than,
     same_value,
 )
+from .sets import SetVariable
 from .tensor import TensorVariable
 
 if TYPE_CHECKING:
@@ -54,11 +59,13 @@ def contains(tx: Tx, container: VariableTracker, item: VariableTracker) -> Varia
             if same:
                 return ConstantVariable(True)
         return ConstantVariable(False)
+    if isinstance(container, SetVariable):
+        return ConstantVariable(container.contains(item))
     if container.is_python_constant() and item.is_python_constant():
         return fold(tx, operator.contains, [container, item])
     if isinstance(container, TensorVariable):
         return tx.output.create_op("call_method", "__contains__", [container, item], {})
-    if isinstance(container, UserObjectVariable):
+    if isinstance(container, ObjectVariable):
         return user_contains(tx, container, item)
     raise Unsupported(f"`in` test on {container.describe()}")
 
@@ -67,12 +74,13 @@ def user_contains(tx: Tx, container: Any, item: VariableTracker) -> VariableTrac
     """``item in obj`` for a Python class: its own ``__contains__`` inlined,
     or ``Mapping.__contains__`` (``obj[item]`` without ``KeyError``) modelled
     over an inlined Python ``__getitem__``."""
-    cls = type(container.value)
+    cls = container.python_type()
     has = inspect.getattr_static(cls, "__contains__", None)
     get = inspect.getattr_static(cls, "__getitem__", None)
-    if isinstance(has, types.FunctionType) and has is not collections.abc.Mapping.__contains__:
-        result = container.call_method(tx, "__contains__", [item], {})
-        return ConstantVariable(result.truth(tx))
+    if has is not collections.abc.Mapping.__contains__:
+        result = container.call_dunder(tx, "__contains__", [item])
+        if result is not MISSING:
+            return ConstantVariable(result.truth(tx))
     if has is collections.abc.Mapping.__contains__ and isinstance(get, types.FunctionType):
         writes, grad = tx.output.trail.writes, torch.is_grad_enabled()
         try:
@@ -102,8 +110,13 @@ def isinstance_check(tx: Tx, obj: VariableTracker, cls: VariableTracker) -> Vari
 
 
 def builtin_len(tx: Tx, obj: VariableTracker) -> VariableTracker:
-    if isinstance(obj, (BaseListVariable, DictVariable)):
+    if isinstance(obj, (BaseListVariable, DictVariable, SetVariable)):
         return ConstantVariable(len(obj.items))
+    if isinstance(obj, ObjectVariable):
+        result = obj.call_dunder(tx, "__len__", [])
+        if result is MISSING:
+            raise Unsupported(f"{obj.describe()} has no len() (TypeError)")
+        return result  # type: ignore[no-any-return]
     if isinstance(obj, TensorVariable):
         if obj.example.dim() == 0:
             raise Unsupported("len() of a 0-d tensor")
@@ -126,6 +139,19 @@ def builtin_minmax(tx: Tx, fn: Any, args: Args, kwargs: Kwargs) -> VariableTrack
     items = iterate(tx, args[0]) if len(args) == 1 else list(args)
     if all_const(items) and all_const(list(kwargs.values())):
         return fold(tx, fn, [TupleVariable(items)], kwargs)
+    if not has_tensor(items) or "key" in kwargs:
+        # Python values (or a key function): compare the way min/max do
+        if not items:
+            if "default" in kwargs:
+                return kwargs["default"]
+            raise Unsupported(f"`{fn.__name__}()` of an empty sequence (ValueError)")
+        keys = [key_of(tx, kwargs.get("key"), v) for v in items]
+        best = 0
+        for i in range(1, len(items)):
+            better = less_than(tx, keys[i], keys[best]) if fn is min else less_than(tx, keys[best], keys[i])
+            if better:
+                best = i
+        return items[best]
     if len(items) == 2 and not kwargs and has_tensor(items):
         torch_fn = torch.maximum if fn is builtins.max else torch.minimum
         a, b = items
@@ -135,6 +161,41 @@ def builtin_minmax(tx: Tx, fn: Any, args: Args, kwargs: Kwargs) -> VariableTrack
         method = "clamp_min" if fn is builtins.max else "clamp_max"
         return tx.output.create_op("call_method", method, [t, c], {})
     raise Unsupported(f"`{fn.__name__}()` over non-constant values")
+
+
+def key_of(tx: Tx, key: VariableTracker | None, v: VariableTracker) -> VariableTracker:
+    if key is None or (key.is_python_constant() and key.as_python_constant() is None):
+        return v
+    return key.call_function(tx, [v], {})
+
+
+def builtin_sorted(tx: Tx, args: Args, kwargs: Kwargs) -> VariableTracker:
+    """``sorted(items, key=..., reverse=...)`` over trackers: the comparisons
+    Python would make, made now (stable, as Python's sort)."""
+    if len(args) != 1 or set(kwargs) - {"key", "reverse"}:
+        raise Unsupported("sorted() with unexpected arguments")
+    items = iterate(tx, args[0])
+    keys = [key_of(tx, kwargs.get("key"), v) for v in items]
+    reverse = bool(kwargs["reverse"].as_python_constant()) if "reverse" in kwargs else False
+
+    def compare(i: int, j: int) -> int:
+        if less_than(tx, keys[i], keys[j]):
+            return -1
+        if less_than(tx, keys[j], keys[i]):
+            return 1
+        return 0
+
+    order = sorted(range(len(items)), key=functools.cmp_to_key(compare), reverse=reverse)
+    return ListVariable([items[i] for i in order])
+
+
+def builtin_any_all(tx: Tx, fn: Any, arg: VariableTracker) -> VariableTracker:
+    """``any``/``all``, stopping at the first item that decides, as Python does."""
+    decisive = fn is any
+    for item in iterate(tx, arg):
+        if item.truth(tx) == decisive:
+            return ConstantVariable(decisive)
+    return ConstantVariable(not decisive)
 
 
 def builtin_getattr(tx: Tx, args: Args) -> VariableTracker:
@@ -151,6 +212,13 @@ def has_attr(tx: Tx, obj: VariableTracker, name: str) -> bool:
         return hasattr(obj.example, name)
     if obj.is_python_constant():
         return hasattr(obj.as_python_constant(), name)
+    if isinstance(obj, NewObjectVariable):
+        known = obj.has_attr(tx, name)
+        if known is None:
+            raise Unsupported(f"hasattr() on {obj.describe()} would run its __getattr__")
+        return known
+    if isinstance(obj, (BaseListVariable, DictVariable, SetVariable)):
+        return hasattr(obj.python_type(), name)
     real = getattr(obj, "value", None)
     if real is not None and obj.source is not None:
         pending = tx.output.side_effects.pending_attr(obj, name)
@@ -227,6 +295,8 @@ class BuiltinVariable(VariableTracker):
             return tx.get_iter(args[0])
         if fn is next and 1 <= len(args) <= 2:
             it = args[0]
+            if isinstance(it, EndlessIteratorVariable):
+                return it.next_item(tx)
             if isinstance(it, ListIteratorVariable):
                 item = it.next_item(tx)
                 if item is None:
@@ -235,24 +305,29 @@ class BuiltinVariable(VariableTracker):
                     raise Unsupported("next() on an exhausted iterator (StopIteration)")
                 return item
         if fn in (any, all) and len(args) == 1:
-            items = iterate(tx, args[0])
-            truths = [v.truth(tx) for v in items]
-            return ConstantVariable(fn(truths))
+            return builtin_any_all(tx, fn, args[0])
         if fn is callable and len(args) == 1:
             v = args[0]
             if v.is_python_constant():
                 return fold(tx, callable, args)
-            return ConstantVariable(not isinstance(v, (TensorVariable, BaseListVariable, DictVariable)))
+            if isinstance(v, ObjectVariable):
+                return ConstantVariable(any("__call__" in k.__dict__ for k in v.python_type().__mro__))
+            return ConstantVariable(
+                not isinstance(v, (TensorVariable, BaseListVariable, DictVariable, SetVariable))
+            )
         if fn is sorted and all_const([*args, *kwargs.values()]):
             return fold(tx, sorted, args, kwargs)
+        if fn is sorted:
+            return builtin_sorted(tx, args, kwargs)
+        if fn is vars and len(args) == 1:
+            return args[0].var_getattr(tx, "__dict__")
         if fn in (round, divmod, pow, chr, ord, hash, repr, format, bin, hex, oct) and all_const(
             [*args, *kwargs.values()]
         ):
             return fold(tx, fn, args, kwargs)
         if getattr(fn, "__module__", None) == "math" and all_const(args):
             return fold(tx, fn, args, kwargs)
-        if fn in (list, tuple, dict, int, float, bool, str, complex, range, slice, enumerate, zip,
-                  reversed, type, frozenset, object):
+        if fn in BUILTIN_CONSTRUCTORS:
             return construct_builtin_type(tx, fn, args, kwargs)
         if fn is super:
             return make_super(tx, args)

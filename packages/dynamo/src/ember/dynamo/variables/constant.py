@@ -6,6 +6,8 @@ are constants too. Values read from the frame were guarded by the builder.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +42,20 @@ IMMUTABLE_TYPES: tuple[type, ...] = (
     torch.layout,
     torch.memory_format,
     types.CodeType,
+    # metadata objects folded from constants (inspect.signature, dataclasses.fields)
+    inspect.Signature,
+    inspect.Parameter,
+    dataclasses.Field,
+    type(dataclasses.MISSING),
 )
+
+
+def is_typing_value(value: Any) -> bool:
+    """A type annotation object (``typing.List[int]``, ``list[int]``,
+    ``Optional[T]``, a ``TypeVar``): immutable, used only as a marker."""
+    return type(value).__module__ == "typing" or isinstance(
+        value, (types.GenericAlias, types.UnionType)
+    )
 
 
 def is_constant_value(value: Any) -> bool:
@@ -68,10 +83,10 @@ class ConstantVariable(VariableTracker):
             attr = getattr(self.value, name)
         except AttributeError as e:
             raise Unsupported(f"{type(self.value).__name__} has no attribute `{name}`") from e
-        if callable(attr) and not is_constant_value(attr):
+        if callable(attr) and not is_constant_value(attr) and not isinstance(attr, type):
             return ConstantMethodVariable(self, name)
         if not is_constant_value(attr):
-            raise Unsupported(f"attribute `{name}` of {self.describe()} is not a constant")
+            return tx.wrap_constant(attr)
         return ConstantVariable(attr)
 
     def unpack(self, tx: Tx) -> list[VariableTracker]:

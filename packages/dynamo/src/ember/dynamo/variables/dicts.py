@@ -50,9 +50,11 @@ class DictVariable(VariableTracker):
         items: Mapping[Any, VariableTracker],
         source: Source | None = None,
         dict_type: type = dict,
+        box: Box[dict[Any, VariableTracker]] | None = None,
     ) -> None:
         super().__init__(source)
-        self.box: Box[dict[Any, VariableTracker]] = Box(dict(items))
+        #: the items; ``box`` shares another tracker's (an object's ``__dict__``)
+        self.box: Box[dict[Any, VariableTracker]] = Box(dict(items)) if box is None else box
         self.dict_type = dict_type
 
     @property
@@ -103,14 +105,14 @@ class DictVariable(VariableTracker):
     def getitem(self, tx: Tx, key: VariableTracker) -> VariableTracker:
         k = dict_key(key)
         if k not in self.items:
-            raise MissingKey(f"dict lookup of missing key {k!r} (KeyError)")
+            raise MissingKey(f"dict lookup of missing key {k!r} (KeyError)", k)
         return self.realize(tx, k)
 
     def reconstruct(self, cg: PyCodegen) -> None:
         if self.source is not None:
             cg.load_source(self.source)
             return
-        self.reconstruct_items(cg)
+        cg.reconstruct_once(self, lambda: self.reconstruct_items(cg))
 
     def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
         return BoundCallVariable(self, name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 from typing import TYPE_CHECKING, Any
@@ -243,12 +244,26 @@ class NestedFunctionVariable(BaseFunctionVariable):
         self._defaults = defaults
         self._kwdefaults = kwdefaults
         self.closure = closure
+        #: data attributes written while tracing (``fn.__name__ = ...``, ``functools.wraps``)
+        self.attrs: Box[dict[str, VariableTracker]] = Box({})
 
     def get_globals(self) -> dict[str, Any]:
         return self.f_globals
 
+    def fn_name(self) -> str:
+        name = self.attrs.value.get("__name__")
+        return str(name.as_python_constant()) if name is not None else self.code.co_name
+
+    def store_attr(self, tx: Tx, name: str, value: VariableTracker) -> None:
+        if name == "__code__" or name == "__closure__" or name == "__globals__":
+            raise Unsupported(f"assigning `{name}` of {self.describe()}")
+        tx.output.trail.set(self.attrs, {**self.attrs.value, name: value})
+
     def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
         # Made inside the traced region: nothing outside can have changed these.
+        written = self.attrs.value.get(name)
+        if written is not None:
+            return written
         if name == "__code__":
             return code_variable(self.code, None)
         if name == "__name__":
@@ -260,7 +275,10 @@ class NestedFunctionVariable(BaseFunctionVariable):
         return super().var_getattr(tx, name)
 
     def reconstruct(self, cg: PyCodegen) -> None:
-        """Re-create the function over the real cells of the frame."""
+        """Re-create the function over the real cells of the frame (once)."""
+        cg.reconstruct_once(self, lambda: self._build(cg))
+
+    def _build(self, cg: PyCodegen) -> None:
         if self._kwdefaults:
             raise Unsupported(f"rebuilding {self.describe()} with keyword-only defaults")
         for cell in self.closure:
@@ -280,6 +298,11 @@ class NestedFunctionVariable(BaseFunctionVariable):
             flags |= 0x08
         cg.load_const(self.code)
         cg.emit("MAKE_FUNCTION", flags)
+        for name, value in self.attrs.value.items():
+            cg.emit("COPY", 1)
+            value.reconstruct(cg)
+            cg.emit("SWAP", 2)
+            cg.store_attr(name)
 
     def defaults(self, tx: Tx) -> tuple[tuple[VariableTracker, ...], dict[str, VariableTracker]]:
         return self._defaults, self._kwdefaults
@@ -303,3 +326,53 @@ class UserMethodVariable(VariableTracker):
         self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
     ) -> VariableTracker:
         return self.fn.call_function(tx, [self.obj, *args], kwargs)
+
+
+class PartialVariable(VariableTracker):
+    """``functools.partial(fn, *args, **kwargs)``: calling it calls ``fn``
+    with the bound arguments first (and keywords merged, the call's winning)."""
+
+    def __init__(
+        self,
+        fn: VariableTracker,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+        source: Source | None = None,
+    ) -> None:
+        super().__init__(source)
+        self.fn = fn
+        self.args = tuple(args)
+        self.kwargs = dict(kwargs)
+
+    def describe(self) -> str:
+        return f"functools.partial of {self.fn.describe()}"
+
+    def python_type(self) -> type:
+        return functools.partial
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        return self.fn.call_function(tx, [*self.args, *args], {**self.kwargs, **kwargs})
+
+    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        if name == "func":
+            return self.fn
+        if name == "args":
+            return TupleVariable(list(self.args))
+        if name == "keywords":
+            return DictVariable(self.kwargs)
+        return super().var_getattr(tx, name)
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        if self.source is not None:
+            cg.load_source(self.source)
+            return
+        cg.push_null()
+        cg.load_const(functools.partial)
+        self.fn.reconstruct(cg)
+        for a in self.args:
+            a.reconstruct(cg)
+        for v in self.kwargs.values():
+            v.reconstruct(cg)
+        cg.call(1 + len(self.args) + len(self.kwargs), tuple(self.kwargs))

@@ -78,7 +78,7 @@ class BaseListVariable(VariableTracker):
         if self.source is not None:
             cg.load_source(self.source)
             return
-        self.reconstruct_items(cg)
+        cg.reconstruct_once(self, lambda: self.reconstruct_items(cg))
 
     def reconstruct_items(self, cg: PyCodegen) -> None:
         for item in self.items:
@@ -237,10 +237,14 @@ class ListVariable(BaseListVariable):
 class ListIteratorVariable(VariableTracker):
     """An iterator over a fixed list of items (loops are unrolled); its position is a box."""
 
-    def __init__(self, items: Sequence[VariableTracker]) -> None:
+    def __init__(
+        self, items: Sequence[VariableTracker], returned: VariableTracker | None = None
+    ) -> None:
         super().__init__(None)
         self.items = tuple(items)
         self.position: Box[int] = Box(0)
+        #: what the generator that made these items returned (``yield from``'s value)
+        self.returned = returned
 
     def describe(self) -> str:
         return "iterator"

@@ -8,23 +8,30 @@ become ``get_attr`` nodes; the module's identity is guarded.
 
 from __future__ import annotations
 
+import inspect
+import keyword
 import types
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import nn
 from torch.nn.modules import module as module_globals
 
 from ember.ir import Attr, Item, Source
 
 from ..errors import Unsupported
+from ..rebuild import rebuild_module
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .functions import UserFunctionVariable
-from .lists import TupleVariable
-from .objects import class_attribute
+from .lists import ListIteratorVariable, TupleVariable
+from .objects import class_attribute, is_data_descriptor
 
 if TYPE_CHECKING:
+    from ..codegen import PyCodegen
     from ..translator_core import TranslatorCore as Tx
+
+MISSING: Any = object()
 
 CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)
 
@@ -67,12 +74,16 @@ class NNModuleVariable(VariableTracker):
             return len(self.value) > 0
         return True
 
-    def child_source(self, name: str | int) -> Source | None:
+    def child_source(self, name: str | int, table: str = "_modules") -> Source | None:
+        """The source of ``name`` (an attribute, or an item of a container or of
+        the module's ``table``: ``_modules["0"]`` where ``name`` is no identifier)."""
         if self.source is None:
             return None
-        if isinstance(name, int):
+        if isinstance(name, int) or isinstance(self.value, (nn.ModuleDict, nn.ParameterDict)):
             return Item(self.source, name)
-        return Attr(self.source, name)
+        if name.isidentifier() and not keyword.iskeyword(name):
+            return Attr(self.source, name)
+        return Item(Attr(self.source, table), name)
 
     def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
         pending = tx.output.side_effects.pending_attr(self, name)
@@ -80,27 +91,39 @@ class NNModuleVariable(VariableTracker):
             return pending
         m = self.value
         d = m.__dict__
+        # Python's order: a data descriptor of the class (a property), the
+        # instance dict, other class attributes (methods, constants), and only
+        # then nn.Module.__getattr__'s parameters, buffers and submodules
+        # (so a method named like a submodule wins, as in eager).
+        static = inspect.getattr_static(type(m), name, MISSING)
+        if static is not MISSING and is_data_descriptor(static):
+            return self.class_attr(tx, name)
+        if name in d:
+            return tx.wrap(d[name], self.child_source(name))
+        if static is not MISSING:
+            return self.class_attr(tx, name)
         if name in d.get("_parameters", {}):
             p = d["_parameters"][name]
             if p is None:
                 return ConstantVariable(None)
-            return tx.output.register_attr_tensor(p, self.child_source(name))
+            return tx.output.register_attr_tensor(p, self.child_source(name, "_parameters"))
         if name in d.get("_buffers", {}):
             b = d["_buffers"][name]
             if b is None:
                 return ConstantVariable(None)
-            return tx.output.register_attr_tensor(b, self.child_source(name))
+            return tx.output.register_attr_tensor(b, self.child_source(name, "_buffers"))
         if name in d.get("_modules", {}):
             sub = d["_modules"][name]
             if sub is None:
                 return ConstantVariable(None)
             return tx.wrap(sub, self.child_source(name))
-        if name in d:
-            return tx.wrap(d[name], self.child_source(name))
-        found = class_attribute(tx, self, m, name)
-        if found is not None:
-            return found
         raise Unsupported(f"attribute `{name}` of {self.describe()} cannot be traced")
+
+    def class_attr(self, tx: Tx, name: str) -> VariableTracker:
+        found = class_attribute(tx, self, type(self.value), name)
+        if found is None:
+            raise Unsupported(f"attribute `{name}` of {self.describe()} cannot be traced")
+        return found
 
     def store_attr(self, tx: Tx, name: str, value: VariableTracker) -> None:
         if self.source is None:
@@ -146,10 +169,12 @@ class NNModuleVariable(VariableTracker):
             if isinstance(key, int) and key < 0:
                 key += len(m)
             return tx.wrap(m[key], self.child_source(key))
+        # generators in eager (`next(m.parameters())`); a container's views are tuples
+        iterator = ListIteratorVariable if name.startswith(("named_", "children", "modules", "parameters", "buffers")) else TupleVariable
         if name in ("children", "values") and not args:
-            return TupleVariable([v for _, v in self.items(tx)])
+            return iterator([v for _, v in self.items(tx)])
         if name in ("named_children", "items") and not args:
-            return TupleVariable(
+            return iterator(
                 [TupleVariable([ConstantVariable(k), v]) for k, v in self.items(tx)]
             )
         if name == "keys" and not args:
@@ -160,11 +185,11 @@ class NNModuleVariable(VariableTracker):
                 var = tx.wrap(sub, self.dotted_source(dotted))
                 pairs.append((dotted, var))
             if name == "modules":
-                return TupleVariable([v for _, v in pairs])
-            return TupleVariable([TupleVariable([ConstantVariable(k), v]) for k, v in pairs])
+                return iterator([v for _, v in pairs])
+            return iterator([TupleVariable([ConstantVariable(k), v]) for k, v in pairs])
         if name == "parameters" and not kwargs:
             named = list(m.named_parameters())
-            return TupleVariable([self._param(tx, n) for n, _ in named])
+            return iterator([self._param(tx, n) for n, _ in named])
         if name == "forward":
             return self.inline_forward(tx, args, kwargs)
         return super().call_method(tx, name, args, kwargs)
@@ -206,3 +231,55 @@ class NNModuleVariable(VariableTracker):
         src = Attr(Attr(self.source, "__class__"), "forward") if self.source else None
         return UserFunctionVariable(fwd, src).call_function(tx, [self, *args], kwargs)
 
+
+
+class NewModuleVariable(NNModuleVariable):
+    """A stateless ``torch.nn`` module made inside the frame (``nn.Softmax(dim=-1)(x)``,
+    ``loss_fct = CrossEntropyLoss()``). It is made for real once, at trace
+    time, from constant arguments, which are guarded where they came from; it
+    is not guarded itself (each call of the compiled code makes an equal
+    one), and is made again, the same way, if it leaves the frame."""
+
+    fresh = True
+
+    def __init__(self, value: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        super().__init__(value, None)
+        self.args = args
+        self.kwargs = kwargs
+
+    def describe(self) -> str:
+        return f"module `{type(self.value).__name__}` (made in the compiled region)"
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        def build() -> None:
+            cg.push_null()
+            cg.load_const(rebuild_module)
+            cg.load_const(type(self.value))
+            cg.load_const(self.args)
+            cg.load_const(self.kwargs)
+            cg.load_const(self.value.training)
+            cg.call(4)
+
+        cg.reconstruct_once(self, build)
+
+
+def construct_module(
+    tx: Tx, cls: type, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+) -> VariableTracker:
+    """``cls(*args, **kwargs)`` for an ``nn.Module`` class, inside the frame."""
+    if not cls.__module__.startswith("torch.nn."):
+        raise Unsupported(f"creating a `{cls.__name__}` module inside a compiled region")
+    if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+        raise Unsupported(f"creating a `{cls.__name__}` module from non-constant arguments")
+    cargs = tuple(a.as_python_constant() for a in args)
+    ckwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
+    with torch.random.fork_rng(devices=[]):  # parameter init must not move the user's RNG
+        try:
+            module = cls(*cargs, **ckwargs)
+        except Exception as e:
+            raise Unsupported(f"{cls.__name__}(...) raised {type(e).__name__}: {e}") from e
+    if next(module.parameters(), None) is not None or next(module.buffers(), None) is not None:
+        raise Unsupported(
+            f"creating a `{cls.__name__}` module with parameters or buffers inside a compiled region"
+        )
+    return NewModuleVariable(module, cargs, ckwargs)

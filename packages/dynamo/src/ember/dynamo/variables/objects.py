@@ -1,73 +1,79 @@
-"""User-defined objects, classes and Python modules (``math``, ``torch.nn``).
+"""Instances of Python classes: objects that exist outside the frame
+(:class:`UserObjectVariable`) and objects created while tracing
+(:class:`NewObjectVariable`: a ``ModelOutput``, a ``DynamicCache``, a
+dataclass, any instance whose class Python code defines).
 
-Attribute reads look at the real object (statically, without running
-``__getattr__``/descriptors we do not understand) and wrap what they find
-with a source, so the builder guards exactly what was read. Attribute writes
-are recorded as side effects and replayed after the graph runs. Calling a
-class constructs a builtin type (``list(...)``, ``zip(...)``...): the
-constructors are here, beside :class:`ClassVariable`.
+Both follow Python's own protocol (:class:`ObjectVariable`): attribute reads
+look at data descriptors of the class, then the instance, then the class,
+then ``__getattr__``; a Python ``__getattribute__``/``__setattr__``/dunder
+method (``__getitem__``, ``__add__``, ``__iter__``, ``__call__``...) is
+inlined like any method; the methods of the builtin bases ember models
+(``object``, ``dict``, ``OrderedDict``) are :class:`BaseMethodVariable`\\ s.
+An existing object's attribute writes are side effects replayed after the
+graph; a new object's attributes and dict items are boxes written through
+the trail, and the object is rebuilt (``rebuild.rebuild_object``) where it
+leaves the frame.
 """
 
 from __future__ import annotations
 
+import collections
 import inspect
 import types
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from ember.ir import Attr, Item, Source
 
-from ..errors import Unsupported
+from ..errors import Unsupported, UserRaised
+from ..mutable import Box
+from ..rebuild import rebuild_object
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .dicts import DictVariable
 from .functions import UserFunctionVariable, UserMethodVariable
-from .lazy import LazyVariable
-from .lists import ListIteratorVariable, ListVariable, TupleVariable
-from .operators import Args, Kwargs, all_const, fold, iterate
-from .tensor import TensorVariable
+from .lists import TupleVariable
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
     from ..translator_core import TranslatorCore as Tx
 
+MISSING: Any = object()
+
+#: the builtin bases whose storage is modelled: a user class may derive from
+#: ``object`` and at most one of these
+DICT_BASES: tuple[type, ...] = (dict, collections.OrderedDict)
+MODELLED_BASES: tuple[type, ...] = (object, *DICT_BASES)
 
 #: ``object.__class__`` (a class overriding it, e.g. a mock, is not read this way)
 OBJECT_CLASS_SLOT = object.__dict__["__class__"]
 
+#: dict methods that only read, usable on an existing dict subclass instance
+DICT_READS = frozenset(
+    {"keys", "values", "items", "get", "__getitem__", "__contains__", "__len__", "__iter__"}
+)
 
-def class_attribute(tx: Tx, obj: VariableTracker, value: Any, name: str) -> VariableTracker | None:
-    """Look ``name`` up on ``type(value)`` (methods, properties, class constants)."""
-    cls = type(value)
-    cls_src = Attr(obj.source, "__class__") if obj.source is not None else None
-    if name == "__class__" and inspect.getattr_static(cls, "__class__") is OBJECT_CLASS_SLOT:
-        # the real object's class; with a source it gets its own ID guard
-        return tx.wrap(cls, cls_src)
+
+def static_lookup(cls: type, name: str) -> Any:
+    """``name`` as the class's MRO holds it, descriptors not invoked (or ``MISSING``)."""
     try:
-        static = inspect.getattr_static(cls, name)
+        return inspect.getattr_static(cls, name)
     except AttributeError:
-        return None
-    if isinstance(static, staticmethod):
-        return tx.wrap(static.__func__, Attr(cls_src, name) if cls_src else None)
-    if isinstance(static, classmethod):
-        fn = static.__func__
-        if isinstance(fn, types.FunctionType):
-            return UserMethodVariable(UserFunctionVariable(fn), ClassVariable(cls, cls_src))
-        return None
-    if isinstance(static, property):
-        if isinstance(static.fget, types.FunctionType):
-            return UserFunctionVariable(static.fget).call_function(tx, [obj], {})
-        return None
-    if isinstance(static, types.FunctionType):
-        if is_torch_internal_method(static):
-            return None
-        return UserMethodVariable(
-            UserFunctionVariable(static, Attr(cls_src, name) if cls_src else None), obj
-        )
-    if hasattr(static, "__get__") and not isinstance(static, (int, float, str, bool, type(None))):
-        return None
-    return tx.wrap(getattr(value, name), Attr(obj.source, name) if obj.source else None)
+        return MISSING
+
+
+def is_data_descriptor(attr: Any) -> bool:
+    """A class attribute that takes precedence over the instance dict (a property, a slot)."""
+    kind = type(attr)
+    return hasattr(kind, "__set__") or hasattr(kind, "__delete__")
+
+
+def base_method_owner(attr: Any) -> type | None:
+    """The builtin base (``object``, ``dict``, ``OrderedDict``) a C-level method belongs to."""
+    if isinstance(attr, (types.WrapperDescriptorType, types.MethodDescriptorType)):
+        owner = attr.__objclass__
+        if owner in MODELLED_BASES:
+            return owner
+    return None
 
 
 def is_torch_internal_method(fn: types.FunctionType) -> bool:
@@ -79,277 +85,441 @@ def is_torch_internal_method(fn: types.FunctionType) -> bool:
     return not (mod.startswith("torch.nn.modules.") and mod != "torch.nn.modules.module")
 
 
-class UserObjectVariable(VariableTracker):
+def class_attribute(tx: Tx, obj: VariableTracker, cls: type, name: str) -> VariableTracker | None:
+    """``name`` looked up on ``cls`` for the instance ``obj`` (methods bound to
+    it, properties run, classmethods bound to the class, class constants)."""
+    cls_src = Attr(obj.source, "__class__") if obj.source is not None else None
+    if name == "__class__" and static_lookup(cls, "__class__") is OBJECT_CLASS_SLOT:
+        # the real object's class; with a source it gets its own ID guard
+        return tx.wrap(cls, cls_src)
+    static = static_lookup(cls, name)
+    if static is MISSING:
+        return None
+    if isinstance(static, staticmethod):
+        return tx.wrap(static.__func__, Attr(cls_src, name) if cls_src else None)
+    if isinstance(static, classmethod):
+        fn = static.__func__
+        if isinstance(fn, types.FunctionType):
+            return UserMethodVariable(UserFunctionVariable(fn), tx.wrap(cls, cls_src))
+        return None
+    if isinstance(static, property):
+        if isinstance(static.fget, types.FunctionType):
+            return UserFunctionVariable(static.fget).call_function(tx, [obj], {})
+        return None
+    if isinstance(static, types.FunctionType):
+        if is_torch_internal_method(static):
+            return None
+        return UserMethodVariable(
+            UserFunctionVariable(static, Attr(cls_src, name) if cls_src else None), obj
+        )
+    owner = base_method_owner(static)
+    if owner is not None:
+        return BaseMethodVariable(owner, name, obj)
+    if hasattr(static, "__get__") and not isinstance(static, (int, float, str, bool, type(None))):
+        return None
+    return tx.wrap(getattr(cls, name), Attr(obj.source, name) if obj.source else None)
+
+
+class BaseMethodVariable(VariableTracker):
+    """A method of a builtin base (``object.__setattr__``, ``dict.keys``,
+    ``OrderedDict.__setitem__``) bound to an object tracker, or read from the
+    class (``obj`` None: the first argument is the instance)."""
+
+    def __init__(self, owner: type, name: str, obj: VariableTracker | None) -> None:
+        super().__init__(None)
+        self.owner = owner
+        self.name = name
+        self.obj = obj
+
+    def describe(self) -> str:
+        return f"`{self.owner.__name__}.{self.name}`"
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        obj = self.obj
+        if obj is None:
+            if not args:
+                raise Unsupported(f"{self.describe()} called without an instance")
+            obj, *args = args
+        if isinstance(obj, ObjectVariable):
+            return obj.base_method(tx, self.owner, self.name, args, kwargs)
+        if self.name == "__getattribute__" and len(args) == 1:
+            return obj.var_getattr(tx, args[0].as_python_constant())
+        if self.name == "__setattr__" and len(args) == 2:
+            tx.store_attr(obj, args[0].as_python_constant(), args[1])
+            return ConstantVariable(None)
+        if self.owner is dict or self.owner is collections.OrderedDict:
+            return obj.call_method(tx, self.name, args, kwargs)
+        raise Unsupported(f"{self.describe()} on {obj.describe()} cannot be traced")
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        if self.obj is None:
+            cg.load_const(getattr(self.owner, self.name))
+            return
+        self.obj.reconstruct(cg)
+        cg.load_attr(self.name)
+
+
+class ObjectVariable(VariableTracker):
+    """An instance of a user class; subclasses say where its state lives."""
+
+    cls: type
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def describe(self) -> str:
+        return f"`{self.cls.__name__}` object"
+
+    # --- where the state lives (subclasses) ------------------------------------
+    def instance_attr(self, tx: Tx, name: str) -> VariableTracker | None:
+        raise NotImplementedError
+
+    def set_instance_attr(self, tx: Tx, name: str, value: VariableTracker) -> None:
+        raise NotImplementedError
+
+    def base_method(
+        self, tx: Tx, owner: type, name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        if name == "__getattribute__" and len(args) == 1 and not kwargs:
+            return self.generic_getattr(tx, args[0].as_python_constant())
+        if name == "__setattr__" and len(args) == 2 and not kwargs:
+            self.generic_setattr(tx, args[0].as_python_constant(), args[1])
+            return ConstantVariable(None)
+        if name == "__init__" and owner is object:
+            return ConstantVariable(None)
+        if name in ("__eq__", "__ne__") and owner is object and len(args) == 1:
+            same = args[0] is self
+            return ConstantVariable(same if name == "__eq__" else not same)
+        raise Unsupported(f"`{owner.__name__}.{name}` on {self.describe()} cannot be traced")
+
+    # --- Python's protocol ----------------------------------------------------------
+    def call_dunder(
+        self, tx: Tx, name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker] | None = None
+    ) -> Any:
+        """``type(self).<name>(self, *args)``: a Python method inlined, a base
+        method modelled; ``MISSING`` when the class has neither."""
+        attr = static_lookup(self.cls, name)
+        if isinstance(attr, types.FunctionType):
+            return UserFunctionVariable(attr).call_function(tx, [self, *args], kwargs or {})
+        if attr is MISSING:
+            return MISSING
+        owner = base_method_owner(attr)
+        if owner is object:
+            return MISSING  # object's default behaviour
+        if owner is not None:
+            return self.base_method(tx, owner, name, args, kwargs or {})
+        raise Unsupported(f"`{name}` of {self.describe()} is not Python code ember can trace")
+
+    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        hook = static_lookup(self.cls, "__getattribute__")
+        if base_method_owner(hook) is not None:  # object's (dict's is the same)
+            return self.generic_getattr(tx, name)
+        if isinstance(hook, types.FunctionType):
+            return UserFunctionVariable(hook).call_function(tx, [self, ConstantVariable(name)], {})
+        raise Unsupported(f"attribute `{name}` of {self.describe()}: a C-level __getattribute__")
+
+    def generic_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        """``object.__getattribute__``, then the class's ``__getattr__``."""
+        static = static_lookup(self.cls, name)
+        if name == "__dict__":
+            found = self.instance_attr(tx, name)
+            if found is None:
+                raise Unsupported(f"{self.describe()} has no `__dict__` (AttributeError)")
+            return found
+        if static is not MISSING and is_data_descriptor(static) and not isinstance(
+            static, types.MemberDescriptorType
+        ):
+            found = class_attribute(tx, self, self.cls, name)
+            if found is None:
+                raise Unsupported(f"attribute `{name}` of {self.describe()} cannot be traced")
+            return found
+        found = self.instance_attr(tx, name)
+        if found is not None:
+            return found
+        if static is not MISSING and not isinstance(static, types.MemberDescriptorType):
+            found = class_attribute(tx, self, self.cls, name)
+            if found is None:
+                raise Unsupported(f"attribute `{name}` of {self.describe()} cannot be traced")
+            return found
+        fallback = static_lookup(self.cls, "__getattr__")
+        if isinstance(fallback, types.FunctionType):
+            return UserFunctionVariable(fallback).call_function(tx, [self, ConstantVariable(name)], {})
+        raise Unsupported(f"{self.describe()} has no attribute `{name}` (AttributeError)")
+
+    def has_attr(self, tx: Tx, name: str) -> bool | None:
+        """``hasattr(self, name)`` where it is known without running code, else None."""
+        if base_method_owner(static_lookup(self.cls, "__getattribute__")) is None:
+            return None
+        if static_lookup(self.cls, name) is not MISSING:
+            return True
+        if self.instance_attr(tx, name) is not None:
+            return True
+        if static_lookup(self.cls, "__getattr__") is not MISSING:
+            return None
+        return False
+
+    def store_attr(self, tx: Tx, name: str, value: VariableTracker) -> None:
+        hook = static_lookup(self.cls, "__setattr__")
+        if base_method_owner(hook) is not None:  # object's (dict's is the same)
+            self.generic_setattr(tx, name, value)
+            return
+        if isinstance(hook, types.FunctionType):
+            UserFunctionVariable(hook).call_function(tx, [self, ConstantVariable(name), value], {})
+            return
+        raise Unsupported(f"attribute write `{name}` on {self.describe()}: a C-level __setattr__")
+
+    def generic_setattr(self, tx: Tx, name: str, value: VariableTracker) -> None:
+        static = static_lookup(self.cls, name)
+        if isinstance(static, property):
+            if not isinstance(static.fset, types.FunctionType):
+                raise Unsupported(f"property `{name}` of {self.describe()} has no setter (AttributeError)")
+            UserFunctionVariable(static.fset).call_function(tx, [self, value], {})
+            return
+        if static is not MISSING and is_data_descriptor(static) and not isinstance(
+            static, types.MemberDescriptorType
+        ):
+            raise Unsupported(f"attribute write `{name}` through a descriptor of {self.describe()}")
+        self.set_instance_attr(tx, name, value)
+
+    def truth(self, tx: Tx) -> bool:
+        result = self.call_dunder(tx, "__bool__", [])
+        if result is MISSING:
+            result = self.call_dunder(tx, "__len__", [])
+        if result is MISSING:
+            return True
+        return bool(result.truth(tx))
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        result = self.call_dunder(tx, "__call__", args, kwargs)
+        if result is MISSING:
+            raise Unsupported(f"{self.describe()} is not callable (TypeError)")
+        return result  # type: ignore[no-any-return]
+
+    def unpack(self, tx: Tx) -> list[VariableTracker]:
+        it = self.call_dunder(tx, "__iter__", [])
+        if it is not MISSING:
+            return it.unpack(tx)  # type: ignore[no-any-return]
+        if static_lookup(self.cls, "__getitem__") is not MISSING:
+            return self.sequence_items(tx)
+        raise Unsupported(f"{self.describe()} is not iterable (TypeError)")
+
+    def sequence_items(self, tx: Tx) -> list[VariableTracker]:
+        """Python's old iteration protocol: ``self[0]``, ``self[1]``, ... until
+        ``__getitem__`` raises ``IndexError`` (having changed nothing)."""
+        items: list[VariableTracker] = []
+        while len(items) <= tx.options.max_loop_unroll:
+            writes = tx.output.trail.writes
+            try:
+                items.append(self.getitem(tx, ConstantVariable(len(items))))
+            except UserRaised as e:
+                if issubclass(e.exc_type, (IndexError, StopIteration)) and tx.output.trail.writes == writes:
+                    return items
+                raise
+        raise Unsupported(f"iterating over {self.describe()}: more than max_loop_unroll items")
+
+    def getitem(self, tx: Tx, key: VariableTracker) -> VariableTracker:
+        result = self.call_dunder(tx, "__getitem__", [key])
+        if result is MISSING:
+            raise Unsupported(f"{self.describe()} is not subscriptable (TypeError)")
+        return result  # type: ignore[no-any-return]
+
+
+class UserObjectVariable(ObjectVariable):
     """An instance of a user class that exists outside the frame."""
 
     def __init__(self, value: Any, source: Source | None = None) -> None:
         super().__init__(source)
         self.value = value
+        self.cls = type(value)
 
-    def python_type(self) -> type:
-        return type(self.value)
-
-    def describe(self) -> str:
-        return f"`{type(self.value).__name__}` object"
-
-    def truth(self, tx: Tx) -> bool:
-        cls = type(self.value)
-        if getattr(cls, "__bool__", None) is None and getattr(cls, "__len__", None) is None:
-            return True
-        raise Unsupported(f"truth value of {self.describe()} uses a custom __bool__/__len__")
-
-    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+    def instance_attr(self, tx: Tx, name: str) -> VariableTracker | None:
         pending = tx.output.side_effects.pending_attr(self, name)
         if pending is not None:
             return pending
-        inst_dict = getattr(self.value, "__dict__", None)
+        try:
+            inst_dict = object.__getattribute__(self.value, "__dict__")
+        except AttributeError:
+            inst_dict = None
+        if name == "__dict__" and isinstance(inst_dict, dict):
+            return tx.wrap(inst_dict, Attr(self.source, name) if self.source else None)
         if isinstance(inst_dict, dict) and name in inst_dict:
             return tx.wrap(inst_dict[name], Attr(self.source, name) if self.source else None)
-        found = class_attribute(tx, self, self.value, name)
-        if found is not None:
-            return found
-        raise Unsupported(f"attribute `{name}` of {self.describe()} cannot be traced")
+        slot = static_lookup(self.cls, name)
+        if isinstance(slot, types.MemberDescriptorType):
+            try:
+                value = slot.__get__(self.value, self.cls)
+            except AttributeError:
+                return None
+            return tx.wrap(value, Attr(self.source, name) if self.source else None)
+        return None
 
-    def store_attr(self, tx: Tx, name: str, value: VariableTracker) -> None:
+    def set_instance_attr(self, tx: Tx, name: str, value: VariableTracker) -> None:
         if self.source is None:
-            raise Unsupported(f"attribute write on {self.describe()} created while tracing")
+            raise Unsupported(f"attribute write on {self.describe()} reached without a source")
         tx.output.side_effects.store_attr(self, name, value)
 
-
-class ClassVariable(VariableTracker):
-    """A Python class used as a value (``isinstance`` targets, ``torch.Tensor``)."""
-
-    def __init__(self, value: type, source: Source | None = None) -> None:
-        super().__init__(source)
-        self.value = value
-
-    def python_type(self) -> type:
-        return type(self.value)
-
-    def describe(self) -> str:
-        return f"class `{self.value.__name__}`"
-
-    def as_python_constant(self) -> Any:
-        return self.value
-
-    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
-        try:
-            static = inspect.getattr_static(self.value, name)
-        except AttributeError as e:
-            raise Unsupported(f"class `{self.value.__name__}` has no attribute `{name}`") from e
-        if isinstance(static, (staticmethod, classmethod)):
-            return tx.wrap(getattr(self.value, name), None)
-        return tx.wrap(getattr(self.value, name), Attr(self.source, name) if self.source else None)
-
-    def call_function(
-        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    def base_method(
+        self, tx: Tx, owner: type, name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
     ) -> VariableTracker:
-        return construct_builtin_type(tx, self.value, args, kwargs)
+        if owner in DICT_BASES and name in DICT_READS and not kwargs:
+            return self.dict_read(tx, name, args)
+        return super().base_method(tx, owner, name, args, kwargs)
 
-    def reconstruct(self, cg: PyCodegen) -> None:
-        cg.load_const(self.value)
+    def dict_read(self, tx: Tx, name: str, args: list[VariableTracker]) -> VariableTracker:
+        """A read of a ``dict`` subclass instance's own items, under a guard on
+        its keys. Each value is read from a source that gives the same object:
+        the item (when ``__getitem__`` is dict's) or the attribute holding it
+        (``ModelOutput`` keeps every item as an attribute too)."""
+        real, src = self.value, self.source
+        if src is None or not all(type(k) in (str, int) for k in real):
+            raise Unsupported(f"`dict.{name}` of {self.describe()} cannot be traced")
+        tx.output.guards.add_dict_keys(src, dict(real))
 
+        def value_of(key: Any) -> VariableTracker:
+            value = dict.__getitem__(real, key)
+            if static_lookup(self.cls, "__getitem__") is dict.__getitem__:
+                return tx.wrap(value, Item(src, key))
+            if isinstance(key, str) and getattr(real, "__dict__", {}).get(key, MISSING) is value:
+                return tx.wrap(value, Attr(src, key))
+            raise Unsupported(f"item {key!r} of {self.describe()} has no source to guard it by")
 
-class PythonModuleVariable(VariableTracker):
-    """A Python module object (``math``, ``operator``, a user helper module)."""
-
-    def __init__(self, value: types.ModuleType, source: Source | None = None) -> None:
-        super().__init__(source)
-        self.value = value
-
-    def python_type(self) -> type:
-        return types.ModuleType
-
-    def describe(self) -> str:
-        return f"module `{self.value.__name__}`"
-
-    def as_python_constant(self) -> Any:
-        return self.value
-
-    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
-        try:
-            attr = getattr(self.value, name)
-        except AttributeError as e:
-            raise Unsupported(f"module `{self.value.__name__}` has no attribute `{name}`") from e
-        src = Attr(self.source, name) if self.source is not None else None
-        if self.value.__name__.split(".")[0] == "torch" and not isinstance(attr, torch.Tensor):
-            # torch's own namespaces are trusted not to be monkey-patched
-            # between calls: no guard per function read (as TorchDynamo).
-            src = None
-        return tx.wrap(attr, src)
-
-    def reconstruct(self, cg: PyCodegen) -> None:
-        cg.load_const(self.value)
-
-
-class SuperVariable(VariableTracker):
-    """``super()`` / ``super(Cls, obj)`` inside a method: attribute lookups
-    start after ``cls`` in ``type(obj)``'s MRO; methods found bind ``obj``."""
-
-    def __init__(self, cls: type, obj: VariableTracker) -> None:
-        super().__init__(None)
-        self.cls = cls
-        self.obj = obj
-
-    def describe(self) -> str:
-        return f"super({self.cls.__name__})"
-
-    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
-        real = getattr(self.obj, "value", None)
-        if real is None:
-            raise Unsupported(f"super() over {self.obj.describe()}")
-        mro = type(real).__mro__
-        try:
-            start = mro.index(self.cls) + 1
-        except ValueError as e:
-            raise Unsupported(f"super(): {self.cls.__name__} is not in the MRO") from e
-        for klass in mro[start:]:
-            if klass is dict and name in DictBaseMethodVariable.METHODS:
-                return DictBaseMethodVariable(self.obj, name)
-            if name in klass.__dict__:
-                found = klass.__dict__[name]
-                if isinstance(found, types.FunctionType) and not is_torch_internal_method(found):
-                    return UserMethodVariable(UserFunctionVariable(found), self.obj)
-                if isinstance(found, staticmethod):
-                    return tx.wrap(found.__func__, None)
-                if isinstance(found, (int, float, str, bool, type(None))):
-                    return tx.wrap(found, None)
-                break
-        raise Unsupported(f"attribute `{name}` of {self.describe()} cannot be traced")
-
-
-class DictBaseMethodVariable(VariableTracker):
-    """``super().get(key)`` (and ``__getitem__``, ``__contains__``) on an
-    instance of a ``dict`` subclass: ``dict``'s own lookup, read from the real
-    object under a guard on its keys. Only for subclasses that keep ``dict``'s
-    ``keys`` and ``__getitem__``, which the guards themselves use."""
-
-    METHODS = frozenset({"get", "__getitem__", "__contains__"})
-
-    def __init__(self, obj: VariableTracker, name: str) -> None:
-        super().__init__(None)
-        self.obj = obj
-        self.name = name
-
-    def describe(self) -> str:
-        return f"dict.{self.name} of {self.obj.describe()}"
-
-    def call_function(
-        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
-    ) -> VariableTracker:
-        real = getattr(self.obj, "value", None)
-        src = self.obj.source
-        cls = type(real)
-        if (
-            not isinstance(real, dict)
-            or src is None
-            or kwargs
-            or not 1 <= len(args) <= (2 if self.name == "get" else 1)
-            or inspect.getattr_static(cls, "keys") is not dict.keys
-            or inspect.getattr_static(cls, "__getitem__") is not dict.__getitem__
-            or not all(type(k) in (str, int) for k in real)
-        ):
-            raise Unsupported(f"calling {self.describe()} cannot be traced")
-        key = args[0].as_python_constant()
-        if type(key) not in (str, int):
-            raise Unsupported(f"calling {self.describe()} with a non-str/int key")
-        tx.output.guards.add_dict_keys(src, real)
-        present = dict.__contains__(real, key)
-        if self.name == "__contains__":
-            return ConstantVariable(present)
-        if present:
-            return tx.wrap(dict.__getitem__(real, key), Item(src, key))
-        if self.name == "get":
+        keys = list(dict.keys(real))
+        if name in ("keys", "__iter__"):
+            return TupleVariable([ConstantVariable(k) for k in keys])
+        if name == "__len__":
+            return ConstantVariable(len(keys))
+        if name == "values":
+            return TupleVariable([value_of(k) for k in keys])
+        if name == "items":
+            return TupleVariable([TupleVariable([ConstantVariable(k), value_of(k)]) for k in keys])
+        key = args[0].as_python_constant() if args else None
+        if name == "__contains__":
+            return ConstantVariable(key in keys)
+        if key in keys:
+            return value_of(key)
+        if name == "get":
             return args[1] if len(args) > 1 else ConstantVariable(None)
         raise Unsupported(f"{self.describe()}: key {key!r} is missing (KeyError)")
 
 
-def make_super(tx: Tx, args: list[VariableTracker]) -> VariableTracker:
-    if len(args) == 2:
-        cls = args[0].as_python_constant()
-        return SuperVariable(cls, args[1])
-    if args:
-        raise Unsupported("super() with one argument")
-    cell = tx.cells.get("__class__")
-    code = tx.code
-    if cell is None or code.co_argcount == 0:
-        raise Unsupported("zero-argument super() outside a method")
-    cls_var = cell.get(tx)
-    first = code.co_varnames[0]
-    obj = tx.symbolic_locals.get(first)
-    if obj is None and first in tx.cells:
-        obj = tx.cells[first].get(tx)
-    if obj is None:
-        raise Unsupported("super(): the method's first argument is not available")
-    if isinstance(obj, LazyVariable):
-        obj = obj.realize(tx)
-        tx.symbolic_locals[first] = obj
-    return SuperVariable(cls_var.as_python_constant(), obj)
+class NewObjectVariable(ObjectVariable):
+    """An instance of a user class created while tracing. Its attributes (and,
+    for a ``dict`` subclass, its items) are boxes: every alias sees a write,
+    and a failed instruction's writes are undone. Nothing outside the frame
+    can hold it, so it needs no guard."""
 
+    fresh = True
 
-def class_text(tx: Tx, var: Any, fn: Any) -> VariableTracker:
-    """``str(cls)`` of a plain class: ``<class 'mod.Qual'>``.
-
-    The class is pinned by its ID guard, but ``__module__`` and
-    ``__qualname__`` are writable, so they are guarded by value too; a
-    metaclass with its own ``__repr__``/``__str__``, or a class reached
-    without a source, is a graph break."""
-    cls = var.value
-    meta: Any = type(cls)
-    plain: Any = (type.__repr__, object.__str__)
-    if var.source is None or meta.__repr__ is not plain[0] or meta.__str__ is not plain[1]:
-        raise Unsupported(f"`{fn.__name__}()` of {var.describe()} cannot be traced")
-    g = tx.output.guards
-    for attr in ("__module__", "__qualname__"):
-        value = getattr(cls, attr, None)
-        if not isinstance(value, str):
-            raise Unsupported(f"`{fn.__name__}()` of {var.describe()} cannot be traced")
-        g.add_constant(Attr(var.source, attr), value)
-    return ConstantVariable(fn(cls))
-
-
-def construct_builtin_type(tx: Tx, cls: Any, args: Args, kwargs: Kwargs) -> VariableTracker:
-    if cls in (list, tuple):
-        items = iterate(tx, args[0]) if args else []
-        return ListVariable(items) if cls is list else TupleVariable(items)
-    if cls is dict:
-        d = DictVariable({})
-        if args:
-            d.call_method(tx, "update", [args[0]], {})
-        if kwargs:
-            d.write(tx, {**d.items, **kwargs})
-        return d
-    if cls in (int, float, bool, str, complex) and args and isinstance(args[0], TensorVariable):
-        raise Unsupported(
-            f"`{cls.__name__}(tensor)` needs the tensor's data, which is only known at run time"
+    def __init__(self, cls: type, dict_base: type | None) -> None:
+        super().__init__(None)
+        self.cls = cls
+        self.attrs: Box[dict[str, VariableTracker]] = Box({})
+        self.dict_base = dict_base
+        #: the items of a dict subclass instance, as a dict tracker
+        self.items: DictVariable | None = (
+            DictVariable({}, dict_type=dict_base) if dict_base is not None else None
         )
-    if cls is bool and len(args) == 1 and not kwargs:
-        return ConstantVariable(args[0].truth(tx))
-    if cls is str and len(args) == 1 and not kwargs and isinstance(args[0], ClassVariable):
-        return class_text(tx, args[0], cls)
-    if cls in (int, float, bool, str, complex, range, slice, frozenset, torch.Size, torch.device,
-               torch.finfo, torch.iinfo) and all_const(
-        [*args, *kwargs.values()]
-    ):
-        return fold(tx, cls, args, kwargs)
-    if cls is enumerate:
-        start = args[1].as_python_constant() if len(args) > 1 else 0
-        start = kwargs["start"].as_python_constant() if "start" in kwargs else start
-        items = iterate(tx, args[0])
-        return ListIteratorVariable(
-            [TupleVariable([ConstantVariable(i + start), v]) for i, v in enumerate(items)]
-        )
-    if cls is zip:
-        lists = [iterate(tx, a) for a in args]
-        strict = bool(kwargs["strict"].as_python_constant()) if "strict" in kwargs else False
-        if strict and len({len(x) for x in lists}) > 1:
-            raise Unsupported("zip(strict=True) over iterables of different lengths")
-        return ListIteratorVariable([TupleVariable(list(t)) for t in zip(*lists)])
-    if cls is reversed:
-        return ListIteratorVariable(list(reversed(iterate(tx, args[0]))))
-    if cls is type and len(args) == 1:
-        return tx.wrap(args[0].python_type(), None)
-    if cls is object and not args:
-        raise Unsupported("creating `object()` inside a compiled region")
-    name = getattr(cls, "__name__", str(cls))
-    raise Unsupported(f"creating a `{name}` object cannot be traced")
+
+    def describe(self) -> str:
+        return f"`{self.cls.__name__}` object (made in the compiled region)"
+
+    def __repr__(self) -> str:
+        return f"<NewObject {self.cls.__name__}>"
+
+    def instance_attr(self, tx: Tx, name: str) -> VariableTracker | None:
+        found = self.attrs.value.get(name)
+        if found is not None:
+            return found
+        if name == "__dict__" and self.cls.__dictoffset__:
+            return DictVariable({}, box=self.attrs)
+        return None
+
+    def set_instance_attr(self, tx: Tx, name: str, value: VariableTracker) -> None:
+        if not self.cls.__dictoffset__ and not isinstance(
+            static_lookup(self.cls, name), types.MemberDescriptorType
+        ):
+            raise Unsupported(f"{self.describe()} has no attribute slot `{name}` (AttributeError)")
+        tx.output.trail.set(self.attrs, {**self.attrs.value, name: value})
+
+    def delete_attr(self, tx: Tx, name: str) -> None:
+        if name not in self.attrs.value:
+            raise Unsupported(f"`del` of missing attribute `{name}` of {self.describe()} (AttributeError)")
+        attrs = dict(self.attrs.value)
+        del attrs[name]
+        tx.output.trail.set(self.attrs, attrs)
+
+    def base_method(
+        self, tx: Tx, owner: type, name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        if name == "__delattr__" and owner is object and len(args) == 1:
+            self.delete_attr(tx, args[0].as_python_constant())
+            return ConstantVariable(None)
+        if owner in DICT_BASES and self.items is not None:
+            if name == "__init__":
+                return self.items.call_method(tx, "update", args, kwargs)
+            if name == "__iter__" and not args:
+                return tx.get_iter(self.items)
+            return self.items.call_method(tx, name, args, kwargs)
+        return super().base_method(tx, owner, name, args, kwargs)
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        cg.reconstruct_once(self, lambda: self._build(cg))
+
+    def _build(self, cg: PyCodegen) -> None:
+        cg.push_null()
+        cg.load_const(rebuild_object)
+        cg.load_const(self.cls)
+        cg.load_const(self.dict_base)
+        pairs = self.items.items if self.items is not None else {}
+        for key, value in pairs.items():
+            cg.load_const(key)
+            value.reconstruct(cg)
+            cg.build(tuple, 2)
+        cg.build(tuple, len(pairs))
+        attrs = self.attrs.value
+        for name, value in attrs.items():
+            cg.load_const(name)
+            value.reconstruct(cg)
+        cg.build(dict, len(attrs))
+        cg.call(4)
+
+
+class ExceptionVariable(VariableTracker):
+    """An exception object made while tracing (``IndexError("...")``): raising
+    it is :class:`UserRaised`."""
+
+    fresh = True
+
+    def __init__(self, cls: type[BaseException], args: list[VariableTracker]) -> None:
+        super().__init__(None)
+        self.cls = cls
+        self.args = tuple(args)
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def describe(self) -> str:
+        return f"`{self.cls.__name__}` exception"
+
+    def message(self) -> str:
+        texts = [repr(a.as_python_constant()) if a.is_python_constant() else a.describe() for a in self.args]
+        return f"{self.cls.__name__}({', '.join(texts)})"
+
+    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        if name == "args":
+            return TupleVariable(list(self.args))
+        return super().var_getattr(tx, name)
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        def build() -> None:
+            cg.push_null()
+            cg.load_const(self.cls)
+            for a in self.args:
+                a.reconstruct(cg)
+            cg.call(len(self.args))
+
+        cg.reconstruct_once(self, build)

@@ -15,6 +15,8 @@ from ..errors import Unsupported
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .lists import BaseListVariable, ListVariable
+from .objects import MISSING, ObjectVariable
+from .sets import SetVariable
 from .tensor import TensorVariable
 
 if TYPE_CHECKING:
@@ -73,6 +75,20 @@ INPLACE_TO_OUT = {
 
 def apply_operator(tx: Tx, fn: Any, args: Args) -> VariableTracker:
     """``a + b``, ``a < b``, ``-a``... for any trackers."""
+    sequence = sequence_operator(tx, fn, args)
+    if sequence is not None:
+        return sequence
+    if args and isinstance(args[0], SetVariable) and len(args) == 2:
+        result = args[0].binary(tx, fn, args[1])
+        if result is not None:
+            return result
+    if any(isinstance(a, ObjectVariable) for a in args):
+        found = user_operator(tx, fn, args)
+        if found is not None:
+            return found
+    if fn in INPLACE_TO_OUT and not isinstance(args[0], TensorVariable):
+        # a number or a tuple has no in-place operator: `n += t` is `n = n + t`
+        fn = INPLACE_TO_OUT[fn]
     if has_tensor(args):
         if fn in (operator.not_, operator.truth):
             raise Unsupported(
@@ -81,21 +97,9 @@ def apply_operator(tx: Tx, fn: Any, args: Args) -> VariableTracker:
         return tx.output.create_op("call_function", fn, args, {})
     if all_const(args):
         return fold(tx, fn, args)
-    if fn in INPLACE_TO_OUT and isinstance(args[0], ListVariable) and fn is operator.iadd:
-        args[0].call_method(tx, "extend", [args[1]], {})
-        return args[0]
     base = INPLACE_TO_OUT.get(fn, fn)
     if len(args) == 2:
         a, b = args
-        if (
-            base is operator.add
-            and isinstance(a, BaseListVariable)
-            and isinstance(b, BaseListVariable)
-            and a.kind is b.kind
-        ):
-            return a.new([*a.items, *b.items])
-        if base is operator.mul and isinstance(a, BaseListVariable) and b.is_python_constant():
-            return a.new(a.items * b.as_python_constant())
         if base in (operator.eq, operator.ne):
             same = same_value(a, b)
             if same is not None:
@@ -108,6 +112,85 @@ def apply_operator(tx: Tx, fn: Any, args: Args) -> VariableTracker:
     raise Unsupported(f"operator `{getattr(fn, '__name__', fn)}` on {names}")
 
 
+#: operator -> (method, reflected method) Python tries on user objects
+DUNDERS: dict[Any, tuple[str, str | None]] = {
+    operator.add: ("__add__", "__radd__"), operator.sub: ("__sub__", "__rsub__"),
+    operator.mul: ("__mul__", "__rmul__"), operator.truediv: ("__truediv__", "__rtruediv__"),
+    operator.floordiv: ("__floordiv__", "__rfloordiv__"), operator.mod: ("__mod__", "__rmod__"),
+    operator.pow: ("__pow__", "__rpow__"), operator.matmul: ("__matmul__", "__rmatmul__"),
+    operator.and_: ("__and__", "__rand__"), operator.or_: ("__or__", "__ror__"),
+    operator.xor: ("__xor__", "__rxor__"), operator.lshift: ("__lshift__", "__rlshift__"),
+    operator.rshift: ("__rshift__", "__rrshift__"),
+    operator.lt: ("__lt__", "__gt__"), operator.le: ("__le__", "__ge__"),
+    operator.gt: ("__gt__", "__lt__"), operator.ge: ("__ge__", "__le__"),
+    operator.eq: ("__eq__", "__eq__"), operator.ne: ("__ne__", "__ne__"),
+    operator.neg: ("__neg__", None), operator.pos: ("__pos__", None),
+    operator.invert: ("__invert__", None), operator.abs: ("__abs__", None),
+}
+
+
+def user_operator(tx: Tx, fn: Any, args: Args) -> VariableTracker | None:
+    """An operator on an instance of a user class: its Python dunder methods
+    (``__add__``, then the other operand's ``__radd__``; ``__iadd__`` first
+    for ``+=``); None when neither defines one (Python's defaults apply)."""
+    if fn in INPLACE_TO_OUT:
+        name = "__i" + DUNDERS[INPLACE_TO_OUT[fn]][0][2:]
+        if isinstance(args[0], ObjectVariable):
+            result = args[0].call_dunder(tx, name, [args[1]])
+            if result is not MISSING and not is_not_implemented(result):
+                return result  # type: ignore[no-any-return]
+        fn = INPLACE_TO_OUT[fn]
+    names = DUNDERS.get(fn)
+    if names is None:
+        return None
+    name, reflected = names
+    if len(args) == 1:
+        result = args[0].call_dunder(tx, name, []) if isinstance(args[0], ObjectVariable) else MISSING
+        return None if result is MISSING else result
+    a, b = args
+    attempts: list[tuple[VariableTracker, str, VariableTracker]] = []
+    if isinstance(a, ObjectVariable):
+        attempts.append((a, name, b))
+    if isinstance(b, ObjectVariable) and reflected is not None:
+        reflected_first = isinstance(a, ObjectVariable) and b.cls is not a.cls and issubclass(b.cls, a.cls)
+        attempts.insert(0 if reflected_first else len(attempts), (b, reflected, a))
+    for obj, method, other in attempts:
+        result = obj.call_dunder(tx, method, [other])  # type: ignore[attr-defined]
+        if result is not MISSING and not is_not_implemented(result):
+            return result  # type: ignore[no-any-return]
+    if fn in (operator.eq, operator.ne):
+        same = a is b
+        return ConstantVariable(same if fn is operator.eq else not same)
+    raise Unsupported(
+        f"operator `{getattr(fn, '__name__', fn)}` on {a.describe()} and {b.describe()} (TypeError)"
+    )
+
+
+def is_not_implemented(v: VariableTracker) -> bool:
+    return v.is_python_constant() and v.as_python_constant() is NotImplemented
+
+
+def sequence_operator(tx: Tx, fn: Any, args: Args) -> VariableTracker | None:
+    """List and tuple arithmetic (``a + b``, ``t += (x,)``, ``[x] * 3``), which
+    is Python work even when the items are tensors; None for other operands."""
+    if len(args) != 2:
+        return None
+    a, b = args
+    if fn is operator.mul and isinstance(b, BaseListVariable) and not isinstance(a, BaseListVariable):
+        a, b = b, a  # 3 * [x]
+    if not isinstance(a, BaseListVariable):
+        return None
+    if fn is operator.iadd and isinstance(a, ListVariable):
+        a.call_method(tx, "extend", [b], {})  # in place: every alias sees it
+        return a
+    base = INPLACE_TO_OUT.get(fn, fn)
+    if base is operator.add and isinstance(b, BaseListVariable) and a.kind is b.kind:
+        return a.new([*a.items, *b.items])
+    if base is operator.mul and b.is_python_constant() and isinstance(b.as_python_constant(), int):
+        return a.new(a.items * b.as_python_constant())
+    return None
+
+
 def same_value(a: VariableTracker, b: VariableTracker) -> bool | None:
     """``a == b`` as ``in`` computes it (identity first), or None if unknown."""
     if a is b:
@@ -116,8 +199,12 @@ def same_value(a: VariableTracker, b: VariableTracker) -> bool | None:
         return bool(a.as_python_constant() == b.as_python_constant())
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
         return None
-    ra, rb = getattr(a, "value", None), getattr(b, "value", None)
     default_eq: Any = object.__eq__
+    if (a.fresh or b.fresh) and all(
+        getattr(v.python_type(), "__eq__", default_eq) is default_eq for v in (a, b) if v.fresh
+    ):
+        return False  # an object made while tracing equals only itself
+    ra, rb = getattr(a, "value", None), getattr(b, "value", None)
     if ra is not None and rb is not None and type(ra).__eq__ is default_eq:
         return ra is rb
     return None
@@ -125,3 +212,22 @@ def same_value(a: VariableTracker, b: VariableTracker) -> bool | None:
 
 def iterate(tx: Tx, obj: VariableTracker) -> list[VariableTracker]:
     return obj.unpack(tx)
+
+
+def less_than(tx: Tx, a: VariableTracker, b: VariableTracker) -> bool:
+    """``a < b`` as ``sorted``/``min``/``max`` evaluate it; sequences compare
+    item by item (equal items skipped), as Python's tuples and lists do."""
+    if a.is_python_constant() and b.is_python_constant():
+        try:
+            return bool(a.as_python_constant() < b.as_python_constant())
+        except TypeError as e:
+            raise Unsupported(f"`<` between {a.describe()} and {b.describe()} (TypeError)") from e
+    if isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable):
+        for x, y in zip(a.items, b.items, strict=False):
+            same = same_value(x, y)
+            if same is None:
+                raise Unsupported(f"comparing {x.describe()} with {y.describe()}")
+            if not same:
+                return less_than(tx, x, y)
+        return len(a.items) < len(b.items)
+    return apply_operator(tx, operator.lt, [a, b]).truth(tx)

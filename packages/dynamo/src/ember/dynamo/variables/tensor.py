@@ -77,6 +77,8 @@ class TensorVariable(VariableTracker):
         )
 
     def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        if name == "__class__":
+            return tx.wrap(self.cls, None)
         if name in META_ATTRS:
             value = getattr(self.example, name)
             if name == "shape":
@@ -91,6 +93,9 @@ class TensorVariable(VariableTracker):
         if callable(getattr(torch.Tensor, name, None)):
             return TensorMethodVariable(self, name)
         raise Unsupported(f"tensor attribute `{name}` cannot be traced")
+
+    def store_attr(self, tx: Tx, name: str, value: VariableTracker) -> None:
+        raise Unsupported(f"setting tensor attribute `{name}` inside a compiled region")
 
     def call_method(
         self,

@@ -56,6 +56,21 @@ FOLDABLE = {
 }
 
 
+def _annotate(args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    if len(args) != 2 or kwargs:
+        raise Unsupported("torch.jit.annotate takes (type, value)")
+    return args[1]
+
+
+#: torch functions that are Python bookkeeping, not tensor ops: what a call means.
+PYTHON_LEVEL: dict[Any, Any] = {
+    torch.jit.annotate: _annotate,
+    torch.jit.is_scripting: lambda args, kwargs: ConstantVariable(False),  # type: ignore[attr-defined]
+    torch.jit.is_tracing: lambda args, kwargs: ConstantVariable(False),  # type: ignore[attr-defined]
+    torch._C._get_tracing_state: lambda args, kwargs: ConstantVariable(None),
+}
+
+
 def fn_name(fn: Any) -> str:
     return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or fn)
 
@@ -81,6 +96,9 @@ class TorchFunctionVariable(VariableTracker):
         fn = self.value
         if getattr(fn, "__name__", "") in NOT_TRACEABLE:
             raise Unsupported(f"{self.describe()} changes global state and cannot be traced")
+        python_level = PYTHON_LEVEL.get(fn)
+        if python_level is not None:
+            return python_level(args, kwargs)  # type: ignore[no-any-return]
         if fn in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled, torch.inference_mode):
             return grad_mode_ctx(tx, fn, args, kwargs)
         if any(fn is a for a in AUTOCAST_CLASSES):
@@ -192,6 +210,10 @@ def grad_mode_ctx(
     return GradModeVariable(target)
 
 
+#: context objects whose ``with`` (and use as a decorator) is traced
+GRAD_MODE_OBJECTS: tuple[type, ...] = (torch.no_grad, torch.enable_grad)
+
+
 class GradModeVariable(VariableTracker):
     """``torch.no_grad()`` / ``enable_grad()`` / ``set_grad_enabled(b)``.
 
@@ -238,6 +260,9 @@ class GradModeVariable(VariableTracker):
     def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
         if name in ("__enter__", "__exit__"):
             return ContextMethodVariable(self, name)
+        if name == "clone" and self.target is not None:
+            # `torch.no_grad()` used as a decorator makes a fresh context per call
+            return TorchFunctionVariable(torch.enable_grad if self.target else torch.no_grad)
         return super().var_getattr(tx, name)
 
 
