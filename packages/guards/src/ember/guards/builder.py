@@ -417,13 +417,30 @@ def shape_expr_part(b: GuardBuilder, g: Guard) -> Part:
     if "math." in code:
         b.consts["math"] = __import__("math")
 
+    readable = _relation_text(relation, {s: bindings[s.name].expr() for s in free})
+    reason = g.payload.get("reason")
+
     def explain(values: Sequence[Any]) -> str:
-        bound = ", ".join(
-            f"{s.name} = {bindings[s.name].expr()} = {val}" for s, val in zip(free, values, strict=True)
-        )
-        return f"{text} was False with {bound}"
+        got = ", ".join(f"{bindings[s.name].expr()} was {val}" for s, val in zip(free, values, strict=True))
+        why = f" ({reason})" if isinstance(reason, str) and reason else ""
+        return f"{got}; the graph assumed {readable}{why}"
 
     return Part(g, reads, f"({code})", explain, 20)
+
+
+_REL_OPS = {"Equality": "==", "Unequality": "!=", "StrictLessThan": "<", "LessThan": "<=",
+            "StrictGreaterThan": ">", "GreaterThan": ">="}
+
+
+def _relation_text(relation: sympy.Basic, names: Mapping[sympy.Symbol, str]) -> str:
+    """``s0 >= 2`` as ``L['x'].size()[0] >= 2``: the relation with sources for symbols."""
+    def text(e: sympy.Basic) -> str:
+        return str(e.xreplace({s: sympy.Symbol(n) for s, n in names.items()}))
+
+    op = _REL_OPS.get(type(relation).__name__)
+    if op is not None:
+        return f"{text(relation.lhs)} {op} {text(relation.rhs)}"
+    return text(relation)
 
 
 def parts_for(builder: GuardBuilder, guards: Sequence[Guard]) -> list[Part]:

@@ -359,9 +359,13 @@ def dispatch_keys_text(t: torch.Tensor) -> str:
     return str(torch._C._dispatch_keys(t))
 
 
-def tensor_payload(t: torch.Tensor, dynamic_dims: Sequence[int] = ()) -> dict[str, JSON]:
-    """The TENSOR_MATCH payload for ``t``; dims in ``dynamic_dims`` get ``None`` size and stride."""
+def tensor_payload(
+    t: torch.Tensor, dynamic_dims: Sequence[int] = (), dynamic_strides: Sequence[int] | None = None
+) -> dict[str, JSON]:
+    """The TENSOR_MATCH payload for ``t``; dims in ``dynamic_dims`` get ``None`` size, dims in
+    ``dynamic_strides`` (default: ``dynamic_dims``) ``None`` stride."""
     dynamic = set(dynamic_dims)
+    dyn_strides = dynamic if dynamic_strides is None else set(dynamic_strides)
     return {
         "cls": qualname(type(t)),
         "cls_id": id(type(t)),
@@ -371,7 +375,7 @@ def tensor_payload(t: torch.Tensor, dynamic_dims: Sequence[int] = ()) -> dict[st
         "dispatch_keys": dispatch_keys_text(t),
         "ndim": t.dim(),
         "sizes": [None if d in dynamic else int(s) for d, s in enumerate(t.size())],
-        "strides": [None if d in dynamic else int(s) for d, s in enumerate(t.stride())],
+        "strides": [None if d in dyn_strides else int(s) for d, s in enumerate(t.stride())],
     }
 
 

@@ -1,0 +1,623 @@
+"""Symbolic sizes at run time: ember's SymNode and the shape environment behind it.
+
+Graph IR sizes may be sympy expressions over size symbols (``"2*s0"``). While
+a program is traced, such a size lives inside fake tensors as a
+``torch.SymInt`` whose node is a :class:`SymNode`: a sympy expression plus
+its *hint*, the value it has for the inputs being traced. torch calls the
+node's methods for arithmetic (``add``, ``mul``, ``int_floordiv``, ...) and
+whenever it needs a concrete answer (``guard_bool``, ``guard_int``,
+``guard_size_oblivious``, ...). Those answers come from the hint, and the
+:class:`ShapeEnv` records each relation it answered as a *guard*: the
+compiled program is valid exactly while the guards hold. Relations the
+environment can decide from the symbols' ranges alone (``s0 >= 1`` when
+``s0 >= 2``) are answered without a guard, so only the relations the program
+actually branched on are recorded.
+
+Every stage that makes or reads symbolic fake tensors uses these classes:
+ember.dynamo creates symbols for dynamic input dimensions, ember.aotgrad
+traces with them, ember.inductor reads ``node.expr``, and ember.ir rebuilds
+symbolic fake inputs from saved graphs. Which dimensions are dynamic, and
+where a symbol's value comes from, is the frontend's business (ember.dynamo).
+
+The nodes report ``shape_env = None`` to torch: torch then treats them as a
+foreign symbolic implementation (the path torch_xla uses) and asks the node
+itself for every decision instead of reaching into torch's own ShapeEnv.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+import sympy
+import torch
+
+from ember.ir.symbolic import is_relation, size_symbol
+
+Hint: TypeAlias = int | float | bool
+Expr: TypeAlias = sympy.Basic
+
+#: Smallest value a dynamic size symbol may take: 0 and 1 are specialized
+#: (a size-1 dimension broadcasts, a size-0 one is empty), as in torch.
+MIN_SIZE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeGuard:
+    """A relation the traced program relied on, and where it was decided."""
+
+    expr: Expr
+    where: str = ""
+
+
+@dataclass
+class ShapeEnv:
+    """Size symbols with their hints and ranges, and the relations guarded on them."""
+
+    hints: dict[sympy.Symbol, int] = field(default_factory=dict)
+    lower: dict[sympy.Symbol, int] = field(default_factory=dict)
+    guards: list[ShapeGuard] = field(default_factory=list)
+    #: Symbols a guard pinned to one value (``Eq(s2, 32)``): expressions made from
+    #: then on use the value, so the rest of the trace is static in that symbol.
+    replacements: dict[sympy.Symbol, sympy.Integer] = field(default_factory=dict)
+    #: Called when a guard is recorded; returns where (user file:line) it was decided.
+    site: Callable[[], str] | None = None
+    _known: dict[Expr, bool] = field(default_factory=dict)
+
+    # -- symbols -----------------------------------------------------------
+    def new_symbol(self, hint: int, *, lower: int = MIN_SIZE) -> sympy.Symbol:
+        """A fresh size symbol ``s<N>`` whose value is ``hint`` for the inputs traced now."""
+        sym = size_symbol(f"s{len(self.hints)}")
+        while sym in self.hints:
+            sym = size_symbol(f"s{len(self.hints) + 1}")
+        self.bind(sym, hint, lower=lower)
+        return sym
+
+    def bind(self, sym: sympy.Symbol, hint: int, *, lower: int = MIN_SIZE) -> None:
+        """Register an existing symbol (read from a graph file or another environment)."""
+        self.hints[sym] = int(hint)
+        self.lower[sym] = lower
+
+    def sym_int(self, expr: Expr | int) -> torch.SymInt | int:
+        """``expr`` as a value torch accepts as a size: an int, or a SymInt over this environment."""
+        if isinstance(expr, int):
+            return expr
+        expr = sympy.sympify(expr)
+        if expr.is_Integer:
+            return int(expr)
+        return torch.SymInt(SymNode(self, expr, int(self.evaluate(expr)), int))  # type: ignore[no-untyped-call]
+
+    def sym_value(self, expr: Expr, pytype: type) -> torch.SymInt | torch.SymFloat | torch.SymBool:
+        """``expr`` as a symbolic ``pytype`` (int, float or bool) over this environment."""
+        expr = sympy.sympify(expr)
+        hint = pytype(self.evaluate(expr))
+        wrap: dict[type, Callable[[SymNode], torch.SymInt | torch.SymFloat | torch.SymBool]] = {
+            int: torch.SymInt, float: torch.SymFloat, bool: torch.SymBool,
+        }
+        return wrap[pytype](SymNode(self, expr, hint, pytype))
+
+    def evaluate(self, expr: Expr) -> Hint:
+        """The value of ``expr`` for the hints (the inputs traced now)."""
+        value = sympy.sympify(expr).xreplace({s: sympy.Integer(v) for s, v in self.hints.items()})
+        if value is sympy.true or value is sympy.false:
+            return bool(value)
+        if is_relation(value):
+            return bool(value)
+        if value.is_Integer:
+            return int(value)
+        if value.is_number:
+            return float(value)
+        missing = sorted(str(s) for s in value.free_symbols)
+        raise ValueError(f"size expression {expr} has symbols without a value: {', '.join(missing)}")
+
+    # -- deciding relations --------------------------------------------------
+    def static_value(self, expr: Expr) -> bool | None:
+        """``expr`` (a relation) when it holds or fails for every value the symbols may take."""
+        expr = sympy.sympify(expr)
+        if expr is sympy.true or expr is sympy.false:
+            return bool(expr)
+        hit = self._known.get(expr)
+        if hit is not None:
+            return hit
+        return _decide(expr, self.lower)
+
+    def guard(self, expr: Expr, hint: bool) -> bool:
+        """Answer the relation ``expr`` (``hint`` is its value now), recording a guard unless static."""
+        static = self.static_value(expr)
+        if static is not None:
+            return static
+        holds = sympy.sympify(expr) if hint else sympy.Not(expr)
+        self._known[sympy.sympify(expr)] = bool(hint)
+        if holds is not sympy.true:
+            where = self.site() if self.site is not None else ""
+            self.guards.append(ShapeGuard(holds, where))
+            self._known[holds] = True
+            if isinstance(holds, sympy.Eq):
+                self._pin(holds)
+        return bool(hint)
+
+    def _pin(self, eq: sympy.Eq) -> None:
+        """Record ``sym = value`` when ``eq`` leaves one symbol a single integer value."""
+        diff = sympy.expand(eq.lhs - eq.rhs)
+        syms = [x for x in diff.free_symbols if isinstance(x, sympy.Symbol)]
+        if len(syms) != 1 or syms[0] not in self.hints or not diff.is_polynomial(syms[0]):
+            return
+        sym = syms[0]
+        if sympy.degree(diff, sym) != 1:
+            return
+        value = sympy.solve(diff, sym)
+        if len(value) == 1 and value[0].is_Integer and int(value[0]) == self.hints[sym]:
+            self.replacements[sym] = value[0]
+
+    def simplify(self, expr: Expr) -> Expr:
+        """``expr`` with pinned symbols replaced by their values."""
+        if not self.replacements:
+            return expr
+        return sympy.sympify(expr).xreplace(self.replacements)
+
+    def specialize(self, expr: Expr, hint: int) -> int:
+        """``expr`` as a plain int (``int(size)``, ``range(size)``): guards it equals its hint."""
+        if sympy.sympify(expr).is_Integer:
+            return int(expr)
+        self.guard(sympy.Eq(expr, hint), True)
+        return hint
+
+    # -- fake tensors ----------------------------------------------------------
+    def fake_tensor(
+        self,
+        mode: Any,
+        sizes: Sequence[Expr | int],
+        strides: Sequence[Expr | int],
+        dtype: torch.dtype,
+        device: torch.device,
+        requires_grad: bool = False,
+    ) -> torch.Tensor:
+        """A fake tensor of ``mode`` whose sizes and strides are these expressions.
+
+        Turns off ``mode``'s dispatch cache: torch keys it on its own ShapeEnv.
+        """
+        mode.cache_enabled = False
+        size = [self.sym_int(s) for s in sizes]
+        stride = [self.sym_int(s) for s in strides]
+        with mode:
+            t = torch.empty_strided(size, stride, dtype=dtype, device=device)
+        if requires_grad:
+            t.requires_grad_(True)
+        return t
+
+
+# -- static decisions from symbol ranges --------------------------------------------
+
+
+def size_relation(expr: Expr) -> bool | None:
+    """Decide a relation over size symbols (``s<N>``) for every value they may take in a
+    compiled graph (each >= :data:`MIN_SIZE`); ``None`` when it depends on the values."""
+    syms = [s for s in sympy.sympify(expr).free_symbols if isinstance(s, sympy.Symbol)]
+    if not all(_is_size_name(s.name) for s in syms):
+        return None
+    return _decide(sympy.sympify(expr), {s: MIN_SIZE for s in syms})
+
+
+def _is_size_name(name: str) -> bool:
+    return len(name) > 1 and name[0] == "s" and name[1:].isdigit()
+
+
+def _decide(expr: Expr, lower: dict[sympy.Symbol, int]) -> bool | None:
+    """Decide a relation from the symbols' lower bounds."""
+    if isinstance(expr, sympy.And):
+        parts = [_decide(a, lower) for a in expr.args]
+        if any(p is False for p in parts):
+            return False
+        return True if all(p is True for p in parts) else None
+    if isinstance(expr, sympy.Or):
+        parts = [_decide(a, lower) for a in expr.args]
+        if any(p is True for p in parts):
+            return True
+        return False if all(p is False for p in parts) else None
+    if isinstance(expr, sympy.Not):
+        inner = _decide(expr.args[0], lower)
+        return None if inner is None else not inner
+    if not isinstance(expr, sympy.core.relational.Relational):
+        return None
+    diff = sympy.expand(expr.lhs - expr.rhs)
+    low = _sign_from_below(diff, lower)
+    high = _sign_from_below(sympy.expand(-diff), lower)
+    # low: diff >= 0 ("ge"), diff > 0 ("gt"), or None; high: the same for -diff
+    if isinstance(expr, sympy.Eq):
+        if low == "gt" or high == "gt":
+            return False
+        return True if diff == 0 else None
+    if isinstance(expr, sympy.Ne):
+        if low == "gt" or high == "gt":
+            return True
+        return False if diff == 0 else None
+    if isinstance(expr, (sympy.StrictGreaterThan, sympy.GreaterThan)):
+        strict = isinstance(expr, sympy.StrictGreaterThan)
+        if low == "gt" or (low == "ge" and not strict):
+            return True
+        if high == "gt" or (high == "ge" and strict):
+            return False
+        return None
+    if isinstance(expr, (sympy.StrictLessThan, sympy.LessThan)):
+        strict = isinstance(expr, sympy.StrictLessThan)
+        if high == "gt" or (high == "ge" and not strict):
+            return True
+        if low == "gt" or (low == "ge" and strict):
+            return False
+        return None
+    return None
+
+
+def _sign_from_below(diff: Expr, lower: dict[sympy.Symbol, int]) -> str | None:
+    """'gt' if ``diff > 0`` for all symbol values >= their lower bounds, 'ge' if ``>= 0``."""
+    if diff.is_Number:
+        return "gt" if diff > 0 else ("ge" if diff == 0 else None)
+    syms = [s for s in diff.free_symbols if isinstance(s, sympy.Symbol)]
+    if not syms or any(s not in lower for s in syms):
+        return None
+    shifted = {s: sympy.Symbol(f"_t_{s.name}", integer=True, nonnegative=True) + lower[s] for s in syms}
+    try:
+        moved = sympy.expand(diff.xreplace(shifted))
+    except (TypeError, ValueError):
+        return None
+    if moved.is_positive:
+        return "gt"
+    if moved.is_nonnegative:
+        return "ge"
+    return None
+
+
+# -- the node torch calls into --------------------------------------------------------
+
+
+class SymNode:
+    """One symbolic int, float or bool: a sympy expression and its hint.
+
+    Implements the method protocol ``torch.SymInt``/``SymFloat``/``SymBool``
+    call on their node (arithmetic returns new nodes; ``guard_*`` returns a
+    concrete value and records a guard in the environment).
+    """
+
+    #: torch reads this to decide how to evaluate; None selects the foreign-node path.
+    shape_env = None
+
+    def __init__(self, env: ShapeEnv, expr: Expr, hint: Hint, pytype: type) -> None:
+        self.env = env
+        self.expr = expr
+        self._hint = hint
+        self.pytype = pytype
+
+    # -- identity ----------------------------------------------------------
+    @property
+    def hint(self) -> Hint:
+        return self._hint
+
+    def is_int(self) -> bool:
+        return self.pytype is int
+
+    def is_float(self) -> bool:
+        return self.pytype is float
+
+    def is_bool(self) -> bool:
+        return self.pytype is bool
+
+    def is_nested_int(self) -> bool:
+        return False
+
+    def nested_int(self) -> None:
+        return None
+
+    def is_symbolic(self) -> bool:
+        return True
+
+    def is_constant(self) -> bool:
+        return bool(self.expr.is_number) or self.expr in (sympy.true, sympy.false)
+
+    def has_hint(self) -> bool:
+        return True
+
+    def require_hint(self, fallback: Hint | None = None) -> Hint:
+        return self._hint
+
+    def maybe_as_int(self) -> int | None:
+        return int(self.expr) if self.expr.is_Integer else None
+
+    def maybe_as_float(self) -> float | None:
+        return float(self.expr) if self.expr.is_Number else None
+
+    def maybe_as_bool(self) -> bool | None:
+        return bool(self.expr) if self.expr in (sympy.true, sympy.false) else None
+
+    def constant_int(self) -> int | None:
+        return self.maybe_as_int()
+
+    def constant_bool(self) -> bool | None:
+        return self.maybe_as_bool()
+
+    def clone(self) -> SymNode:
+        return self
+
+    def __str__(self) -> str:
+        return str(self.expr)
+
+    def __repr__(self) -> str:
+        return str(self.expr)
+
+    def _graph_repr(self) -> str:
+        return str(self.expr)
+
+    # -- making nodes --------------------------------------------------------
+    def _new(self, expr: Expr, hint: Hint, pytype: type) -> SymNode:
+        return SymNode(self.env, self.env.simplify(expr), hint, pytype)
+
+    def wrap_int(self, num: int) -> SymNode:
+        return self._new(sympy.Integer(num), num, int)
+
+    def wrap_float(self, num: float) -> SymNode:
+        return self._new(sympy.Float(num), num, float)
+
+    def wrap_bool(self, num: bool) -> SymNode:
+        return self._new(sympy.true if num else sympy.false, num, bool)
+
+    def _binary(self, other: SymNode, fn: Callable[[Any, Any], Any], hint_fn: Callable[[Any, Any], Any],
+                pytype: type | None = None) -> SymNode:
+        out_type = pytype or (float if float in (self.pytype, other.pytype) else self.pytype)
+        return self._new(fn(self.expr, other.expr), hint_fn(self._hint, other._hint), out_type)
+
+    def add(self, other: SymNode) -> SymNode:
+        return self._binary(other, lambda a, b: a + b, lambda a, b: a + b)
+
+    def sym_sum(self, args: Sequence[SymNode]) -> SymNode:
+        """``torch.sym_sum(args)``: the sum of ``args`` (``self`` only picks the environment)."""
+        expr: Expr = sympy.Integer(0)
+        hint: Hint = 0
+        for o in args:
+            expr, hint = expr + o.expr, hint + o._hint
+        return self._new(expr, hint, self.pytype)
+
+    def sub(self, other: SymNode) -> SymNode:
+        return self._binary(other, lambda a, b: a - b, lambda a, b: a - b)
+
+    def mul(self, other: SymNode) -> SymNode:
+        return self._binary(other, lambda a, b: a * b, lambda a, b: a * b)
+
+    def int_floordiv(self, other: SymNode) -> SymNode:
+        return self._binary(other, lambda a, b: sympy.floor(a / b), lambda a, b: a // b, int)
+
+    def floordiv(self, other: SymNode) -> SymNode:
+        return self.int_floordiv(other)
+
+    def mod(self, other: SymNode) -> SymNode:
+        return self._binary(other, sympy.Mod, lambda a, b: a % b)
+
+    def int_truediv(self, other: SymNode) -> SymNode:
+        return self._binary(other, lambda a, b: a / b, lambda a, b: a / b, float)
+
+    def float_truediv(self, other: SymNode) -> SymNode:
+        return self.int_truediv(other)
+
+    def truediv(self, other: SymNode) -> SymNode:
+        return self.int_truediv(other)
+
+    def pow_by_natural(self, other: SymNode) -> SymNode:
+        return self._binary(other, lambda a, b: a**b, lambda a, b: a**b, int)
+
+    def float_pow(self, other: SymNode) -> SymNode:
+        return self._binary(other, lambda a, b: a**b, lambda a, b: float(a) ** b, float)
+
+    def pow(self, other: SymNode) -> SymNode:
+        return self.float_pow(other) if float in (self.pytype, other.pytype) else self.pow_by_natural(other)
+
+    def sym_min(self, other: SymNode) -> SymNode:
+        return self._choose(other, self.le(other))
+
+    def sym_max(self, other: SymNode) -> SymNode:
+        return self._choose(other, self.ge(other))
+
+    def _choose(self, other: SymNode, take_self: SymNode) -> SymNode:
+        """min/max decided by a guard (no Min/Max expressions reach the graphs)."""
+        return self if take_self.guard_bool("", 0) else other
+
+    def sym_ite(self, then_node: SymNode, else_node: SymNode) -> SymNode:
+        return then_node if self.guard_bool("", 0) else else_node
+
+    def neg(self) -> SymNode:
+        return self._new(-self.expr, -self._hint, self.pytype)
+
+    def pos(self) -> SymNode:
+        return self
+
+    def abs(self) -> SymNode:
+        return self._new(sympy.Abs(self.expr), abs(self._hint), self.pytype)
+
+    def sym_float(self) -> SymNode:
+        return self._new(self.expr, float(self._hint), float)
+
+    def sym_int(self) -> SymNode:
+        return self.trunc()
+
+    def trunc(self) -> SymNode:
+        e = self.expr
+        return self._new(sympy.sign(e) * sympy.floor(sympy.Abs(e)), math.trunc(self._hint), int)
+
+    def floor(self) -> SymNode:
+        return self._new(sympy.floor(self.expr), math.floor(self._hint), int)
+
+    def ceil(self) -> SymNode:
+        return self._new(sympy.ceiling(self.expr), math.ceil(self._hint), int)
+
+    def round(self, ndigits: int | None = None) -> SymNode:
+        """round() has no exact sympy form here: specialize the operand."""
+        value = self.guard_float("", 0)
+        rounded = round(value, ndigits)
+        return self.wrap_float(rounded) if ndigits is not None else self.wrap_int(int(rounded))
+
+    def sym_sqrt(self) -> SymNode:
+        return self._new(sympy.sqrt(self.expr), math.sqrt(self._hint), float)
+
+    def is_integer(self) -> SymNode:
+        return self.wrap_bool(float(self.guard_float("", 0)).is_integer())
+
+    # -- comparisons and logic ------------------------------------------------
+    def _relation(self, other: SymNode, rel: Callable[[Any, Any], Any], hint_fn: Callable[[Any, Any], bool]) -> SymNode:
+        return self._new(rel(self.expr, other.expr), hint_fn(self._hint, other._hint), bool)
+
+    def eq(self, other: SymNode) -> SymNode:
+        return self._relation(other, sympy.Eq, lambda a, b: a == b)
+
+    def ne(self, other: SymNode) -> SymNode:
+        return self._relation(other, sympy.Ne, lambda a, b: a != b)
+
+    def lt(self, other: SymNode) -> SymNode:
+        return self._relation(other, sympy.Lt, lambda a, b: a < b)
+
+    def le(self, other: SymNode) -> SymNode:
+        return self._relation(other, sympy.Le, lambda a, b: a <= b)
+
+    def gt(self, other: SymNode) -> SymNode:
+        return self._relation(other, sympy.Gt, lambda a, b: a > b)
+
+    def ge(self, other: SymNode) -> SymNode:
+        return self._relation(other, sympy.Ge, lambda a, b: a >= b)
+
+    def sym_and(self, other: SymNode) -> SymNode:
+        return self._relation(other, sympy.And, lambda a, b: bool(a and b))
+
+    def sym_or(self, other: SymNode) -> SymNode:
+        return self._relation(other, sympy.Or, lambda a, b: bool(a or b))
+
+    def and_(self, other: SymNode) -> SymNode:
+        return self.sym_and(other)
+
+    def or_(self, other: SymNode) -> SymNode:
+        return self.sym_or(other)
+
+    def sym_not(self) -> SymNode:
+        return self._new(sympy.Not(self.expr), not self._hint, bool)
+
+    # -- layout queries (torch asks the node of a size) ------------------------
+    def is_contiguous(self, sizes: Sequence[SymNode], strides: Sequence[SymNode]) -> SymNode:
+        return self._layout_bool(_contiguous_terms(sizes, strides, range(len(sizes) - 1, -1, -1)))
+
+    def is_channels_last_contiguous_2d(self, sizes: Sequence[SymNode], strides: Sequence[SymNode]) -> SymNode:
+        return self._layout_bool(_contiguous_terms(sizes, strides, (1, 3, 2, 0)))
+
+    def is_channels_last_contiguous_3d(self, sizes: Sequence[SymNode], strides: Sequence[SymNode]) -> SymNode:
+        return self._layout_bool(_contiguous_terms(sizes, strides, (1, 4, 3, 2, 0)))
+
+    def is_channels_last_strides_2d(self, sizes: Sequence[SymNode], strides: Sequence[SymNode]) -> SymNode:
+        return self.is_channels_last_contiguous_2d(sizes, strides)
+
+    def is_channels_last_strides_3d(self, sizes: Sequence[SymNode], strides: Sequence[SymNode]) -> SymNode:
+        return self.is_channels_last_contiguous_3d(sizes, strides)
+
+    def is_non_overlapping_and_dense_indicator(self, sizes: Sequence[SymNode], strides: Sequence[SymNode]) -> SymNode:
+        dense = self._layout_bool(_dense_terms(sizes, strides))
+        return self.wrap_int(1 if dense.guard_bool("", 0) else 0)
+
+    def is_non_overlapping_and_dense(self, sizes: Sequence[SymNode], strides: Sequence[SymNode]) -> SymNode:
+        return self._layout_bool(_dense_terms(sizes, strides))
+
+    def _layout_bool(self, terms: list[tuple[Expr, bool]]) -> SymNode:
+        """The conjunction of (relation, hint) terms as a bool node (constant when decided)."""
+        exprs = [e for e, _ in terms]
+        hint = all(h for _, h in terms)
+        expr = sympy.And(*exprs) if exprs else sympy.true
+        decided = self.env.static_value(expr)
+        if decided is not None:
+            return self.wrap_bool(decided)
+        return self._new(expr, hint, bool)
+
+    # -- concrete answers (guards) ------------------------------------------------
+    def _answer(self) -> Hint:
+        if self.pytype is bool:
+            return self.env.guard(self.expr, bool(self._hint))
+        if self.expr.is_Number:
+            return self.pytype(self.expr)  # type: ignore[no-any-return]
+        if self.pytype is int:
+            return self.env.specialize(self.expr, int(self._hint))
+        self.env.guard(sympy.Eq(self.expr, sympy.Float(self._hint)), True)
+        return self._hint
+
+    def guard_int(self, file: str = "", line: int = 0) -> int:
+        return int(self._answer())
+
+    def guard_float(self, file: str = "", line: int = 0) -> float:
+        return float(self._answer())
+
+    def guard_bool(self, file: str = "", line: int = 0) -> bool:
+        return bool(self._answer())
+
+    def expect_true(self, file: str = "", line: int = 0) -> bool:
+        return self.guard_bool(file, line)
+
+    def expect_size(self, file: str = "", line: int = 0) -> bool:
+        return True
+
+    def guard_size_oblivious(self, file: str = "", line: int = 0) -> bool:
+        return self.guard_bool(file, line)
+
+    def guard_or_false(self, file: str = "", line: int = 0) -> bool:
+        """True only when decided without a guard: torch calls this where False is always
+        a correct answer (the general path), so no relation is guarded for it."""
+        return self.env.static_value(self.expr) is True
+
+    def guard_or_true(self, file: str = "", line: int = 0) -> bool:
+        """False only when decided without a guard (see ``guard_or_false``)."""
+        return self.env.static_value(self.expr) is not False
+
+    def statically_known_true(self, file: str = "", line: int = 0) -> bool:
+        return self.env.static_value(self.expr) is True
+
+    def int_(self) -> int:
+        return self.guard_int()
+
+    def bool_(self) -> bool:
+        return self.guard_bool()
+
+    def evaluate(self, size_oblivious: bool = False) -> Hint:
+        return self._answer()
+
+    def str(self) -> str:  # last in the class: the name shadows the builtin below it
+        return self.__str__()
+
+    # -- hashing (FakeTensorMode's dispatch cache keys on these) -------------------
+    def _value_hash(self) -> int:
+        return hash((self.expr, self.pytype))
+
+    def _value_eq(self, other: object) -> bool:
+        return isinstance(other, SymNode) and other.expr == self.expr and other.pytype is self.pytype
+
+
+def _contiguous_terms(sizes: Sequence[SymNode], strides: Sequence[SymNode], order: Sequence[int]) -> list[tuple[Expr, bool]]:
+    """Relations saying the dims, walked innermost first in ``order``, are packed."""
+    terms: list[tuple[Expr, bool]] = []
+    expected: Expr = sympy.Integer(1)
+    hint_expected: Hint = 1
+    for d in order:
+        size, stride = sizes[d], strides[d]
+        one = sympy.Eq(size.expr, 1)
+        packed = sympy.Eq(stride.expr, expected)
+        terms.append((sympy.Or(one, packed), size.hint == 1 or stride.hint == hint_expected))
+        expected = expected * size.expr
+        hint_expected = hint_expected * size.hint
+    return terms
+
+
+def _dense_terms(sizes: Sequence[SymNode], strides: Sequence[SymNode]) -> list[tuple[Expr, bool]]:
+    """Relations saying the tensor is a permutation of a contiguous one (order from the hints)."""
+    order = sorted(range(len(sizes)), key=lambda d: (strides[d].hint, sizes[d].hint))
+    return _contiguous_terms(sizes, strides, order)
+
+
+def symint_expr(value: object) -> Expr | None:
+    """The sympy expression of a SymInt/SymFloat/SymBool (ember's or torch's), else None."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        expr: Expr = value.node.expr
+        return expr
+    return None
+
+
+__all__ = ["MIN_SIZE", "ShapeEnv", "ShapeGuard", "SymNode", "size_relation", "symint_expr"]
