@@ -29,10 +29,11 @@ from ember.aotgrad.debug import debug_dir_from_env, own_folder, write_graphs
 from ember.aotgrad.decompositions import DecompTable, with_required
 from ember.aotgrad.errors import AotGradError
 from ember.aotgrad.exchange import example_inputs, round_trip
-from ember.aotgrad.joint import TracedGraph, trace_graph
+from ember.aotgrad.joint import FakeInputs, TracedGraph, trace_graph
 from ember.aotgrad.partition import Partition, min_cut_rematerialization_partition, node_bytes
 from ember.aotgrad.plan_cache import StoredPlan
 from ember.aotgrad.runtime import Compiled, CompiledPlan
+from ember.aotgrad.sizes import bind_sizes, expr_of, pass_sizes, symint_args
 from ember.ir.debug import debug_dir_of, set_debug_dir
 from ember.ir.logs import get_logger
 
@@ -164,17 +165,7 @@ class AotFunction:
         self.last_partition: Partition | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        flat, in_spec = tree_flatten((args, kwargs))
-        # each distinct tensor is one graph input, however often it is passed
-        index: dict[int, int] = {}
-        tensors: list[torch.Tensor] = []
-        positions: list[tuple[int, int]] = []
-        for i, a in enumerate(flat):
-            if isinstance(a, torch.Tensor):
-                if id(a) not in index:
-                    index[id(a)] = len(tensors)
-                    tensors.append(a)
-                positions.append((i, index[id(a)]))
+        flat, in_spec, tensors, positions = _flatten_call(args, kwargs)
         key = (
             in_spec,
             tuple(positions),
@@ -210,6 +201,26 @@ class AotFunction:
                 LOG.warning("ember.aotgrad failed compiling %s, running it eagerly: %s: %s",
                             name, type(e).__name__, e, exc_info=True)
             return None, None
+
+    def compile_symbolic(
+        self, args: tuple[Any, ...], fakes: dict[int, torch.Tensor]
+    ) -> SymbolicCall:
+        """Trace once for every size the symbolic fakes allow; ``fakes`` maps ``id`` of a
+        real argument tensor to a fake of it whose sizes are ember size symbols (the
+        others are traced with their real sizes). The caller (ember.dynamo's guards)
+        ensures later calls fit; the plan is not looked up by input sizes."""
+        flat, in_spec, tensors, positions = _flatten_call(args, {})
+
+        def fake_inputs(mode: Any) -> list[torch.Tensor]:
+            return [symbolic_fake(mode, fakes[id(t)], t) if id(t) in fakes
+                    else mode.from_tensor(t.detach()) for t in tensors]
+
+        stored = self._trace(flat, positions, in_spec, tensors, fake_inputs)
+        joint = self.last_traced.gm if self.last_traced is not None and self.last_traced.is_joint \
+            else None
+        self._report(stored, joint)
+        plan = self._compile_stored(stored)
+        return SymbolicCall(self, plan, stored.out_spec, in_spec, positions)
 
     def _debug_folder(self) -> Path | None:
         """Where this compile's graphs go: the folder the frontend named for the
@@ -263,17 +274,20 @@ class AotFunction:
             LOG.debug("ember.aotgrad: traced graphs of %s loaded from the plan cache",
                       getattr(self.fn, "__qualname__", "?"))
         self._report(stored, joint)
+        return self._compile_stored(stored), stored.out_spec
+
+    def _compile_stored(self, stored: StoredPlan) -> CompiledPlan:
         if stored.backward is not None:
             fw = _compile_graph(self.fw_compiler, stored.forward, "forward", self.options)
             bw = _compile_graph(self.bw_compiler, stored.backward, "backward", self.options)
         else:
             fw = _compile_graph(self.fw_compiler, stored.forward, "inference", self.options)
             bw = None
-        return CompiledPlan(forward=fw, backward=bw, **stored.bookkeeping()), stored.out_spec
+        return CompiledPlan(forward=fw, backward=bw, **stored.bookkeeping())
 
     def _trace(
         self, flat: list[Any], positions: list[tuple[int, int]], in_spec: TreeSpec,
-        tensors: list[torch.Tensor],
+        tensors: list[torch.Tensor], fake_inputs: FakeInputs | None = None,
     ) -> StoredPlan:
         """Trace (and partition, when gradients are needed): the graphs and their bookkeeping."""
         out_spec: list[TreeSpec] = []
@@ -288,15 +302,18 @@ class AotFunction:
             return outs
 
         joint = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-        traced = trace_graph(flat_fn, tensors, self.decompositions, joint=joint)
+        traced = trace_graph(flat_fn, tensors, self.decompositions, joint=joint,
+                             fake_inputs=fake_inputs)
         self.last_traced = traced
         backward: fx.GraphModule | None = None
         if traced.is_joint:
-            part = self.partition_fn(traced.gm, num_fw_outputs=traced.num_fw_outputs)
+            with symint_args():
+                part = self.partition_fn(traced.gm, num_fw_outputs=traced.num_fw_outputs)
+            part = pass_sizes(part)
             self.last_partition = part
             forward, backward, num_saved = part.forward, part.backward, len(part.saved)
         else:
-            forward, num_saved = traced.gm, 0
+            forward, num_saved = bind_sizes(traced.gm), 0
         return StoredPlan(
             forward=forward,
             backward=backward,
@@ -338,6 +355,68 @@ class AotFunction:
             self._table_text = plan_cache.table_fingerprint(self.decompositions)
         return plan_cache.plan_key(self.source_graph, call, self._table_text,
                                    plan_cache.fn_name(self.partition_fn))
+
+
+def _flatten_call(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[list[Any], TreeSpec, list[torch.Tensor], list[tuple[int, int]]]:
+    """(flat arguments, their spec, the distinct tensors, (flat position, tensor index))."""
+    flat, in_spec = tree_flatten((args, kwargs))
+    # each distinct tensor is one graph input, however often it is passed
+    index: dict[int, int] = {}
+    tensors: list[torch.Tensor] = []
+    positions: list[tuple[int, int]] = []
+    for i, a in enumerate(flat):
+        if isinstance(a, torch.Tensor):
+            if id(a) not in index:
+                index[id(a)] = len(tensors)
+                tensors.append(a)
+            positions.append((i, index[id(a)]))
+    return flat, in_spec, tensors, positions
+
+
+def symbolic_fake(mode: Any, like: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """A fake of ``real`` in ``mode`` with the symbolic sizes and strides of ``like``."""
+    env = shape_env_of_tensor(like)
+    if env is None:
+        plain: torch.Tensor = mode.from_tensor(real.detach())
+        return plain
+    # sizes a guard pinned since capture started (``Eq(s2, 32)``) are traced as ints
+    sizes = [env.simplify(expr_of(s)) if expr_of(s) is not None else int(s) for s in like.shape]
+    strides = [env.simplify(expr_of(s)) if expr_of(s) is not None else int(s) for s in like.stride()]
+    fake: torch.Tensor = env.fake_tensor(mode, sizes, strides, real.dtype, real.device)
+    return fake
+
+
+def shape_env_of_tensor(t: torch.Tensor) -> Any:
+    """The ember ShapeEnv of a fake tensor's symbolic sizes (``None`` for other tensors)."""
+    for s in (*t.shape, *t.stride()):
+        env = getattr(getattr(s, "node", None), "env", None)
+        if env is not None and expr_of(s) is not None:
+            return env
+    return None
+
+
+class SymbolicCall:
+    """A plan traced with symbolic sizes, called without a per-size lookup.
+
+    Falls back to the per-signature path of its :class:`AotFunction` when the
+    call's structure differs from the traced one (an argument passed twice).
+    """
+
+    def __init__(self, aot: AotFunction, plan: CompiledPlan, out_spec: TreeSpec,
+                 in_spec: TreeSpec, positions: list[tuple[int, int]]) -> None:
+        self.aot = aot
+        self.plan = plan
+        self.out_spec = out_spec
+        self.in_spec = in_spec
+        self.positions = positions
+
+    def __call__(self, *args: Any) -> Any:
+        _, in_spec, tensors, positions = _flatten_call(args, {})
+        if positions != self.positions or in_spec != self.in_spec:
+            return self.aot(*args)
+        return tree_unflatten(self.plan(tensors), self.out_spec)
 
 
 def aot_function(
@@ -412,6 +491,9 @@ def aot_autograd(
 
     def backend(gm: fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
         compiled = aot_module(gm, fw_compiler, bw_compiler, partition_fn, decompositions, opts)
+        symbolic = _symbolic_call(compiled, gm, example_inputs, opts)
+        if symbolic is not None:
+            return symbolic
 
         def run(*args: Any) -> Any:
             return compiled(*args)
@@ -419,3 +501,37 @@ def aot_autograd(
         return run
 
     return backend
+
+
+def _symbolic_call(compiled: AotModule, gm: fx.GraphModule, example_inputs: list[Any],
+                   options: AotOptions) -> Callable[..., Any] | None:
+    """For a graph whose inputs have ember size symbols (ember.dynamo's dynamic shapes):
+    trace it once, now, with those symbols, so guards the tracing adds reach the
+    frontend before it builds its guard set. ``None`` for a static graph."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    fakes: dict[int, torch.Tensor] = {}
+    for node, real in zip(placeholders, example_inputs):
+        value = node.meta.get("example_value", node.meta.get("val"))
+        if isinstance(real, torch.Tensor) and isinstance(value, torch.Tensor) and (
+            shape_env_of_tensor(value) is not None
+        ):
+            fakes[id(real)] = value
+    if not fakes:
+        return None
+    mod = compiled.orig_module
+    params = dict(mod.named_parameters())
+    buffers = dict(mod.named_buffers())
+    try:
+        call = compiled._compiled.compile_symbolic((params, buffers, *example_inputs), fakes)
+    except Exception as e:
+        if not options.fallback_to_eager:
+            raise
+        kind = "could not compile" if isinstance(e, AotGradError) else "failed compiling"
+        LOG.warning("ember.aotgrad %s a graph with symbolic sizes, running it eagerly: %s: %s",
+                    kind, type(e).__name__, e, exc_info=not isinstance(e, AotGradError))
+        return gm.forward
+
+    def run(*args: Any) -> Any:
+        return call(dict(mod.named_parameters()), dict(mod.named_buffers()), *args)
+
+    return run

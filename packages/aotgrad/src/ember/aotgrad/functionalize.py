@@ -30,6 +30,7 @@ import torch.fx as fx
 from torch.utils._pytree import tree_map
 
 from ember.aotgrad.errors import FunctionalizationError, VerifyError
+from ember.aotgrad.sizes import call_node
 
 aten = torch.ops.aten
 
@@ -127,7 +128,7 @@ class _Functionalizer:
 
     def emit(self, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> fx.Node:
         kwargs = kwargs or {}
-        node = self.graph.call_function(op, args, kwargs)
+        node = call_node(self.graph, op, args, kwargs)
         vals = tree_map(lambda a: a.meta["val"] if isinstance(a, fx.Node) else a, (args, kwargs))
         with self.fake_mode, torch.no_grad():
             node.meta["val"] = op(*vals[0], **vals[1])

@@ -27,6 +27,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from ember.aotgrad.errors import AotGradError, TraceError, VerifyError
 from ember.aotgrad.functionalize import find_mutated_inputs, functionalize
+from ember.aotgrad.sizes import SYM_TYPES, expr_of, is_symbolic_tensor
 from ember.aotgrad.trace import DecompTable, GraphTracer, layout_of, storage_key
 
 
@@ -69,17 +70,25 @@ def _fake_inputs(mode: FakeTensorMode, inputs: Sequence[torch.Tensor]) -> list[t
     return [mode.from_tensor(t.detach()) for t in inputs]
 
 
+FakeInputs = Callable[[FakeTensorMode], list[torch.Tensor]]
+
+
 def trace_graph(
     fn: Callable[..., Sequence[Any]],
     inputs: Sequence[torch.Tensor],
     decompositions: DecompTable,
     *,
     joint: bool,
+    fake_inputs: FakeInputs | None = None,
 ) -> TracedGraph:
-    """Trace ``fn(*inputs) -> flat outputs`` into a functional (joint) graph."""
+    """Trace ``fn(*inputs) -> flat outputs`` into a functional (joint) graph.
+
+    ``fake_inputs(mode)`` makes the fake inputs (default: fakes with the real
+    inputs' sizes); give it to trace with symbolic sizes (``ember.aotgrad.sizes``).
+    """
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     tracer = GraphTracer(decompositions)
-    fakes = _fake_inputs(fake_mode, inputs)
+    fakes = fake_inputs(fake_mode) if fake_inputs is not None else _fake_inputs(fake_mode, inputs)
     args: list[torch.Tensor] = []
     leaves: list[torch.Tensor | None] = []
     for real, fake in zip(inputs, fakes):
@@ -101,12 +110,22 @@ def trace_graph(
             outs = list(fn(*args))
             mutated = find_mutated_inputs(tracer.graph)
             slots: list[OutputSlot] = []
-            graph_outs: list[torch.Tensor] = []
+            graph_outs: list[torch.Tensor | torch.SymInt | torch.SymFloat | torch.SymBool] = []
             for out in outs:
+                if isinstance(out, SYM_TYPES) and expr_of(out) is not None:
+                    # a symbolic size the function returns: the graph computes it
+                    slots.append(OutputSlot("graph", len(graph_outs)))
+                    graph_outs.append(out)
+                    continue
                 if not isinstance(out, torch.Tensor):
                     slots.append(OutputSlot("const", value=out))
                     continue
                 src = input_storage.get(storage_key(out))
+                if src is not None and out is not args[src] and is_symbolic_tensor(out):
+                    raise TraceError(
+                        "an output is a view of an input with symbolic sizes; ember.aotgrad "
+                        "rebuilds such views only with static sizes (the graph runs eagerly)"
+                    )
                 if src is None:
                     slots.append(OutputSlot("graph", len(graph_outs)))
                     graph_outs.append(out)
@@ -115,7 +134,8 @@ def trace_graph(
                 else:
                     slots.append(OutputSlot("alias", src, layout_of(out)))
             fw_values = [args[i] for i in mutated] + graph_outs
-            tangent_mask = [joint and v.requires_grad for v in fw_values]
+            tangent_mask = [joint and isinstance(v, torch.Tensor) and v.requires_grad
+                            for v in fw_values]
             grad_inputs: list[int] = []
             grads: list[torch.Tensor] = []
             if joint and any(tangent_mask):
@@ -123,7 +143,8 @@ def trace_graph(
                                                      tangent_mask)
             else:
                 tangent_mask = [False] * len(fw_values)
-            tracer.graph.output([tracer.node_of(v) for v in fw_values + grads])
+            tracer.graph.output([v if isinstance(v, SYM_TYPES) else tracer.node_of(v)
+                                 for v in fw_values + grads])
     except AotGradError:
         raise
     except Exception as e:
@@ -177,10 +198,10 @@ def _trace_backward(
     tracer: GraphTracer,
     fake_mode: FakeTensorMode,
     leaves: list[torch.Tensor | None],
-    fw_values: list[torch.Tensor],
+    fw_values: list[torch.Tensor | torch.SymInt | torch.SymFloat | torch.SymBool],
     tangent_mask: list[bool],
 ) -> tuple[list[int], list[torch.Tensor]]:
-    diff = [v for v, m in zip(fw_values, tangent_mask) if m]
+    diff = [v for v, m in zip(fw_values, tangent_mask) if m and isinstance(v, torch.Tensor)]
     tangents: list[torch.Tensor] = []
     with _disable_current_modes(), fake_mode:
         for v in diff:

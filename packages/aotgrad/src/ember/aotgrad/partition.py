@@ -29,6 +29,7 @@ import torch
 import torch.fx as fx
 
 from ember.aotgrad.errors import PartitionError, VerifyError
+from ember.aotgrad.sizes import hint
 
 aten = torch.ops.aten
 
@@ -147,9 +148,9 @@ def node_bytes(node: fx.Node) -> int:
     if not isinstance(val, torch.Tensor):
         return 0
     try:
-        return int(val.untyped_storage().nbytes())
+        return hint(val.untyped_storage().nbytes())
     except (RuntimeError, NotImplementedError):
-        return val.numel() * val.element_size()
+        return hint(val.numel()) * val.element_size()
 
 
 _BERNOULLI = {aten.bernoulli.p, aten.bernoulli.default}

@@ -91,7 +91,9 @@ class _CompiledFunction(torch.autograd.Function):
         n = plan.num_fw_outputs
         fw, saved = values[:n], values[n:]
         ctx.plan = plan
-        ctx.save_for_backward(*saved)
+        # saved sizes (ints, for symbolic shapes) travel beside the saved tensors
+        ctx.save_for_backward(*[v for v in saved if isinstance(v, torch.Tensor)])
+        ctx.saved_sizes = [(i, v) for i, v in enumerate(saved) if not isinstance(v, torch.Tensor)]
         no_grad = [v for v, m in zip(fw, plan.tangent_mask)
                    if isinstance(v, torch.Tensor) and not m]
         if no_grad:
@@ -109,7 +111,10 @@ class _CompiledFunction(torch.autograd.Function):
             )
         assert plan.backward is not None
         tangents = [g.contiguous() for g, m in zip(grads, plan.tangent_mask) if m]
-        in_grads = list(plan.backward(*ctx.saved_tensors, *tangents))
+        saved = list(ctx.saved_tensors)
+        for i, v in ctx.saved_sizes:
+            saved.insert(i, v)
+        in_grads = list(plan.backward(*saved, *tangents))
         result: list[torch.Tensor | None] = [None] * (1 + plan.num_inputs)
         for pos, g in zip(plan.grad_inputs, in_grads):
             result[1 + pos] = g

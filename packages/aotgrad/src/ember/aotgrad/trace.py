@@ -30,6 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils._pytree import tree_map
 
 from ember.aotgrad.errors import TraceError
+from ember.aotgrad.sizes import call_node
 
 DecompTable = Mapping[Any, Callable[..., Any]]
 
@@ -40,10 +41,10 @@ _IMPLICIT = torch._C.DispatchKey.CompositeImplicitAutograd
 _KEEP_COMPOSITE: frozenset[Any] = frozenset()
 
 
-def layout_of(t: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int]:
-    """(size, stride, storage_offset) of ``t`` as plain ints."""
-    return (tuple(int(s) for s in t.shape), tuple(int(s) for s in t.stride()),
-            int(t.storage_offset()))
+def layout_of(t: torch.Tensor) -> tuple[tuple[Any, ...], tuple[Any, ...], Any]:
+    """(size, stride, storage_offset) of ``t``: ints, or ``SymInt`` for symbolic sizes
+    (never turned into ints here: that would specialize them)."""
+    return tuple(t.shape), tuple(t.stride()), t.storage_offset()
 
 
 def storage_key(t: torch.Tensor) -> int:
@@ -181,7 +182,7 @@ class GraphTracer(TorchDispatchMode):  # type: ignore[no-untyped-call]
             raise TraceError(
                 f"{func} failed on fake tensors while tracing: {type(e).__name__}: {e}"
             ) from e
-        node = self.graph.call_function(func, tuple(node_args), dict(node_kwargs))
+        node = call_node(self.graph, func, tuple(node_args), dict(node_kwargs))
         if isinstance(out, torch.Tensor):
             self._bind(out, node)
         elif isinstance(out, (tuple, list)):

@@ -1,0 +1,289 @@
+"""Symbolic sizes in traced graphs: from ``SymInt`` values to nodes that compute them.
+
+While tracing with symbolic inputs, ATen ops receive sizes as ``torch.SymInt``
+(``view(x, [s0 * 4, 16])``) and the recorder keeps them in the node arguments
+as they are: the tracer, functionalization and the partitioner never need to
+know where a size comes from. Once a graph is final (the inference graph, or
+the forward and the backward after partitioning), :func:`bind_sizes` replaces
+each symbolic value by nodes computing it from the graph's own inputs:
+``aten.sym_size.int(primals_1, 0)`` for a symbol that is a dimension of an
+input, then ``operator.mul``/``floordiv``/``mod``... for the arithmetic, once
+per expression, right after the placeholders. So every graph is runnable on
+its own, and each one reads its sizes from its own inputs (the backward from
+the tangents and saved tensors).
+
+A symbol the backward needs but none of its inputs has as a dimension (the
+batch size of ``x.sum()``'s gradient, whose tangent is a scalar) is passed
+from the forward as a saved int: :func:`pass_sizes` adds it to the forward's
+outputs and the backward's inputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import operator
+import warnings
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import sympy
+import torch
+import torch.fx as fx
+from torch.utils._pytree import tree_flatten, tree_map
+
+from ember.aotgrad.errors import TraceError
+
+if TYPE_CHECKING:
+    from ember.aotgrad.partition import Partition
+
+aten = torch.ops.aten
+SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def expr_of(value: object) -> sympy.Basic | None:
+    """The sympy expression of a symbolic value (``None`` for plain values)."""
+    if isinstance(value, SYM_TYPES):
+        expr: sympy.Basic = value.node.expr
+        if expr.is_number or expr in (sympy.true, sympy.false):
+            return None
+        return expr
+    return None
+
+
+@contextlib.contextmanager
+def symint_args() -> Iterator[None]:
+    """Symbolic sizes may be plain node arguments here (they are bound to nodes later by
+    :func:`bind_sizes`): FX's warning about each is silenced while graphs are built."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Raw Sym", category=UserWarning)
+        yield
+
+
+def call_node(graph: fx.Graph, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> fx.Node:
+    """``graph.call_function`` with symbolic sizes allowed among the arguments."""
+    with symint_args():
+        return graph.call_function(fn, args, kwargs)
+
+
+def hint(value: object) -> int:
+    """An int for heuristics: a symbolic size's value for the inputs traced now, never
+    guarded (``int(size)`` would specialize the graph to it)."""
+    if isinstance(value, torch.SymInt):
+        return int(value.node.hint) if expr_of(value) is not None else int(value)
+    return int(value)  # type: ignore[call-overload,no-any-return]
+
+
+def is_symbolic_tensor(t: object) -> bool:
+    return isinstance(t, torch.Tensor) and any(expr_of(s) is not None for s in (*t.shape, *t.stride()))
+
+
+def _values(value: object) -> Iterator[object]:
+    """Every SymInt/SymFloat/SymBool inside ``value`` (tensor sizes and strides included)."""
+    for leaf in tree_flatten(value)[0]:
+        if isinstance(leaf, torch.Tensor):
+            yield from leaf.shape
+            yield from leaf.stride()
+        elif isinstance(leaf, SYM_TYPES):
+            yield leaf
+
+
+def needed_symbols(gm: fx.GraphModule) -> set[sympy.Symbol]:
+    """Symbols ``gm``'s arguments and values depend on (what running or compiling it needs)."""
+    needed: set[sympy.Symbol] = set()
+    for node in gm.graph.nodes:
+        for value in (*_values((node.args, node.kwargs)), *_values(node.meta.get("val"))):
+            expr = expr_of(value)
+            if expr is not None:
+                needed |= {s for s in expr.free_symbols if isinstance(s, sympy.Symbol)}
+    return needed
+
+
+def symbol_sources(gm: fx.GraphModule) -> dict[sympy.Symbol, tuple[fx.Node, int | None]]:
+    """Each symbol one of ``gm``'s inputs provides: (placeholder, dim), or (placeholder,
+    None) for a placeholder holding the symbolic int itself."""
+    found: dict[sympy.Symbol, tuple[fx.Node, int | None]] = {}
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            for d, size in enumerate(val.shape):
+                expr = expr_of(size)
+                if isinstance(expr, sympy.Symbol):
+                    found.setdefault(expr, (node, d))
+        else:
+            expr = expr_of(val)
+            if isinstance(expr, sympy.Symbol):
+                found.setdefault(expr, (node, None))
+    return found
+
+
+def shape_env_of(gm: fx.GraphModule) -> Any:
+    """The ember ShapeEnv behind ``gm``'s symbolic values (``None`` when it has none)."""
+    for node in gm.graph.nodes:
+        for value in (*_values((node.args, node.kwargs)), *_values(node.meta.get("val"))):
+            env = getattr(getattr(value, "node", None), "env", None)
+            if env is not None:
+                return env
+    return None
+
+
+class _Binder:
+    """Emits, once per expression, the nodes computing a symbolic value in ``gm``."""
+
+    def __init__(self, gm: fx.GraphModule) -> None:
+        self.gm = gm
+        self.graph = gm.graph
+        self.sources = symbol_sources(gm)
+        self.env = shape_env_of(gm)
+        self.cache: dict[sympy.Basic, Any] = {}
+        self.anchor = next(n for n in self.graph.nodes if n.op != "placeholder")
+
+    def value(self, value: Any) -> Any:
+        expr = expr_of(value)
+        if expr is None:
+            return _plain(value)
+        return self.node(expr, type(value))
+
+    def node(self, expr: sympy.Basic, kind: type) -> Any:
+        hit = self.cache.get(expr)
+        if hit is not None:
+            return hit
+        if expr.is_Integer:
+            return int(expr)
+        if expr.is_Number:
+            return float(expr)
+        with self.graph.inserting_before(self.anchor):
+            made = self._build(expr, kind)
+        self._meta(made, expr, kind)
+        self.cache[expr] = made
+        return made
+
+    def _meta(self, node: Any, expr: sympy.Basic, kind: type) -> None:
+        """``node.meta["val"]``: the symbolic value it computes (what compilers read)."""
+        if isinstance(node, fx.Node) and "val" not in node.meta and self.env is not None:
+            pytypes: dict[Any, type] = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}
+            pytype = pytypes[kind]
+            node.meta["val"] = self.env.sym_value(expr, pytype)
+
+    def _build(self, expr: sympy.Basic, kind: type) -> Any:
+        if isinstance(expr, sympy.Symbol):
+            source = self.sources.get(expr)
+            if source is None:
+                raise TraceError(f"size symbol {expr} is not a dimension of any input of the graph")
+            ph, dim = source
+            if dim is None:
+                return ph
+            return self.graph.call_function(aten.sym_size.int, (ph, dim))
+        if isinstance(expr, sympy.Add):
+            return self._fold(operator.add, expr.args, kind)
+        if isinstance(expr, sympy.Mul):
+            num, den = sympy.fraction(expr)
+            if den != 1:
+                return self._call(operator.truediv, (num, den), torch.SymFloat)
+            coeff, rest = expr.as_coeff_Mul()
+            if coeff == -1:
+                return self._call(operator.neg, (rest,), kind)
+            return self._fold(operator.mul, expr.args, kind)
+        if isinstance(expr, sympy.floor):
+            num, den = sympy.fraction(sympy.together(expr.args[0]))
+            return self._call(operator.floordiv, (num, den), torch.SymInt)
+        if isinstance(expr, sympy.ceiling):
+            num, den = sympy.fraction(sympy.together(expr.args[0]))
+            return self._call(operator.neg, (sympy.floor(-num / den),), torch.SymInt)
+        if isinstance(expr, sympy.Mod):
+            return self._call(operator.mod, expr.args, torch.SymInt)
+        if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:
+            return self._call(operator.pow, expr.args, kind)
+        if isinstance(expr, sympy.Pow) and expr.exp == sympy.Rational(1, 2):
+            return self._call(math.sqrt, (expr.base,), torch.SymFloat)
+        relations: dict[Any, Callable[..., Any]] = {
+            sympy.Eq: operator.eq, sympy.Ne: operator.ne, sympy.Lt: operator.lt,
+            sympy.Le: operator.le, sympy.Gt: operator.gt, sympy.Ge: operator.ge,
+        }
+        for rel, fn in relations.items():
+            if isinstance(expr, rel):
+                return self._call(fn, tuple(expr.args), torch.SymBool)
+        raise TraceError(f"cannot compute the size expression {expr} in a graph")
+
+    def _call(self, fn: Callable[..., Any], args: tuple[sympy.Basic, ...], kind: type) -> fx.Node:
+        parts = tuple(self.node(a, torch.SymInt) for a in args)
+        node = self.graph.call_function(fn, parts)
+        return node
+
+    def _fold(self, fn: Callable[..., Any], args: tuple[sympy.Basic, ...], kind: type) -> Any:
+        acc, acc_expr = self.node(args[0], kind), args[0]
+        for a in args[1:-1]:
+            acc_expr = fn(acc_expr, a)
+            acc = self.graph.call_function(fn, (acc, self.node(a, kind)))
+            self._meta(acc, acc_expr, kind)
+        return self.graph.call_function(fn, (acc, self.node(args[-1], kind)))
+
+
+def _plain(value: Any) -> Any:
+    """A constant SymInt (its expression is a number) as a plain Python number."""
+    if isinstance(value, torch.SymBool):
+        return bool(value)
+    if isinstance(value, torch.SymInt):
+        return int(value)
+    if isinstance(value, torch.SymFloat):
+        return float(value)
+    return value
+
+
+def has_symbolic_args(gm: fx.GraphModule) -> bool:
+    return any(
+        isinstance(a, SYM_TYPES)
+        for node in gm.graph.nodes
+        for a in tree_flatten((node.args, node.kwargs))[0]
+    )
+
+
+def bind_sizes(gm: fx.GraphModule) -> fx.GraphModule:
+    """Replace every symbolic value in ``gm``'s node arguments by nodes computing it (in place)."""
+    if not has_symbolic_args(gm):
+        return gm
+    binder = _Binder(gm)
+    for node in list(gm.graph.nodes):
+        if node.op not in ("call_function", "output"):
+            continue
+
+        def one(a: Any) -> Any:
+            return binder.value(a) if isinstance(a, SYM_TYPES) else a
+
+        node.args = tree_map(one, node.args)
+        node.kwargs = tree_map(one, node.kwargs)
+    gm.graph.lint()
+    gm.recompile()
+    return gm
+
+
+def pass_sizes(part: Partition) -> Partition:
+    """Bind the sizes of a forward/backward pair; symbols the backward cannot read from
+    its own inputs become saved ints (forward outputs, backward placeholders)."""
+    fw, bw = part.forward, part.backward
+    missing = sorted(needed_symbols(bw) - set(symbol_sources(bw)), key=str)
+    saved = list(part.saved)
+    if missing:
+        env = shape_env_of(fw) or shape_env_of(bw)
+        if env is None:
+            raise TraceError("the backward needs sizes but the graphs carry no shape environment")
+        out = next(n for n in fw.graph.nodes if n.op == "output")
+        values = [env.sym_value(sym, int) for sym in missing]
+        out.args = ((*out.args[0], *values),)
+        last_saved = [n for n in bw.graph.nodes if n.op == "placeholder" and n.name in part.saved]
+        anchor = last_saved[-1].next if last_saved else next(iter(bw.graph.nodes))
+        for sym, value in zip(missing, values, strict=True):
+            with bw.graph.inserting_before(anchor):
+                ph = bw.graph.placeholder(f"size_{sym}")
+            ph.meta["val"] = value
+            saved.append(ph.name)
+        fw.recompile()
+    return dataclasses.replace(part, forward=bind_sizes(fw), backward=bind_sizes(bw),
+                               saved=tuple(saved))
+
+
+__all__ = ["bind_sizes", "call_node", "symint_args", "expr_of", "hint", "is_symbolic_tensor", "needed_symbols", "pass_sizes", "shape_env_of",
+           "symbol_sources"]
