@@ -67,8 +67,10 @@ class CompiledGraph:
         inputs_guarded: bool = False,
     ) -> None:
         self._call = call
-        self._check_inputs = not inputs_guarded
+        # a symbolic graph's wrapper checks its inputs itself (sizes vary per call)
+        self._check_inputs = not inputs_guarded and not art.symbolic
         self._expect = list(art.input_layouts)
+        self._n_args = len(art.input_layouts) + art.n_size_inputs
         self._out_spec = art.out_spec
         # Flat list/tuple outputs (what ATen graphs return) skip pytree on every call.
         leaves: list[Any] = [object() for _ in range(art.n_outputs)]
@@ -88,7 +90,7 @@ class CompiledGraph:
         self.report = report
 
     def __call__(self, *args: Any) -> Any:
-        if len(args) == 1 and isinstance(args[0], list) and len(self._expect) != 1:
+        if len(args) == 1 and isinstance(args[0], list) and self._n_args != 1:
             args = tuple(args[0])
         outs = self._call(self._checked(args) if self._check_inputs else list(args))
         if self._out_kind is list:
@@ -144,6 +146,13 @@ def _eager_reason(
 ) -> str | None:
     device = graph_device(example_inputs)
     for i, x in enumerate(example_inputs):
+        symbolic = isinstance(x, torch.SymInt) or (
+            isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in x.shape)
+        )
+        if symbolic and not isinstance(backend, str) and not backend.symbolic_sizes:
+            return f"input {i} has symbolic sizes; the {backend.label} backend compiles static sizes only"
+        if isinstance(x, torch.SymInt) and getattr(x.node, "hint", None) is not None:
+            continue  # a symbolic size the graph reads (a dynamic-shapes backward's input)
         if not isinstance(x, torch.Tensor):
             return f"input {i} is a {type(x).__name__}; only tensor inputs are compiled"
         if isinstance(backend, str):
@@ -264,6 +273,9 @@ def _generate(
         kernel_sources={name: k.source for name, k in kernels.items()},
         kernel_args={name: k.args for name, k in kernels.items()},
         kernel_meta={name: k.meta for name, k in kernels.items() if k.meta},
+        kernel_sizes={name: k.sizes for name, k in kernels.items() if k.sizes},
+        n_size_inputs=len(lowered.size_inputs),
+        symbolic=bool(lowered.hints),
         consts=wrapper.constants,
         constant_targets=dict(lowered.constant_targets),
         input_layouts=[(b.layout.size, b.layout.stride, b.layout.dtype) for b in lowered.inputs],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -198,9 +199,11 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         out = func(*args, **kwargs)
         if not any(isinstance(t, torch.Tensor) for t in tree_flatten(out)[0]):
             return out  # sizes, devices, scalars: plain values, not graph nodes
-        node = self.graph.call_function(
-            func, tree_map(self._arg, args), tree_map(self._arg, kwargs)
-        )
+        with warnings.catch_warnings():  # symbolic sizes are plain arguments here
+            warnings.filterwarnings("ignore", message="Raw Sym", category=UserWarning)
+            node = self.graph.call_function(
+                func, tree_map(self._arg, args), tree_map(self._arg, kwargs)
+            )
         node.meta["val"] = out
         self.keep.append(out)
         if isinstance(out, torch.Tensor):
@@ -231,6 +234,9 @@ def decompose_node(fx_node: torch.fx.Node, fake_mode: FakeTensorMode) -> torch.f
         for a in flat:
             if isinstance(a, torch.fx.Node) and a not in fakes:
                 val = a.meta["val"]
+                if not isinstance(val, torch.Tensor):  # a symbolic size: passed as its value
+                    fakes[a] = val
+                    continue
                 fake = torch.empty_strided(
                     val.shape, val.stride(), dtype=val.dtype, device=val.device
                 )
@@ -254,4 +260,39 @@ def decompose_node(fx_node: torch.fx.Node, fake_mode: FakeTensorMode) -> torch.f
     for t in tree_flatten(out)[0]:
         if isinstance(t, torch.Tensor) and id(t) not in env:
             return None
+    if not _same_shapes(out, fx_node.meta.get("val"), _used_outputs(fx_node)):
+        # torch's flash-attention-for-CPU decomposition returns the attention weights
+        # where the op returns its logsumexp: a backward reading it would get the wrong tensor
+        return None
     return graph
+
+
+def _used_outputs(fx_node: torch.fx.Node) -> set[int] | None:
+    """Indices of a multi-output node's results that are read (``None``: all of them)."""
+    if not isinstance(fx_node.meta.get("val"), (tuple, list)):
+        return None
+    used: set[int] = set()
+    for user in fx_node.users:
+        if user.target is operator.getitem and isinstance(user.args[1], int):
+            used.add(user.args[1])
+        else:
+            return None
+    return used
+
+
+def _same_shapes(got: Any, want: Any, used: set[int] | None) -> bool:
+    """Every used tensor of ``got`` has the shape and dtype of ``want``'s at its position."""
+    a, b = tree_flatten(got)[0], tree_flatten(want)[0]
+    if len(a) != len(b):
+        return False
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        if used is not None and i not in used:
+            continue
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return False
+        if isinstance(x, torch.Tensor) and (
+            len(x.shape) != len(y.shape) or x.dtype != y.dtype
+            or any(str(p) != str(q) for p, q in zip(x.shape, y.shape, strict=True))
+        ):
+            return False
+    return True

@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+import sympy
 import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
@@ -39,6 +40,9 @@ from .lowering import SUPPORTED_DTYPES, creation, find_lowering, pointwise, redu
 from .lowering.reduction import REDUCTION_TARGETS
 from .ops_handler import DepsOps
 from .options import InductorOptions
+from .sizes import Size, SizeHints, as_size, as_sizes
+
+_SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 aten = torch.ops.aten
 #: Imported for their registrations: every ATen op they lower is in ``LOWERINGS``.
@@ -51,7 +55,7 @@ _MAX_DECOMPOSE_DEPTH = 8
 class OutputSpec:
     """How the wrapper produces one flat output: a buffer, a view of one, or a constant."""
 
-    kind: str  # "buffer" | "view" | "const"
+    kind: str  # "buffer" | "view" | "const" | "size" (a symbolic int: ``value``)
     name: str = ""
     layout: Layout | None = None
     value: Any = None
@@ -67,6 +71,10 @@ class LoweredGraph:
     fallbacks: collections.Counter[str] = field(default_factory=collections.Counter)
     #: constant name -> the ``get_attr`` target it reads (its data comes from the module at run time)
     constant_targets: dict[str, str] = field(default_factory=dict)
+    #: each size symbol's value for the inputs compiled with (heuristics only)
+    hints: SizeHints = field(default_factory=SizeHints)
+    #: input position -> the symbolic int that input is (a ``SymInt`` graph input)
+    size_inputs: dict[int, Any] = field(default_factory=dict)
 
 
 def attr_value(gm: torch.nn.Module, target: str) -> Any:
@@ -125,6 +133,10 @@ class GraphLowering:
         self.constant_targets: dict[str, str] = {}
         self.fallbacks: collections.Counter[str] = collections.Counter()
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        self.hints = SizeHints.of_inputs(example_inputs)
+        if self.hints:  # symbolic sizes: torch's dispatch cache keys on its own ShapeEnv
+            self.fake_mode.cache_enabled = False
+        self.size_inputs: dict[int, Any] = {}
         self.env: dict[torch.fx.Node, Any] = {}
         self._depth = 0
         self._shared: dict[IRNode, Buffer] = {}  # IR nodes hash by identity; _realize_shared
@@ -138,7 +150,7 @@ class GraphLowering:
         return buf
 
     def realize(
-        self, node: IRNode, stride: tuple[int, ...] | None = None
+        self, node: IRNode, stride: tuple[Size, ...] | None = None
     ) -> Buffer | ReinterpretView:
         if isinstance(node, (Buffer, ReinterpretView)) and stride is None:
             return node
@@ -225,7 +237,7 @@ class GraphLowering:
         )
         val = fx_node.meta["val"]
         if isinstance(val, torch.Tensor):
-            layout = Layout(tuple(val.shape), tuple(val.stride()), val.dtype)
+            layout = Layout(as_sizes(val.shape), as_sizes(val.stride()), val.dtype)
             return self.register(
                 ExternKernel(
                     self._name(),
@@ -255,7 +267,7 @@ class GraphLowering:
         outs: list[Any] = []
         for i, v in enumerate(flat):
             if isinstance(v, torch.Tensor):
-                layout = Layout(tuple(v.shape), tuple(v.stride()), v.dtype)
+                layout = Layout(as_sizes(v.shape), as_sizes(v.stride()), v.dtype)
                 outs.append(self.register(MultiOutput(self._name(), layout, source=kernel, path=i)))
             else:
                 outs.append(v)
@@ -274,11 +286,14 @@ class GraphLowering:
         placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
         for i, node in enumerate(placeholders):
             ex = self.example_inputs[i]
+            if isinstance(ex, torch.SymInt):
+                self.size_inputs[i] = self.env[node] = as_size(ex)
+                continue
             if not isinstance(ex, torch.Tensor):
                 raise LoweringError(
                     f"input {i} ({node.name}) is a {type(ex).__name__}, not a tensor"
                 )
-            buf = InputBuffer(f"arg{i}", Layout(tuple(ex.shape), tuple(ex.stride()), ex.dtype))
+            buf = InputBuffer(f"arg{i}", Layout(as_sizes(ex.shape), as_sizes(ex.stride()), ex.dtype))
             self.inputs.append(buf)
             self.env[node] = buf
         outputs: list[OutputSpec] = []
@@ -306,6 +321,8 @@ class GraphLowering:
             out_spec,
             self.fallbacks,
             self.constant_targets,
+            self.hints,
+            self.size_inputs,
         )
 
     def _propagate_meta(self) -> None:
@@ -341,7 +358,7 @@ class GraphLowering:
         name = f"const{len(self.constants)}"
         self.constants[name] = value
         self.constant_targets[name] = str(node.target)
-        return InputBuffer(name, Layout(tuple(value.shape), tuple(value.stride()), value.dtype))
+        return InputBuffer(name, Layout(as_sizes(value.shape), as_sizes(value.stride()), value.dtype))
 
     def _unsupported(self, node: torch.fx.Node) -> str | None:
         vals = tree_flatten((node.meta.get("val"),))[0]
@@ -357,6 +374,9 @@ class GraphLowering:
         return None
 
     def _lower_call(self, node: torch.fx.Node) -> Any:
+        val = node.meta.get("val")
+        if isinstance(val, _SYM_TYPES):  # size arithmetic (sym_size, mul, ...): its expression
+            return as_size(val)
         target = node.target
         name = op_name(target)
         reason = self._unsupported(node)
@@ -374,7 +394,9 @@ class GraphLowering:
         return self.fallback(node, reason or "unsupported")
 
     def _ir_arg(self, a: Any) -> Any:
-        return self.env[a] if isinstance(a, torch.fx.Node) else a
+        if isinstance(a, torch.fx.Node):
+            return self.env[a]
+        return as_size(a) if isinstance(a, _SYM_TYPES) else a
 
     def _lower_subgraph(self, node: torch.fx.Node, sub: torch.fx.Graph) -> Any:
         args = [
@@ -429,9 +451,11 @@ class GraphLowering:
             return OutputSpec("const", value=arg)
         value = self.env[arg]
         if not isinstance(value, IRNode):
+            if isinstance(value, sympy.Basic):
+                return OutputSpec("size", value=value)
             return OutputSpec("const", value=value)
         val = arg.meta["val"]
-        stride = tuple(int(s) for s in val.stride())
+        stride = as_sizes(val.stride())
         if isinstance(value, InputBuffer):
             return OutputSpec("buffer", name=value.name, layout=value.layout)
         view = as_strided_of_buffer(value) if isinstance(value, (View, ReinterpretView)) else None
@@ -441,7 +465,7 @@ class GraphLowering:
             return OutputSpec("view", name=view.base.name, layout=view.layout)
         if isinstance(value, Buffer):
             return OutputSpec("buffer", name=value.name, layout=value.layout)
-        dense = _is_dense(tuple(val.shape), stride)
+        dense = _is_dense(as_sizes(val.shape), stride, self.hints)
         buf = self.realize(value, stride if dense else None)
         assert isinstance(buf, Buffer)
         return OutputSpec("buffer", name=buf.name, layout=buf.layout)
@@ -508,12 +532,16 @@ def _buffer_name(node: IRNode) -> str:
     raise LoweringError("a mutated argument is not a realized buffer")
 
 
-def _is_dense(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
-    """Non-overlapping and without holes: a permutation of contiguous strides."""
-    dims = sorted((st, sz) for sz, st in zip(size, stride) if sz != 1)
-    expected = 1
+def _is_dense(size: tuple[Size, ...], stride: tuple[Size, ...], hints: SizeHints) -> bool:
+    """Non-overlapping and without holes: a permutation of contiguous strides (symbolic
+    strides must equal the expected products as expressions)."""
+    dims = sorted(
+        ((st, sz) for sz, st in zip(size, stride) if sz != 1),
+        key=lambda p: (hints.hint(p[0]), hints.hint(p[1])),
+    )
+    expected: Size = 1
     for st, sz in dims:
-        if st != expected:
+        if sympy.expand(sympy.sympify(st) - expected) != 0:
             return False
-        expected *= sz
+        expected = as_size(expected * sz) if isinstance(sz, sympy.Basic) else expected * sz
     return True

@@ -30,6 +30,7 @@ import torch
 import torch.fx
 from torch.utils._pytree import TreeSpec, treespec_dumps, treespec_loads
 
+from ember.ir import parse_sym_expr, sym_text
 from ember.ir.cache_entry import (
     code_digest,
     entry_path,
@@ -41,9 +42,10 @@ from ember.ir.cache_entry import (
 
 from .codegen.backend import KernelSource
 from .logs import log
+from .sizes import as_size
 
-#: Bumped when the entry layout changes.
-FORMAT = 2
+#: Bumped when the entry layout changes (3: symbolic sizes, kernel size arguments).
+FORMAT = 3
 
 
 @dataclass
@@ -57,16 +59,23 @@ class GraphArtifact:
     kernel_meta: dict[str, dict[str, Any]]
     consts: list[Any]
     constant_targets: dict[str, str]
-    input_layouts: list[tuple[tuple[int, ...], tuple[int, ...], torch.dtype]]
+    input_layouts: list[tuple[tuple[Any, ...], tuple[Any, ...], torch.dtype]]
     out_spec: TreeSpec | None
     n_outputs: int
     fallbacks: dict[str, int] = field(default_factory=dict)
     #: (op, reason) of each extern call, replayed to the perf_hints log on a cache hit
     externs: list[tuple[str, str]] = field(default_factory=list)
+    #: size symbols each kernel takes after its buffers
+    kernel_sizes: dict[str, list[str]] = field(default_factory=dict)
+    #: graph inputs that are symbolic ints (besides the tensors of ``input_layouts``)
+    n_size_inputs: int = 0
+    #: sizes are symbolic: the wrapper binds them and checks its inputs itself
+    symbolic: bool = False
 
     def kernels(self) -> dict[str, KernelSource]:
         return {
-            name: KernelSource(src, self.kernel_args[name], self.kernel_meta.get(name, {}))
+            name: KernelSource(src, self.kernel_args[name], self.kernel_meta.get(name, {}),
+                               self.kernel_sizes.get(name, []))
             for name, src in self.kernel_sources.items()
         }
 
@@ -93,10 +102,12 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs: list[Any], options_key: 
     if graph is None:
         return None
     h = hashlib.sha256()
+    # symbolic sizes enter the key as expressions (``s0``), so one entry serves every size
     inputs = [
-        (tuple(x.shape), tuple(x.stride()), str(x.dtype), x.device.type)
+        (tuple(map(str, x.shape)), tuple(map(str, x.stride())), str(x.dtype), x.device.type)
+        if isinstance(x, torch.Tensor) else ("int", str(x))
         for x in example_inputs
-        if isinstance(x, torch.Tensor)
+        if isinstance(x, (torch.Tensor, torch.SymInt))
     ]
     for part in (
         f"ember.inductor graph cache {FORMAT}",
@@ -151,12 +162,15 @@ def _dump(art: GraphArtifact) -> str:
                     "source": src,
                     "args": art.kernel_args[name],
                     "meta": art.kernel_meta.get(name, {}),
+                    "sizes": art.kernel_sizes.get(name, []),
                 }
                 for name, src in art.kernel_sources.items()
             },
             "consts": [_encode_const(c) for c in art.consts],
             "constant_targets": art.constant_targets,
-            "inputs": [[list(s), list(st), encode_value(dt)] for s, st, dt in art.input_layouts],
+            "inputs": [[_dims(s), _dims(st), encode_value(dt)] for s, st, dt in art.input_layouts],
+            "n_size_inputs": art.n_size_inputs,
+            "symbolic": art.symbolic,
             "out_spec": None if art.out_spec is None else treespec_dumps(art.out_spec),
             "n_outputs": art.n_outputs,
             "fallbacks": art.fallbacks,
@@ -177,7 +191,7 @@ def _load(text: str) -> GraphArtifact:
         dt = decode_value(dtype)
         if not isinstance(dt, torch.dtype):
             raise ValueError(f"input dtype {dtype!r}")
-        inputs.append((tuple(size), tuple(stride), dt))
+        inputs.append((_read_dims(size), _read_dims(stride), dt))
     return GraphArtifact(
         wrapper_source=d["wrapper_source"],
         kernel_sources={name: k["source"] for name, k in kernels.items()},
@@ -190,7 +204,19 @@ def _load(text: str) -> GraphArtifact:
         n_outputs=int(d["n_outputs"]),
         fallbacks={str(k): int(v) for k, v in d["fallbacks"].items()},
         externs=[(str(op), str(reason)) for op, reason in d["externs"]],
+        kernel_sizes={name: list(k.get("sizes", [])) for name, k in kernels.items()},
+        n_size_inputs=int(d.get("n_size_inputs", 0)),
+        symbolic=bool(d.get("symbolic", False)),
     )
+
+
+def _dims(values: Any) -> list[Any]:
+    """Sizes for JSON: ints, and symbolic ones as expression text."""
+    return [v if isinstance(v, int) else sym_text(v) for v in values]
+
+
+def _read_dims(values: Any) -> tuple[Any, ...]:
+    return tuple(v if isinstance(v, int) else as_size(parse_sym_expr(v)) for v in values)
 
 
 def lookup(cache_dir: str, key: str) -> GraphArtifact | None:

@@ -22,6 +22,7 @@ import torch
 
 from .index import contiguous_strides, linear_index
 from .ops_handler import OpsHandler
+from .sizes import Size, as_sizes, product, provably
 
 Index = Sequence[sympy.Expr]
 Loader = Callable[[Index, OpsHandler], Any]
@@ -36,14 +37,14 @@ REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all"
 class Layout:
     """Strided placement of a buffer's elements (offset in elements)."""
 
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
+    size: tuple[Size, ...]
+    stride: tuple[Size, ...]
     dtype: torch.dtype
-    offset: int = 0
+    offset: Size = 0
 
     @staticmethod
-    def contiguous(size: Sequence[int], dtype: torch.dtype) -> Layout:
-        size = tuple(int(s) for s in size)
+    def contiguous(size: Sequence[Size], dtype: torch.dtype) -> Layout:
+        size = as_sizes(size)
         return Layout(size, contiguous_strides(size), dtype)
 
     def index(self, idx: Index) -> sympy.Expr:
@@ -55,16 +56,17 @@ class Layout:
             for a, b, s in zip(self.stride, contiguous_strides(self.size), self.size)
         )
 
-    def storage_numel(self) -> int:
+    def storage_numel(self) -> Size:
         if any(s == 0 for s in self.size):
             return 0
-        return self.offset + 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride))
+        total = self.offset + 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride))
+        return total if isinstance(total, int) else as_sizes([sympy.expand(total)])[0]
 
 
 class IRNode:
     """A tensor value during lowering."""
 
-    def get_size(self) -> tuple[int, ...]:
+    def get_size(self) -> tuple[Size, ...]:
         raise NotImplementedError
 
     def get_dtype(self) -> torch.dtype:
@@ -73,20 +75,17 @@ class IRNode:
     def make_loader(self) -> Loader:
         raise NotImplementedError
 
-    def numel(self) -> int:
-        n = 1
-        for s in self.get_size():
-            n *= s
-        return n
+    def numel(self) -> Size:
+        return product(self.get_size())
 
 
 @dataclass(frozen=True, eq=False)
 class Pointwise(IRNode):
-    size: tuple[int, ...]
+    size: tuple[Size, ...]
     dtype: torch.dtype
     inner_fn: Loader
 
-    def get_size(self) -> tuple[int, ...]:
+    def get_size(self) -> tuple[Size, ...]:
         return self.size
 
     def get_dtype(self) -> torch.dtype:
@@ -100,14 +99,14 @@ class Pointwise(IRNode):
 class Reduction(IRNode):
     """``size`` outer elements, each reducing ``reduction_ranges`` values of ``src_dtype``."""
 
-    size: tuple[int, ...]
+    size: tuple[Size, ...]
     dtype: torch.dtype
     src_dtype: torch.dtype
-    reduction_ranges: tuple[int, ...]
+    reduction_ranges: tuple[Size, ...]
     reduction_type: str
     inner_fn: ReductionFn
 
-    def get_size(self) -> tuple[int, ...]:
+    def get_size(self) -> tuple[Size, ...]:
         return self.size
 
     def get_dtype(self) -> torch.dtype:
@@ -122,10 +121,10 @@ class View(IRNode):
     """``base`` read through ``reindex``: maps this node's index to the base's index."""
 
     base: IRNode
-    size: tuple[int, ...]
+    size: tuple[Size, ...]
     reindex: Callable[[Index], Index]
 
-    def get_size(self) -> tuple[int, ...]:
+    def get_size(self) -> tuple[Size, ...]:
         return self.size
 
     def get_dtype(self) -> torch.dtype:
@@ -148,7 +147,7 @@ class Buffer(IRNode):
     name: str
     layout: Layout
 
-    def get_size(self) -> tuple[int, ...]:
+    def get_size(self) -> tuple[Size, ...]:
         return self.layout.size
 
     def get_dtype(self) -> torch.dtype:
@@ -219,7 +218,7 @@ class ReinterpretView(IRNode):
     base: Buffer
     layout: Layout
 
-    def get_size(self) -> tuple[int, ...]:
+    def get_size(self) -> tuple[Size, ...]:
         return self.layout.size
 
     def get_dtype(self) -> torch.dtype:
@@ -271,7 +270,9 @@ def as_strided_of_buffer(node: IRNode) -> ReinterpretView | None:
     if fit is None:
         return None
     coeffs, offset = fit
-    if offset < 0 or any(c < 0 for c in coeffs.values()):
+    if not provably(sympy.sympify(offset) >= 0) or not all(
+        provably(sympy.sympify(c) >= 0) for c in coeffs.values()
+    ):
         return None
     stride = tuple(coeffs[s] for s in syms)
     del base_layout

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import sympy
 
@@ -25,6 +26,7 @@ from .index import affine_coefficients, index_symbols
 from .ir import ComputedBuffer, ExternKernel, MultiOutput, Reduction
 from .loops import MergedLoops
 from .ops_handler import DepsOps
+from .sizes import Size, SizeHints, is_size_symbol, is_static, size_symbols
 
 
 @dataclass(eq=False)
@@ -33,8 +35,8 @@ class SchedNode:
 
     order: int
     buffer: ComputedBuffer
-    sizes: tuple[int, ...]
-    rsizes: tuple[int, ...]
+    sizes: tuple[Size, ...]
+    rsizes: tuple[Size, ...]
     reads: frozenset[str]
 
     @property
@@ -82,7 +84,7 @@ class SchedNode:
 class Loop:
     """One inner loop nest of a kernel (``inner == ()``: statements once per outer index)."""
 
-    inner: tuple[int, ...]
+    inner: tuple[Size, ...]
     nodes: list[SchedNode] = field(default_factory=list)
     #: ``inner`` after merging dims (set by ``lay_out_loops``): sizes, symbols and the
     #: rewrite of index expressions already rewritten by the kernel's ``outer_loops``.
@@ -110,7 +112,7 @@ class Loop:
 @dataclass(eq=False)
 class KernelPlan:
     name: str
-    outer: tuple[int, ...]
+    outer: tuple[Size, ...]
     nodes: list[SchedNode]
     loops: list[Loop]
     #: Buffers the kernel writes to memory (the rest stay in registers).
@@ -123,6 +125,19 @@ class KernelPlan:
     private: dict[str, int] = field(default_factory=dict)
     #: ``outer`` after merging dims (set by ``lay_out_loops``).
     outer_loops: MergedLoops | None = None
+    #: values of the size symbols for the inputs compiled with (heuristics only)
+    hints: SizeHints = field(default_factory=SizeHints)
+
+    def size_symbols(self) -> set[sympy.Symbol]:
+        """The size symbols anywhere in this plan's loops or accesses (kernel arguments)."""
+        n_outer = len(self.outer)
+        exprs: list[Any] = [*self.outer, *(s for loop in self.loops for s in loop.inner)]
+        for n in self.nodes:
+            loads, store = n.accesses(n_outer)
+            exprs.extend(e for _, e in loads)
+            exprs.append(store)
+            exprs.extend(n.buffer.layout.size)
+        return {s for s in size_symbols(exprs) if is_size_symbol(s)}
 
     @property
     def is_pointwise(self) -> bool:
@@ -170,7 +185,7 @@ def plan_kernel(nodes: Sequence[SchedNode], max_size: int) -> KernelPlan | str:
         return f"kernel would have more than {max_size} nodes"
     reductions = [n for n in nodes if n.is_reduction]
     outer = reductions[0].sizes if reductions else nodes[0].sizes
-    inner_of: dict[str, tuple[int, ...]] = {}
+    inner_of: dict[str, tuple[Size, ...]] = {}
     for n in nodes:
         if n.is_reduction:
             if n.sizes != outer:
@@ -215,10 +230,12 @@ def private_offset(index: sympy.Expr, inner_syms: Sequence[sympy.Symbol]) -> sym
     return sympy.expand(index - index.xreplace({s: 0 for s in inner_syms}))
 
 
-def private_numel(node: SchedNode, n_outer: int, inner: tuple[int, ...], max_bytes: int) -> int | None:
+def private_numel(node: SchedNode, n_outer: int, inner: tuple[Size, ...], max_bytes: int) -> int | None:
     """Elements per outer iteration if ``node``'s store offsets within one iteration are
     ``0 <= offset < numel(inner)`` (see :func:`private_offset`) and fit ``max_bytes``;
     None otherwise."""
+    if not is_static(inner):  # an iteration-local array needs a size known when compiling
+        return None
     numel = 1
     for s in inner:
         numel *= s
@@ -227,7 +244,9 @@ def private_numel(node: SchedNode, n_outer: int, inner: tuple[int, ...], max_byt
     _, inner_syms = node.symbols(n_outer)
     _, store = node.accesses(n_outer)
     fit = affine_coefficients(private_offset(store, inner_syms), inner_syms)
-    if fit is None or fit[1] != 0 or any(c < 0 for c in fit[0].values()):
+    if fit is None or fit[1] != 0 or not is_static(fit[0].values()) or any(
+        c < 0 for c in fit[0].values()
+    ):
         return None
     top = sum(c * (size - 1) for c, size in zip((fit[0][s] for s in inner_syms), inner))
     return numel if top < numel else None

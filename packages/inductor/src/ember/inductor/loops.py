@@ -18,25 +18,26 @@ from dataclasses import dataclass
 import sympy
 
 from .index import FloorDiv, ModIndex, affine_coefficients, simplify_index
+from .sizes import Size, as_size
 
 
 @dataclass(frozen=True)
 class MergedLoops:
-    sizes: tuple[int, ...]
+    sizes: tuple[Size, ...]
     symbols: tuple[sympy.Symbol, ...]
     rewrite: Callable[[sympy.Expr], sympy.Expr]
 
     @property
-    def ranges(self) -> dict[sympy.Symbol, int]:
+    def ranges(self) -> dict[sympy.Symbol, Size]:
         """Each (merged) loop symbol -> its trip count."""
         return dict(zip(self.symbols, self.sizes))
 
 
 def merge_loops(
-    sizes: Sequence[int],
+    sizes: Sequence[Size],
     symbols: Sequence[sympy.Symbol],
     accesses: Sequence[sympy.Expr],
-    known: Mapping[sympy.Symbol, int] | None = None,
+    known: Mapping[sympy.Symbol, Size] | None = None,
 ) -> MergedLoops:
     """Merge ``symbols``' loops where every access allows; ``known``: ranges of enclosing loops."""
     before = {**(known or {}), **dict(zip(symbols, sizes))}
@@ -51,7 +52,7 @@ def merge_loops(
 
 
 def _merge(
-    sizes: Sequence[int], symbols: Sequence[sympy.Symbol], accesses: Sequence[sympy.Expr]
+    sizes: Sequence[Size], symbols: Sequence[sympy.Symbol], accesses: Sequence[sympy.Expr]
 ) -> MergedLoops:
     sizes = list(sizes)
     syms = list(symbols)
@@ -62,7 +63,7 @@ def _merge(
     for k in range(1, len(sizes)):
         last = groups[-1][-1]
         ok = all(
-            f is not None and f[0][syms[last]] == f[0][syms[k]] * sizes[k] for _, f in relevant
+            f is not None and _same(f[0][syms[last]], f[0][syms[k]] * sizes[k]) for _, f in relevant
         )
         if ok:
             groups[-1].append(k)
@@ -75,13 +76,13 @@ def _merge(
     generic: dict[sympy.Symbol, sympy.Expr] = {}
     affine_map: dict[sympy.Symbol, sympy.Expr] = {}
     for g, w in zip(groups, new_syms):
-        inner = 1
+        inner: Size = 1
         for k in reversed(g):
             generic[syms[k]] = (
                 ModIndex(FloorDiv(w, inner), sizes[k]) if k != g[0] else FloorDiv(w, inner)
             )
             affine_map[syms[k]] = w if k == g[-1] else sympy.Integer(0)
-            inner *= sizes[k]
+            inner = inner * sizes[k]
     sym_set = set(syms)
 
     def rewrite(expr: sympy.Expr) -> sympy.Expr:
@@ -95,21 +96,27 @@ def _merge(
     return MergedLoops(tuple(new_sizes), tuple(new_syms), rewrite)
 
 
-def _group_size(sizes: Sequence[int], group: Sequence[int]) -> int:
-    n = 1
+def _same(a: Size, b: Size) -> bool:
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return bool(sympy.expand(sympy.sympify(a) - b) == 0)
+
+
+def _group_size(sizes: Sequence[Size], group: Sequence[int]) -> Size:
+    n: Size = 1
     for k in group:
-        n *= sizes[k]
-    return n
+        n = n * sizes[k]
+    return n if isinstance(n, int) else as_size(n)
 
 
 def _mergeable(
-    coeffs: dict[sympy.Symbol, int],
+    coeffs: dict[sympy.Symbol, Size],
     groups: list[list[int]],
     syms: list[sympy.Symbol],
-    sizes: list[int],
+    sizes: list[Size],
 ) -> bool:
     for g in groups:
         for a, b in zip(g, g[1:]):
-            if coeffs[syms[a]] != coeffs[syms[b]] * sizes[b]:
+            if not _same(coeffs[syms[a]], coeffs[syms[b]] * sizes[b]):
                 return False
     return True

@@ -113,6 +113,7 @@ def schedule(
         plan = plan_kernel(nodes, options.max_fusion_size)  # type: ignore[arg-type]
         assert isinstance(plan, KernelPlan), plan
         plan.name = f"kernel{sum(isinstance(s, KernelPlan) for s in steps)}"
+        plan.hints = graph.hints
         member_set = set(members)
         external = {
             n.name

@@ -21,12 +21,15 @@ from ..kernel_plan import KernelPlan
 
 @dataclass(frozen=True)
 class KernelSource:
-    """One generated kernel: its source, the buffers its call passes (in order), and
-    backend-specific launch data that must survive the graph cache (JSON values)."""
+    """One generated kernel: its source, the buffers its call passes (in order),
+    backend-specific launch data that must survive the graph cache (JSON values), and
+    the size symbols it takes after the buffers (``s0``: its loops or indexing depend
+    on a dynamic size; the wrapper passes each one's value)."""
 
     source: str
     args: list[str]
     meta: dict[str, Any] = field(default_factory=dict)
+    sizes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -53,6 +56,9 @@ class Backend(Protocol):
     #: Its kernels compute ``welford_m2`` reductions (variance in one pass over the input);
     #: the lowering emits them only for such a backend.
     welford: bool
+    #: Its kernels take size symbols as arguments (``KernelSource.sizes``), so graphs
+    #: with symbolic sizes compile (ADR 0021); otherwise such graphs run eagerly.
+    symbolic_sizes: bool
 
     def generate(self, plan: KernelPlan, dtypes: Mapping[str, torch.dtype]) -> KernelSource:
         """Kernel source for ``plan``; ``dtypes`` maps every buffer name to its dtype."""

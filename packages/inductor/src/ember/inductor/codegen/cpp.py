@@ -12,6 +12,7 @@ pointers from the wrapper.
 from __future__ import annotations
 
 import ctypes
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,16 +27,18 @@ from ..options import InductorOptions
 from ..scheduler import PRIVATE_BYTES
 from .backend import BuildStats, KernelSource
 from .cpp_column import column_plan, emit_column_kernel
-from .cpp_loops import emit_inner_loop, emit_loop_body, loop_nest, numel
+from .cpp_loops import emit_inner_loop, emit_loop_body, loop_nest
 from .cpp_ops import CppKernel, CppOps, CppVar, mem_ctype
+from .pysize import pysizes
 
 __all__ = ["CppBackend", "CppKernel", "CppOps", "CppVar", "generate_kernel"]
 
 
 def generate_kernel(
     plan: KernelPlan, buffer_dtypes: dict[str, torch.dtype], options: InductorOptions
-) -> tuple[str, list[str]]:
-    """C++ source of one kernel (without prelude) and its argument buffer names, in order."""
+) -> tuple[str, list[str], list[str]]:
+    """C++ source of one kernel (without prelude), its argument buffer names and the size
+    symbols it takes (``int64_t`` arguments after the buffers), in order."""
     k = CppKernel(plan, options)
     args: list[str] = []
     params: list[str] = []
@@ -52,6 +55,7 @@ def generate_kernel(
     outer = plan.merged_outer()
     cpp = options.cpp
     lines: list[str] = []
+    numel = plan.hints.numel  # heuristics read symbolic sizes at their current values
     total_work = numel(plan.outer) * max((numel(lp.inner) for lp in plan.loops), default=1)
     parallel_outer = numel(outer.sizes) >= 8 and total_work >= cpp.parallel_threshold
     if plan.is_pointwise:
@@ -80,12 +84,12 @@ def generate_kernel(
         lines.extend(
             loop_nest(outer, body, parallel=parallel_outer, simd_inner=False, reductions=[])
         )
-    src = (
-        f'extern "C" void ember_kernel({", ".join(params)})\n{{\n'
-        + "\n".join("  " + ln for ln in lines)
-        + "\n}\n"
-    )
-    return src, args
+    text = "\n".join("  " + ln for ln in lines)
+    symbols = sorted(plan.size_symbols(), key=lambda sym: int(sym.name[1:]))
+    sizes = [sym.name for sym in symbols if re.search(rf"\b{sym.name}\b", text)]
+    params += [f"const int64_t {name}" for name in sizes]
+    src = f'extern "C" void ember_kernel({", ".join(params)})\n{{\n' + text + "\n}\n"
+    return src, args, sizes
 
 
 
@@ -98,13 +102,14 @@ class CppBackend:
     dtypes = SUPPORTED_DTYPES
     private_bytes = PRIVATE_BYTES
     welford = False
+    symbolic_sizes = True
 
     def __init__(self, options: InductorOptions) -> None:
         self.options = options
 
     def generate(self, plan: KernelPlan, dtypes: Mapping[str, torch.dtype]) -> KernelSource:
-        src, args = generate_kernel(plan, dict(dtypes), self.options)
-        return KernelSource(src, args)
+        src, args, sizes = generate_kernel(plan, dict(dtypes), self.options)
+        return KernelSource(src, args, sizes=sizes)
 
     def build(
         self, kernels: Mapping[str, KernelSource], stats: BuildStats
@@ -128,7 +133,9 @@ class CppBackend:
         for u, unit in enumerate(units):
             for j, name in enumerate(unit):
                 fn = getattr(libs[f"unit{u}"], f"ember_kernel_{j}")
-                fn.argtypes = [ctypes.c_void_p] * len(kernels[name].args)
+                fn.argtypes = [ctypes.c_void_p] * len(kernels[name].args) + [ctypes.c_int64] * len(
+                    kernels[name].sizes
+                )
                 fn.restype = None
                 if "ember_check_index(" in kernels[name].source:
                     take = libs[f"unit{u}"].ember_take_index_error
@@ -139,10 +146,11 @@ class CppBackend:
         return loaded
 
     def call(self, name: str, kernel: KernelSource) -> str:
-        return f"{name}({', '.join(f'{a}.data_ptr()' for a in kernel.args)})"
+        args = [f"{a}.data_ptr()" for a in kernel.args] + list(kernel.sizes)
+        return f"{name}({', '.join(args)})"
 
     def allocate(self, layout: Layout) -> str:
-        return f"empty_strided({layout.size}, {layout.stride}, dtype={layout.dtype})"
+        return f"empty_strided({pysizes(layout.size)}, {pysizes(layout.stride)}, dtype={layout.dtype})"
 
     def extern_name(self, op_name: str) -> str | None:
         return None

@@ -24,6 +24,7 @@ import sympy
 from ..ir import Reduction
 from ..kernel_plan import KernelPlan, Loop, SchedNode
 from ..loops import MergedLoops
+from ..sizes import is_size_symbol, is_static
 from .cpp_loops import emit_inner_loop, merge_inner_loops, store_line
 from .cpp_ops import (
     CTYPES,
@@ -31,6 +32,7 @@ from .cpp_ops import (
     CppOps,
     CppVar,
     Scope,
+    cexpr,
     nan_fixup,
     nan_update,
     reduction_init,
@@ -45,7 +47,7 @@ _SIMPLE = ("sum", "prod", "max", "min", "any", "all")
 
 def _stride(expr: sympy.Expr, sym: sympy.Symbol) -> int | None:
     """How far ``expr`` moves when ``sym`` goes 0 -> 1 (other symbols at 0); None if not numeric."""
-    zero = {s: 0 for s in expr.free_symbols}
+    zero = {s: 0 for s in expr.free_symbols if not is_size_symbol(s)}
     try:
         a = expr.xreplace(zero)
         b = expr.xreplace({**zero, sym: 1})
@@ -62,8 +64,8 @@ def column_plan(plan: KernelPlan, outer: MergedLoops) -> Loop | None:
     epilogue on the outer index; and more loads contiguous along the last outer dim
     than along the reduction.
     """
-    if not outer.sizes or outer.sizes[-1] < 8 or plan.private:
-        return None
+    if not outer.sizes or not is_static(outer.sizes) or outer.sizes[-1] < 8 or plan.private:
+        return None  # the tiling needs static outer sizes (a symbolic reduction range is fine)
     first, rest = plan.loops[0], plan.loops[1:]
     if not first.inner or not first.has_reduction or any(loop.inner for loop in rest):
         return None
@@ -155,7 +157,7 @@ def emit_column_kernel(
     rows: list[str] = []
     for d, (rsize, rsym) in enumerate(zip(inner.sizes, inner.symbols)):
         rows.append(
-            "  " * d + f"for (int64_t {rsym.name} = 0; {rsym.name} < {rsize}; ++{rsym.name}) {{"
+            "  " * d + f"for (int64_t {rsym.name} = 0; {rsym.name} < {cexpr(rsize)}; ++{rsym.name}) {{"
         )
     depth = len(inner.sizes)
     rows.append("  " * depth + "#pragma omp simd")

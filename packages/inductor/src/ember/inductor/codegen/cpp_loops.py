@@ -14,6 +14,7 @@ from ..index import contiguous_strides
 from ..ir import Reduction
 from ..kernel_plan import Loop, SchedNode
 from ..loops import MergedLoops
+from ..sizes import Size
 from .cpp_ops import (
     _OMP_CLAUSE,
     CTYPES,
@@ -28,13 +29,6 @@ from .cpp_ops import (
     reduction_init,
     reduction_update,
 )
-
-
-def numel(sizes: tuple[int, ...]) -> int:
-    n = 1
-    for s in sizes:
-        n *= s
-    return n
 
 
 def loop_nest(
@@ -68,7 +62,7 @@ def loop_nest(
             pragma = f"#pragma omp simd {red}".rstrip()
         if pragma:
             out.append("  " * d + pragma)
-        out.append("  " * d + f"for (int64_t {sym.name} = 0; {sym.name} < {size}; ++{sym.name}) {{")
+        out.append("  " * d + f"for (int64_t {sym.name} = 0; {sym.name} < {cexpr(size)}; ++{sym.name}) {{")
     out.extend("  " * depth + b for b in body)
     for d in reversed(range(depth)):
         out.append("  " * d + "}")
@@ -78,8 +72,9 @@ def loop_nest(
 _TILE = 4096
 
 
-def _tiled_loop(size: int, var: str, body: list[str], red: str) -> list[str]:
+def _tiled_loop(size: Size, var: str, body: list[str], red: str) -> list[str]:
     tile = f"{var}_tile"
+    size = cexpr(size)
     out = [
         f"#pragma omp parallel for {red}".rstrip(),
         f"for (int64_t {tile} = 0; {tile} < {size}; {tile} += {_TILE}) {{",

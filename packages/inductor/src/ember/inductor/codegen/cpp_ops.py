@@ -49,9 +49,38 @@ def _c_integer(v: int) -> str:
     return f"{v}LL" if abs(v) >= 2**31 else str(v)
 
 
-def cexpr(expr: sympy.Expr) -> str:
-    """Print an integer index expression as C++ (int64 arithmetic)."""
+def cexpr(expr: sympy.Expr | int) -> str:
+    """Print an integer index or size expression as C++ (int64 arithmetic). Size symbols
+    (``s0``) print as their names: kernels take them as ``int64_t`` arguments."""
+    if isinstance(expr, int):
+        return _c_integer(expr)
     return print_index(expr, div="/", mul="*", integer=_c_integer)
+
+
+def _integral(expr: sympy.Expr) -> bool:
+    """Whether ``expr`` is integer arithmetic (an index), as opposed to a real-valued
+    expression of sizes (``1/(s0 - 1)``, batch norm's unbiased correction)."""
+    return not any(a.is_Float or (a.is_Rational and not a.is_Integer) for a in sympy.preorder_traversal(expr)) and not any(
+        isinstance(a, sympy.Pow) and a.exp.is_negative for a in sympy.preorder_traversal(expr))
+
+
+def cfloat(expr: sympy.Expr) -> str:
+    """A real-valued expression of sizes as C++ ``double`` arithmetic."""
+    if expr.is_Number:
+        return repr(float(expr))
+    if isinstance(expr, sympy.Symbol):
+        return f"static_cast<double>({expr.name})"
+    if isinstance(expr, sympy.Add):
+        return "(" + " + ".join(cfloat(a) for a in expr.args) + ")"
+    if isinstance(expr, sympy.Mul):
+        return "(" + "*".join(cfloat(a) for a in expr.args) + ")"
+    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer:
+        base, n = cfloat(expr.base), int(expr.exp)
+        body = "*".join([base] * abs(n)) or "1.0"
+        return f"({body})" if n > 0 else f"(1.0/({body}))"
+    if isinstance(expr, sympy.Pow) and expr.exp == sympy.Rational(1, 2):
+        return f"std::sqrt({cfloat(expr.base)})"
+    return f"static_cast<double>({cexpr(expr)})"
 
 
 def literal(value: bool | int | float, dtype: torch.dtype) -> str:
@@ -174,7 +203,9 @@ class CppOps(DefaultOps):
         return CppVar(literal(value, dtype), dtype)
 
     def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> CppVar:
-        return self._emit(f"static_cast<{CTYPES[dtype]}>({cexpr(self.k.rewrite(expr))})", dtype)
+        expr = self.k.rewrite(expr)
+        text = cexpr(expr) if _integral(expr) else cfloat(expr)
+        return self._emit(f"static_cast<{CTYPES[dtype]}>({text})", dtype)
 
     def to_dtype(self, x: CppVar, dtype: torch.dtype) -> CppVar:
         if x.dtype == dtype:
@@ -214,9 +245,9 @@ class CppOps(DefaultOps):
         )
         return CppVar(name, dtype)
 
-    def indirect_indexing(self, x: CppVar, size: int) -> sympy.Expr:
+    def indirect_indexing(self, x: CppVar, size: Any) -> sympy.Expr:
         v = self._emit(f"static_cast<int64_t>({x})", torch.int64)
-        w = self._emit(f"ember_check_index({v}, {size})", torch.int64)
+        w = self._emit(f"ember_check_index({v}, {cexpr(size)})", torch.int64)
         return sympy.Symbol(w.expr, integer=True)
 
     def _op(self, name: str, *args: Any) -> CppVar:

@@ -38,6 +38,7 @@ class TritonBackend:
     #: scheduler keeps none: every such buffer is a graph buffer
     private_bytes = 0
     welford = True
+    symbolic_sizes = False
 
     def __init__(self, options: InductorOptions, device: torch.device) -> None:
         self.options = options

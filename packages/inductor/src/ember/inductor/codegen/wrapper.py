@@ -13,13 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import sympy
 import torch
 
+from ..errors import InputMismatchError, LoweringError
 from ..graph import LoweredGraph, OutputSpec, op_name
-from ..ir import Buffer, ExternKernel, IRNode, ReinterpretView
+from ..ir import Buffer, ExternKernel, IRNode, Layout, ReinterpretView
 from ..kernel_plan import ExternCall, KernelPlan, Step
 from ..memory_plan import StepMemory
 from .backend import Backend, KernelSource
+from .pysize import pyexpr, pysizes
 
 
 def _restride(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:
@@ -34,6 +37,20 @@ def _view(
     t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...], offset: int
 ) -> torch.Tensor:
     return torch.as_strided(t, size, stride, t.storage_offset() + offset)
+
+
+def _input(
+    i: int, t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype
+) -> torch.Tensor:
+    """Input ``i`` checked against the layout the graph was compiled for (its symbolic
+    sizes evaluated for this call); other strides are copied into that layout."""
+    if t.shape != size or t.dtype != dtype:
+        raise InputMismatchError(
+            f"input {i} has size {tuple(t.shape)} and dtype {t.dtype}; for this call the graph "
+            f"expects {size} and {dtype}. Recompile for the new shapes (ember.dynamo does this "
+            "automatically)."
+        )
+    return _restride(t, size, stride)
 
 
 @dataclass
@@ -67,35 +84,66 @@ class WrapperWriter:
         if isinstance(a, ReinterpretView):
             if a.layout == a.base.layout:
                 return a.base.name
-            lay = a.layout
-            return f"_view({a.base.name}, {lay.size}, {lay.stride}, {lay.offset})"
+            return _view_call(a.base.name, a.layout)
         if isinstance(a, Buffer):
             return a.name
         if isinstance(a, IRNode):
             raise TypeError(f"extern argument {a} was not realized")
-        if isinstance(a, (list, tuple)) and any(isinstance(x, IRNode) for x in a):
+        if isinstance(a, sympy.Basic):  # a symbolic size, computed from the bound symbols
+            return pyexpr(a)
+        if isinstance(a, (list, tuple)) and any(isinstance(x, (IRNode, sympy.Basic)) for x in a):
             inner = ", ".join(self.arg(x) for x in a)
             return f"[{inner}]"
         if isinstance(a, (bool, int, float, str)) or a is None:
             return repr(a)
         return self.const(a)
 
+    def bind_sizes(self, check_inputs: bool) -> None:
+        """``s0 = arg0.size(0)`` for each size symbol, then the input checks of a symbolic graph."""
+        g = self.graph
+        bound: set[sympy.Symbol] = set()
+        for i, expr in sorted(g.size_inputs.items()):
+            if isinstance(expr, sympy.Symbol) and expr not in bound:
+                self.lines.append(f"    {expr.name} = arg{i}")
+                bound.add(expr)
+        for buf in g.inputs:
+            for d, size in enumerate(buf.layout.size):
+                if isinstance(size, sympy.Symbol) and size not in bound:
+                    self.lines.append(f"    {size.name} = {buf.name}.size({d})")
+                    bound.add(size)
+        missing = sorted(set(g.hints.hints) - bound, key=str)
+        if missing:
+            raise LoweringError(
+                f"size symbol {missing[0]} is not a dimension of any graph input, so the "
+                "compiled code cannot compute it"
+            )
+        if check_inputs:
+            for buf in g.inputs:
+                lay = buf.layout
+                self.lines.append(
+                    f"    {buf.name} = _input({buf.name[3:]}, {buf.name}, {pysizes(lay.size)}, "
+                    f"{pysizes(lay.stride)}, {self.const(lay.dtype)})"
+                )
+
     def write(self) -> WrapperCode:
         g = self.graph
         names = [b.name for b in g.inputs]
+        if g.size_inputs:  # SymInt inputs take their positions among the tensors
+            names = [f"arg{i}" for i in range(len(g.inputs) + len(g.size_inputs))]
         ln = self.lines
         ln.append("def call(args):")
         if names:
             ln.append(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args")
+        if g.hints:
+            self.bind_sizes(check_inputs=True)
         for name in g.constants:
             ln.append(f"    {name} = _constants[{name!r}]")
         for step, mem in zip(self.steps, self.memory):
             for a in mem.allocate:
                 lay = a.layout
                 if a.reuses is not None:
-                    ln.append(
-                        f"    {a.name} = _view({a.reuses}, {lay.size}, {lay.stride}, 0)  # reuses {a.reuses}"
-                    )
+                    view = _view_call(a.reuses, Layout(lay.size, lay.stride, lay.dtype, 0))
+                    ln.append(f"    {a.name} = {view}  # reuses {a.reuses}")
                 else:
                     ln.append(f"    {a.name} = {self.backend.allocate(lay)}")
             if isinstance(step, KernelPlan):
@@ -114,20 +162,29 @@ class WrapperWriter:
         self.lines.append(f"    {k.name} = {op}({', '.join(args)})  # {op_name(k.op)}: {k.reason}")
         if not k.tuple_result:
             lay = k.layout
-            self.lines.append(f"    {k.name} = _restride({k.name}, {lay.size}, {lay.stride})")
+            self.lines.append(
+                f"    {k.name} = _restride({k.name}, {pysizes(lay.size)}, {pysizes(lay.stride)})"
+            )
         for m in step.outputs:
             lay = m.layout
             self.lines.append(
-                f"    {m.name} = _restride({k.name}[{m.path}], {lay.size}, {lay.stride})"
+                f"    {m.name} = _restride({k.name}[{m.path}], {pysizes(lay.size)}, "
+                f"{pysizes(lay.stride)})"
             )
 
     def _output(self, o: OutputSpec) -> str:
         if o.kind == "const":
             return self.const(o.value)
+        if o.kind == "size":
+            return pyexpr(o.value)
         if o.kind == "view":
             assert o.layout is not None
-            return f"_view({o.name}, {o.layout.size}, {o.layout.stride}, {o.layout.offset})"
+            return _view_call(o.name, o.layout)
         return o.name
+
+
+def _view_call(name: str, lay: Layout) -> str:
+    return f"_view({name}, {pysizes(lay.size)}, {pysizes(lay.stride)}, {pyexpr(lay.offset)})"
 
 
 def namespace(
@@ -140,6 +197,7 @@ def namespace(
         "torch": torch,
         "_restride": _restride,
         "_view": _view,
+        "_input": _input,
         "_c": consts,
         "_constants": constants,
     }

@@ -22,6 +22,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 
 from ..ir import Buffer, Index, IRNode, Loader, Pointwise, ReinterpretView
 from ..ops_handler import OpsHandler
+from ..sizes import Size, SizeHints, as_size, as_sizes
 
 aten = torch.ops.aten
 
@@ -44,6 +45,8 @@ class LoweringContext(Protocol):
 
     #: the backend computes ``welford_m2`` reductions (variance in one pass over the input)
     welford: bool
+    #: each size symbol's value for the inputs at hand (heuristics only)
+    hints: SizeHints
 
     def realize(self, node: IRNode) -> Buffer | ReinterpretView: ...
 
@@ -78,8 +81,8 @@ def meta_of(fx_node: torch.fx.Node) -> Any:
     return fx_node.meta["val"]
 
 
-def out_size(fx_node: torch.fx.Node) -> tuple[int, ...]:
-    return tuple(int(s) for s in meta_of(fx_node).shape)
+def out_size(fx_node: torch.fx.Node) -> tuple[Size, ...]:
+    return as_sizes(meta_of(fx_node).shape)
 
 
 def out_dtype(fx_node: torch.fx.Node) -> torch.dtype:
@@ -87,9 +90,11 @@ def out_dtype(fx_node: torch.fx.Node) -> torch.dtype:
     return dtype
 
 
-def _dummy(x: IRNode | bool | int | float) -> Any:
+def _dummy(x: IRNode | bool | int | float | sympy.Expr) -> Any:
     if isinstance(x, IRNode):
         return torch.empty([1] * len(x.get_size()), dtype=x.get_dtype(), device="meta")
+    if isinstance(x, sympy.Basic):  # a symbolic size used as a scalar
+        return 1 if x.is_integer else 1.0
     return x
 
 
@@ -126,6 +131,8 @@ def value_loader(x: IRNode | bool | int | float, size: Sequence[int], dtype: tor
             return load
         return lambda idx, ops: ops.to_dtype(load(idx, ops), dtype)
     value = x
+    if isinstance(value, sympy.Basic):  # a symbolic size: computed in the kernel
+        return lambda idx, ops: ops.index_expr(value, dtype)
     return lambda idx, ops: ops.constant(value, dtype)
 
 
@@ -148,10 +155,18 @@ def make_pointwise(
     return Pointwise(size, result, inner)
 
 
-def as_int_list(value: Any) -> list[int]:
-    if isinstance(value, int):
-        return [value]
-    return [int(v) for v in value]
+def as_int_list(value: Any) -> list[Size]:
+    """Sizes or dims given as one value or a sequence: ints, or expressions of sizes."""
+    if isinstance(value, (int, sympy.Basic)):
+        return [as_size(value)]
+    return [as_size(v) for v in value]
+
+
+def scalar_value(ops: OpsHandler, value: Any, dtype: torch.dtype) -> Any:
+    """A Python number, or a symbolic size computed in the kernel, as a value of ``dtype``."""
+    if isinstance(value, sympy.Basic):
+        return ops.index_expr(value, dtype)
+    return ops.constant(value, dtype)
 
 
 def normalize_dim(dim: int, ndim: int) -> int:

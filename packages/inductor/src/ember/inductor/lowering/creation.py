@@ -16,6 +16,7 @@ import torch
 
 from ..ir import Index, IRNode, Pointwise
 from ..ops_handler import OpsHandler
+from ..sizes import Size, as_size, provably
 from . import (
     LoweringContext,
     as_int_list,
@@ -24,14 +25,15 @@ from . import (
     out_dtype,
     out_size,
     register_lowering,
+    scalar_value,
 )
 from .views import unsqueeze
 
 aten = torch.ops.aten
 
 
-def _full(size: Sequence[int], value: bool | int | float, dtype: torch.dtype) -> Pointwise:
-    return Pointwise(tuple(size), dtype, lambda idx, ops: ops.constant(value, dtype))
+def _full(size: Sequence[Size], value: Any, dtype: torch.dtype) -> Pointwise:
+    return Pointwise(tuple(size), dtype, lambda idx, ops: scalar_value(ops, value, dtype))
 
 
 @register_lowering(aten.full.default)
@@ -77,29 +79,40 @@ def _arange(ctx: LoweringContext, node: torch.fx.Node, *args: Any, **kwargs: Any
     dtype = out_dtype(node)
     size = out_size(node)
     if not dtype.is_floating_point:
+        first, stride = _int_or_size(start), _int_or_size(step)
         return Pointwise(
-            size, dtype, lambda idx, ops: ops.index_expr(int(start) + idx[0] * int(step), dtype)
+            size, dtype, lambda idx, ops: ops.index_expr(first + idx[0] * stride, dtype)
         )
 
     def inner(idx: Index, ops: OpsHandler) -> Any:
         i = ops.index_expr(idx[0], torch.float64)
         v = ops.add(
-            ops.constant(float(start), torch.float64),
-            ops.mul(i, ops.constant(float(step), torch.float64)),
+            _float_value(ops, start),
+            ops.mul(i, _float_value(ops, step)),
         )
         return ops.to_dtype(v, dtype)
 
     return Pointwise(size, dtype, inner)
 
 
-def cat(xs: Sequence[IRNode], dim: int, size: tuple[int, ...], dtype: torch.dtype) -> Pointwise:
-    parts: list[tuple[int, int, Any, IRNode]] = []
-    start = 0
+def _int_or_size(value: Any) -> Any:
+    return value if isinstance(value, sympy.Basic) else int(value)
+
+
+def _float_value(ops: OpsHandler, value: Any) -> Any:
+    if isinstance(value, sympy.Basic):
+        return ops.index_expr(value, torch.float64)
+    return ops.constant(float(value), torch.float64)
+
+
+def cat(xs: Sequence[IRNode], dim: int, size: tuple[Size, ...], dtype: torch.dtype) -> Pointwise:
+    parts: list[tuple[Size, Size, Any, IRNode]] = []
+    start: Size = 0
     for x in xs:
         length = x.get_size()[dim] if len(x.get_size()) else 0
-        if length:
-            parts.append((start, start + length, x.make_loader(), x))
-        start += length
+        if length != 0:
+            parts.append((start, as_size(start + length), x.make_loader(), x))
+        start = as_size(start + length)
 
     def inner(idx: Index, ops: OpsHandler) -> Any:
         result: Any = None
@@ -114,7 +127,7 @@ def cat(xs: Sequence[IRNode], dim: int, size: tuple[int, ...], dtype: torch.dtyp
             if result is None:
                 result = body()
                 continue
-            inside = ops.lt(ops.index_expr(idx[dim], torch.int64), ops.constant(hi, torch.int64))
+            inside = ops.lt(ops.index_expr(idx[dim], torch.int64), scalar_value(ops, hi, torch.int64))
             result = ops.where(inside, ops.masked(inside, body, 0, dtype), result)
         return result if result is not None else ops.constant(0, dtype)
 
@@ -162,12 +175,12 @@ def _pad(
         src = [i - lo for i, lo in zip(idx, left)]
         mask: Any = None
         for d, lo in enumerate(left):
-            if lo == 0 and size[d] <= xsize[d]:
+            if lo == 0 and provably(sympy.sympify(size[d]) <= xsize[d]):
                 continue
             i = ops.index_expr(src[d], torch.int64)
             ok = ops.logical_and(
                 ops.ge(i, ops.constant(0, torch.int64)),
-                ops.lt(i, ops.constant(xsize[d], torch.int64)),
+                ops.lt(i, scalar_value(ops, xsize[d], torch.int64)),
             )
             mask = ok if mask is None else ops.logical_and(mask, ok)
         if mask is None:
@@ -179,7 +192,7 @@ def _pad(
     return Pointwise(size, dtype, inner)
 
 
-def _wrap_index(ops: OpsHandler, value: Any, size: int) -> sympy.Expr:
+def _wrap_index(ops: OpsHandler, value: Any, size: Size) -> sympy.Expr:
     return ops.indirect_indexing(value, size)
 
 
@@ -249,7 +262,7 @@ def _index(ctx: LoweringContext, node: torch.fx.Node, x: IRNode, indices: Any) -
     xsize = x.get_size()
     size = out_size(node)
     tensors = [indices[k] for k in positions]
-    bshape = list(torch.broadcast_shapes(*[t.get_size() for t in tensors]))  # type: ignore[no-untyped-call]
+    bshape = _broadcast_shapes([t.get_size() for t in tensors])
     adjacent = positions == list(range(positions[0], positions[-1] + 1))
     first = positions[0] if adjacent else 0
     loaders = [broadcast_loader(t, bshape) for t in tensors]
@@ -268,3 +281,15 @@ def _index(ctx: LoweringContext, node: torch.fx.Node, x: IRNode, indices: Any) -
 
     del size
     return Pointwise(out_size(node), x.get_dtype(), inner)
+
+
+def _broadcast_shapes(shapes: Sequence[Sequence[Size]]) -> list[Size]:
+    """torch.broadcast_shapes for int or symbolic sizes (a symbolic size is never 1)."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out: list[Size] = [1] * ndim
+    for shape in shapes:
+        for k, size in enumerate(shape):
+            pos = ndim - len(shape) + k
+            if size != 1:
+                out[pos] = size
+    return out

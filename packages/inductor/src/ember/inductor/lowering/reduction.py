@@ -15,6 +15,7 @@ import torch
 
 from ..ir import Index, IRNode, Pointwise, Reduction
 from ..ops_handler import OpsHandler
+from ..sizes import Size, as_size, product, provably
 from . import (
     LoweringContext,
     LoweringFn,
@@ -22,6 +23,7 @@ from . import (
     normalize_dim,
     out_dtype,
     register_lowering,
+    scalar_value,
 )
 from .views import reshape
 
@@ -96,11 +98,13 @@ def _sum_prod(
     return reduce(ctx, x, _dims(x, dims), keepdim, kind, out, out)
 
 
-def divide_by(ctx: LoweringContext, total: IRNode, count: float, dtype: torch.dtype) -> Pointwise:
+def divide_by(ctx: LoweringContext, total: IRNode, count: Size | float, dtype: torch.dtype) -> Pointwise:
+    """``total / count``; a symbolic ``count`` (elements of a dynamic dim) is computed in the kernel."""
     load = total.make_loader()
+    value = count if isinstance(count, sympy.Basic) else float(count)
 
     def inner(idx: Index, ops: OpsHandler) -> Any:
-        return ops.truediv(ops.to_dtype(load(idx, ops), dtype), ops.constant(float(count), dtype))
+        return ops.truediv(ops.to_dtype(load(idx, ops), dtype), scalar_value(ops, value, dtype))
 
     return Pointwise(total.get_size(), dtype, inner)
 
@@ -117,9 +121,7 @@ def _mean(
 ) -> IRNode:
     out = out_dtype(node)
     d = _dims(x, dims)
-    count = 1
-    for k in d:
-        count *= x.get_size()[k]
+    count = product(x.get_size()[k] for k in d)
     total = reduce(ctx, x, d, keepdim, "sum", out, out)
     return divide_by(ctx, total, count, out)
 
@@ -144,9 +146,9 @@ def _argmax(
 ) -> IRNode:
     kind = "argmax" if node.target is aten.argmax.default else "argmin"
     if dim is None:
-        flat = reshape(x, (x.numel(),))
+        flat = reshape(x, (x.numel(),), ctx.hints)
         result = reduce(ctx, flat, [0], False, kind, torch.int64, x.get_dtype())
-        return reshape(result, [1] * len(x.get_size())) if keepdim else result
+        return reshape(result, [1] * len(x.get_size()), ctx.hints) if keepdim else result
     return reduce(ctx, x, _dims(x, dim), keepdim, kind, torch.int64, x.get_dtype())
 
 
@@ -185,9 +187,7 @@ def _var(
     """(variance, mean or None). Two passes (the mean, then squared deviations from it),
     or one ``welford_m2`` reduction where the backend computes it (``ctx.welford``)."""
     d = _dims(x, dims)
-    count = 1
-    for k in d:
-        count *= x.get_size()[k]
+    count = product(x.get_size()[k] for k in d)
     mean: IRNode | None = None
     if with_mean or not ctx.welford:
         mean = divide_by(ctx, reduce(ctx, x, d, True, "sum", dtype, dtype), count, dtype)
@@ -207,10 +207,16 @@ def _var(
 
         total = reduce(ctx, Pointwise(x.get_size(), dtype, sq_dev), d, keepdim, "sum", dtype, dtype)
     corr = 1.0 if correction is None else float(correction)
-    denom = max(count - corr, 0.0)
-    var = divide_by(ctx, total, denom, dtype) if denom > 0 else _nan_like(total, dtype)
+    if isinstance(count, sympy.Basic):  # a dynamic count is >= 2 > any correction used in practice
+        if not provably(count - corr > 0):
+            raise ValueError(f"variance correction {corr} may reach the element count {count}")
+        denom: Size | float = as_size(count - int(corr)) if corr == int(corr) else count - corr
+        var = divide_by(ctx, total, denom, dtype)
+    else:
+        denom = max(count - corr, 0.0)
+        var = divide_by(ctx, total, denom, dtype) if denom > 0 else _nan_like(total, dtype)
     if mean is not None and not keepdim:
-        mean = reshape(ctx.realize(mean), var.get_size())
+        mean = reshape(ctx.realize(mean), var.get_size(), ctx.hints)
     return var, mean
 
 

@@ -11,47 +11,76 @@ import torch
 
 from ..index import FloorDiv, ModIndex, contiguous_strides
 from ..ir import Index, IRNode, Layout, ReinterpretView, View, as_strided_of_buffer
+from ..sizes import Size, SizeHints, as_size, as_sizes, is_static, product, provably
 from . import LoweringContext, as_int_list, normalize_dim, out_size, register_lowering
 
 aten = torch.ops.aten
 
 
+def _numel_fact(old: Sequence[Size], new: Sequence[Size]) -> sympy.Expr | None:
+    """What a view's own precondition (equal element counts) says about its sizes: an
+    expression known to be zero, with the factors that are always positive (sizes)
+    removed. ``(s0, s1, s2) -> (s0, s1, 4, s2 // 4)`` gives ``s2 - 4*floor(s2/4)``."""
+    diff = sympy.expand(sympy.sympify(product(old)) - product(new))
+    if diff == 0:
+        return None
+    factored = sympy.factor_terms(diff)
+    parts = sympy.Mul.make_args(factored)
+    kept = [p for p in parts if not (p.is_Number or provably(p > 0))]
+    return sympy.expand(sympy.Mul(*kept)) if kept else None
+
+
+def _equal_products(a: Size, b: Size, fact: sympy.Expr | None) -> bool:
+    d = sympy.expand(sympy.sympify(a) - b)
+    return d == 0 or (fact is not None and (sympy.expand(d - fact) == 0 or sympy.expand(d + fact) == 0))
+
+
 def _reshape_groups(
-    old: Sequence[int], new: Sequence[int]
+    old: Sequence[Size], new: Sequence[Size], hints: SizeHints
 ) -> list[tuple[list[int], list[int]]] | None:
-    """Pair up runs of old and new dims with equal products (size-1 dims attach anywhere)."""
+    """Pair up runs of old and new dims with equal products (size-1 dims attach anywhere).
+
+    Symbolic sizes are grouped by their hints and the groups then checked as
+    expressions (using what the view's equal element counts imply): a reshape
+    that only works for the sizes at hand is refused.
+    """
+    fact = _numel_fact(old, new) if not (is_static(old) and is_static(new)) else None
     groups: list[tuple[list[int], list[int]]] = []
     i = j = 0
     while i < len(old) or j < len(new):
         gi: list[int] = []
         gj: list[int] = []
-        pi = pj = 1
+        pi: Size = 1
+        pj: Size = 1
         if i < len(old):
             gi.append(i)
-            pi *= old[i]
+            pi = pi * old[i]
             i += 1
         if j < len(new):
             gj.append(j)
-            pj *= new[j]
+            pj = pj * new[j]
             j += 1
-        while pi != pj:
-            if pi < pj and i < len(old):
+        while hints.hint(pi) != hints.hint(pj):
+            if hints.hint(pi) < hints.hint(pj) and i < len(old):
                 gi.append(i)
-                pi *= old[i]
+                pi = pi * old[i]
                 i += 1
-            elif pj < pi and j < len(new):
+            elif hints.hint(pj) < hints.hint(pi) and j < len(new):
                 gj.append(j)
-                pj *= new[j]
+                pj = pj * new[j]
                 j += 1
             else:
                 return None
+        if not _equal_products(pi, pj, fact):
+            return None
         groups.append((gi, gj))
     return groups
 
 
-def reshape(x: IRNode, new_size: Sequence[int]) -> IRNode:
+def reshape(x: IRNode, new_size: Sequence[Size], hints: SizeHints | None = None) -> IRNode:
     old = x.get_size()
-    new = tuple(int(s) for s in new_size)
+    new = as_sizes(new_size)
+    hints = hints if hints is not None else SizeHints()
     if old == new:
         return x
     strided = as_strided_of_buffer(x)
@@ -66,7 +95,7 @@ def reshape(x: IRNode, new_size: Sequence[int]) -> IRNode:
         assert strided is not None
         layout = Layout(new, contiguous_strides(new), x.get_dtype(), strided.layout.offset)
         return ReinterpretView(strided.base, layout)
-    groups = _reshape_groups(old, new)
+    groups = _reshape_groups(old, new, hints)
     if groups is None:
         raise ValueError(f"cannot view size {old} as {new}")
 
@@ -90,7 +119,7 @@ def reshape(x: IRNode, new_size: Sequence[int]) -> IRNode:
     aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.view_copy.default
 )
 def _view(ctx: LoweringContext, node: torch.fx.Node, x: IRNode, size: Any) -> IRNode:
-    return reshape(x, out_size(node))
+    return reshape(x, out_size(node), ctx.hints)
 
 
 def permute(x: IRNode, dims: Sequence[int]) -> IRNode:
@@ -130,10 +159,10 @@ def _t(ctx: LoweringContext, node: torch.fx.Node, x: IRNode) -> IRNode:
     return x if len(x.get_size()) < 2 else permute(x, [1, 0])
 
 
-def expand(x: IRNode, size: Sequence[int]) -> IRNode:
+def expand(x: IRNode, size: Sequence[Size]) -> IRNode:
     xsize = x.get_size()
     size = tuple(
-        int(xsize[k - (len(size) - len(xsize))]) if s == -1 else int(s) for k, s in enumerate(size)
+        xsize[k - (len(size) - len(xsize))] if s == -1 else as_size(s) for k, s in enumerate(size)
     )
     if size == xsize:
         return x
@@ -155,7 +184,7 @@ def _expand(
     return expand(x, out_size(node))
 
 
-def slice_(x: IRNode, dim: int, start: int, step: int, length: int) -> IRNode:
+def slice_(x: IRNode, dim: int, start: Size, step: int, length: Size) -> IRNode:
     size = list(x.get_size())
     size[dim] = length
 
@@ -179,22 +208,37 @@ def _slice(
 ) -> IRNode:
     dim = normalize_dim(dim, len(x.get_size()))
     n = x.get_size()[dim]
-    begin, stop, stride = slice(start, end, step).indices(n)
     length = out_size(node)[dim]
-    del stop, stride
+    begin = _slice_start(start, n)
+    if begin is None:
+        return ctx.fallback(node, "slice with a start that may be out of range for some sizes")  # type: ignore[no-any-return]
     if begin == 0 and step == 1 and length == n:
         return x
     return slice_(x, dim, begin, step, length)
 
 
-def select(x: IRNode, dim: int, index: int) -> IRNode:
+def _slice_start(start: Any, n: Size) -> Size | None:
+    """Where a slice starts (``start`` clamped to ``[0, n]`` as Python does), or None when
+    that depends on the sizes (a symbolic bound that is not provably in range)."""
+    if start is None:
+        return 0
+    if isinstance(start, int) and isinstance(n, int):
+        return slice(start, None).indices(n)[0]
+    begin = as_size(start + n) if provably(sympy.sympify(start) < 0) else as_size(start)
+    if provably(sympy.sympify(begin) >= 0) and provably(sympy.sympify(begin) <= n):
+        return begin
+    return None
+
+
+def select(x: IRNode, dim: int, index: Size) -> IRNode:
     size = list(x.get_size())
     n = size.pop(dim)
-    index = index + n if index < 0 else index
+    if isinstance(index, int) and index < 0:
+        index = index + n if isinstance(n, int) else as_size(index + n)
 
     def reindex(idx: Index) -> Index:
         out = list(idx)
-        out.insert(dim, sympy.Integer(index))
+        out.insert(dim, sympy.sympify(index))
         return out
 
     return View(x, tuple(size), reindex)
@@ -253,18 +297,19 @@ def _split(
 ) -> list[IRNode]:
     dim = normalize_dim(dim, len(x.get_size()))
     outs: list[IRNode] = []
-    start = 0
+    start: Size = 0
     for meta in node.meta["val"]:
-        length = int(meta.shape[dim])
+        length = as_size(meta.shape[dim])
         outs.append(slice_(x, dim, start, 1, length))
-        start += length
+        start = start + length if isinstance(start, int) and isinstance(length, int) else as_size(
+            start + length)
     return outs
 
 
 @register_lowering(aten.unbind.int)
 def _unbind(ctx: LoweringContext, node: torch.fx.Node, x: IRNode, dim: int = 0) -> list[IRNode]:
     dim = normalize_dim(dim, len(x.get_size()))
-    return [select(x, dim, i) for i in range(x.get_size()[dim])]
+    return [select(x, dim, i) for i in range(len(node.meta["val"]))]
 
 
 @register_lowering(operator.getitem)
@@ -288,6 +333,6 @@ def _as_strided(
     if isinstance(root, InputBuffer):
         # Storage offsets of caller tensors are not known when compiling.
         return ctx.fallback(node, "as_strided of a graph input")  # type: ignore[no-any-return]
-    offset = base.layout.offset if storage_offset is None else int(storage_offset)
+    offset = base.layout.offset if storage_offset is None else as_size(storage_offset)
     layout = Layout(tuple(as_int_list(size)), tuple(as_int_list(stride)), x.get_dtype(), offset)
     return ReinterpretView(root, layout)

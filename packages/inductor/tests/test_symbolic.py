@@ -1,0 +1,130 @@
+"""Symbolic sizes: one compiled graph (and its C++ kernels) serves every size.
+
+ATen graphs are built by hand as ember.aotgrad binds sizes: placeholders whose
+fake values have ember size symbols (``ember.ir.shape_env``), ``sym_size``
+nodes and ``operator`` arithmetic for the sizes ops take. Results are
+compared with eager at several sizes; kernels must take the sizes as
+``int64_t`` arguments.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from ember.inductor import InductorOptions, compile_graph
+from ember.inductor.errors import InputMismatchError
+from ember.ir.shape_env import ShapeEnv
+
+aten = torch.ops.aten
+
+
+class Builder:
+    """An ATen graph over symbolic fake inputs; each call records its fake result."""
+
+    def __init__(self) -> None:
+        self.env = ShapeEnv()
+        self.mode = FakeTensorMode(allow_non_fake_inputs=True)
+        self.graph = fx.Graph()
+        self.inputs: list[Any] = []
+        self.syms: dict[str, Any] = {}
+
+    def input(self, name: str, sizes: list[Any], hints: dict[str, int]) -> fx.Node:
+        for n, h in hints.items():
+            self.syms.setdefault(n, self.env.new_symbol(h))
+        shape = [self.syms[s] if isinstance(s, str) else s for s in sizes]
+        strides: list[Any] = []
+        acc: Any = 1
+        for s in reversed(shape):
+            strides.insert(0, acc)
+            acc = acc * s
+        fake = self.env.fake_tensor(self.mode, shape, strides, torch.float32, torch.device("cpu"))
+        node = self.graph.placeholder(name)
+        node.meta["val"] = fake
+        self.inputs.append(fake)
+        return node
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> fx.Node:
+        node = self.graph.call_function(fn, args)
+        vals = fx.node.map_arg(args, lambda a: a.meta["val"])
+        with self.mode:
+            node.meta["val"] = fn(*vals)
+        return node
+
+    def module(self, *outputs: fx.Node) -> fx.GraphModule:
+        self.graph.output(list(outputs))
+        return fx.GraphModule(torch.nn.Module(), self.graph)
+
+
+def opts(tmp_path: Any) -> InductorOptions:
+    return InductorOptions(cache_dir=str(tmp_path), graph_cache=False)
+
+
+def test_pointwise_reduction_and_view_for_every_size(tmp_path: Any) -> None:
+    b = Builder()
+    x = b.input("x", ["a", "b"], {"a": 4, "b": 6})
+    n = b.call(aten.sym_size.int, x, 0)
+    m = b.call(aten.sym_size.int, x, 1)
+    nm = b.call(operator.mul, n, m)
+    y = b.call(aten.mul.Tensor, x, 2.0)
+    s = b.call(aten.sum.dim_IntList, y, [1])
+    mean = b.call(aten.mean.dim, x, [1], True)
+    flat = b.call(aten.view.default, b.call(aten.sub.Tensor, x, mean), [nm])
+    gm = b.module(s, flat, nm)
+    compiled = compile_graph(gm, b.inputs, opts(tmp_path))
+    kernels = "\n".join(compiled.report.kernel_sources.values())
+    assert compiled.report.eager_reason is None and compiled.report.kernels >= 1
+    assert "const int64_t s0" in kernels and "const int64_t s1" in kernels
+    for shape in [(4, 6), (2, 3), (9, 17), (33, 5)]:
+        t = torch.randn(*shape)
+        got = compiled(t)
+        torch.testing.assert_close(got[0], (t * 2).sum(1))
+        torch.testing.assert_close(got[1], (t - t.mean(1, keepdim=True)).reshape(-1))
+        assert got[2] == shape[0] * shape[1]
+
+
+def test_symbolic_size_input_and_wrong_shapes(tmp_path: Any) -> None:
+    b = Builder()
+    x = b.input("x", ["a", 8], {"a": 5})
+    size = b.graph.placeholder("size")
+    size.meta["val"] = b.inputs[0].shape[0]
+    b.inputs.append(b.inputs[0].shape[0])
+    e = b.call(aten.expand.default, b.call(aten.sum.dim_IntList, x, [0], True), [size, 8])
+    gm = b.module(b.call(aten.add.Tensor, e, x))
+    compiled = compile_graph(gm, b.inputs, opts(tmp_path))
+    assert compiled.report.eager_reason is None
+    for n in (5, 2, 7):
+        t = torch.randn(n, 8)
+        torch.testing.assert_close(compiled(t, n)[0], t.sum(0, keepdim=True) + t)
+    with pytest.raises(InputMismatchError, match=r"input 0 has size \(3, 9\)"):
+        compiled(torch.randn(3, 9), 3)
+
+
+def test_non_contiguous_input_is_copied_into_the_compiled_layout(tmp_path: Any) -> None:
+    b = Builder()
+    x = b.input("x", ["a", "b"], {"a": 4, "b": 6})
+    gm = b.module(b.call(aten.relu.default, x))
+    compiled = compile_graph(gm, b.inputs, opts(tmp_path))
+    t = torch.randn(7, 3).t()
+    torch.testing.assert_close(compiled(t)[0], t.relu())
+
+
+def test_triton_backend_runs_symbolic_graphs_eagerly_with_a_reason(tmp_path: Any) -> None:
+    pytest.importorskip("triton")
+    b = Builder()
+    x = b.input("x", ["a", "b"], {"a": 4, "b": 6})
+    gm = b.module(b.call(aten.sum.dim_IntList, b.call(aten.mul.Tensor, x, 2.0), [1]))
+    options = InductorOptions(cache_dir=str(tmp_path), graph_cache=False, cpu_backend="triton")
+    compiled = compile_graph(gm, b.inputs, options)
+    assert compiled.report.eager_reason == (
+        "input 0 has symbolic sizes; the Triton backend compiles static sizes only"
+    )
+    for shape in [(4, 6), (3, 5)]:
+        t = torch.randn(*shape)
+        torch.testing.assert_close(compiled(t)[0], (t * 2).sum(1))
