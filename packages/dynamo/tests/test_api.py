@@ -277,11 +277,6 @@ def test_options_not_implemented_yet_warn_and_still_run() -> None:
         return x * n
 
     x = torch.ones(3)
-    with pytest.warns(UserWarning, match=r"dynamic=True is not implemented yet; every tensor"):
-        g = ember.dynamo.compile(f, backend="eager", dynamic=True)
-    torch.testing.assert_close(g(x, 2), f(x, 2))
     with pytest.warns(UserWarning, match=r"specialize_int=False is not implemented yet"):
         h = ember.dynamo.compile(f, backend="eager", options={"specialize_int": False})
     torch.testing.assert_close(h(x, 3), f(x, 3))
-    with pytest.warns(UserWarning, match=r"dynamic=True is not implemented yet"):
-        ember.dynamo.optimize("eager", dynamic=True)

@@ -34,6 +34,7 @@ from .frame import FrameHooks
 from .function_entry import CompiledFunction
 from .logs import LogSettingsError, get_logger, set_logs
 from .profiler import CompileProfiler
+from .shapes import mark_dynamic, mark_static, mark_static_address, maybe_mark_dynamic
 
 __all__ = [
     "CompileOptionsError",
@@ -61,6 +62,10 @@ __all__ = [
     "is_compiling",
     "list_backends",
     "lookup_backend",
+    "mark_dynamic",
+    "mark_static",
+    "mark_static_address",
+    "maybe_mark_dynamic",
     "optimize",
     "register_backend",
     "reset",

@@ -45,10 +45,24 @@ class CodeCache:
     #: declined the frame); calls that match no entry run the original code.
     eager_reason: str | None = None
     warned: bool = False
+    #: Tensor sizes the captures so far saw per input source, ``None`` for a
+    #: dimension whose size differed between them (automatic dynamic shapes).
+    seen_sizes: dict[str, tuple[int | None, ...]] = field(default_factory=dict)
 
     def add(self, guarded: Any) -> None:
         self.entries.append(guarded)
         self.version += 1
+
+    def merge_sizes(self, sizes: dict[str, tuple[int, ...]]) -> None:
+        """Fold one capture's input sizes into ``seen_sizes``."""
+        for source, shape in sizes.items():
+            before = self.seen_sizes.get(source)
+            if before is None or len(before) != len(shape):
+                self.seen_sizes[source] = tuple(shape)
+            else:
+                self.seen_sizes[source] = tuple(
+                    a if a == b else None for a, b in zip(before, shape, strict=True)
+                )
 
     def mark_eager(self, reason: str) -> None:
         self.eager_reason = reason
@@ -56,6 +70,7 @@ class CodeCache:
 
     def clear(self) -> None:
         self.entries.clear()
+        self.seen_sizes.clear()
         self.eager_reason = None
         self.warned = False
         self.version += 1

@@ -24,6 +24,7 @@ from .instructions import emit_call, load_attr_arg
 
 if TYPE_CHECKING:
     from .variables.base import VariableTracker
+    from .variables.sym import SymNodeVariable
     from .variables.tensor import TensorVariable
 
 OUT_LOCAL = "__ember_graph_out"
@@ -42,7 +43,7 @@ class PyCodegen:
         self.cellvars = cellvars
         self.freevars = freevars
         self.lineno = lineno
-        self.outputs: list[TensorVariable] = []
+        self.outputs: list[TensorVariable | SymNodeVariable] = []
         self._out_index: dict[int, int] = {}
         self._tmp = 0
         #: id(tracker) -> temporary holding the object it was rebuilt into
@@ -136,7 +137,9 @@ class PyCodegen:
         else:
             raise TypeError(f"cannot load source {source.expr()}")
 
-    def load_tensor(self, var: TensorVariable) -> None:
+    def load_tensor(self, var: TensorVariable | SymNodeVariable) -> None:
+        """Push a graph value: a tensor from its source, or one of the graph's outputs
+        (a tensor or a symbolic size the graph computes)."""
         if var.source is not None:
             self.load_source(var.source)
             return

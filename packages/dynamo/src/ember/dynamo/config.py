@@ -30,10 +30,11 @@ class DynamoOptions:
     #: Raise ``Unsupported`` on the first graph break instead of splitting the
     #: function into several graphs (``nopython=True`` in ``optimize``).
     fullgraph: bool = False
-    #: ``True``: every tensor dimension is symbolic from the first compile
-    #: (not implemented yet: warns, and every new shape recompiles);
-    #: ``False`` and ``None``: every dimension is static (a new shape
-    #: recompiles). Automatic dynamic shapes for ``None`` are not implemented yet.
+    #: ``None`` (automatic dynamic): dimensions start static; a recompile caused
+    #: by a size change compiles the dimensions that changed as symbolic.
+    #: ``True``: every dimension of size >= 2 is symbolic from the first compile.
+    #: ``False``: never symbolic unless ``mark_dynamic`` says so; every new size
+    #: recompiles.
     dynamic: bool | None = None
     #: Cached entries per code object. Past it, ember warns once (naming the
     #: guard that failed) and runs that code eagerly from then on.
@@ -72,7 +73,6 @@ OPTION_NAMES: frozenset[str] = frozenset(f.name for f in fields(DynamoOptions))
 #: Options accepted for torch.compile compatibility whose non-default meaning
 #: is not implemented yet: (name, value that is not implemented, what happens instead).
 NOT_IMPLEMENTED: tuple[tuple[str, Any, str], ...] = (
-    ("dynamic", True, "every tensor dimension stays static and a new shape recompiles"),
     ("specialize_int", False, "int arguments stay constants in the graph, guarded by value"),
 )
 

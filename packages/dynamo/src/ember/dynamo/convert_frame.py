@@ -26,6 +26,7 @@ from .errors import Unsupported
 from .frame import CapturedGraph, CompilerFn, FrameHooks, FrameState, GraphBreak, GuardedCode
 from .mutable import TrailDict
 from .output_graph import OutputGraph
+from .shapes import ShapePolicy
 from .split_frame import compile_break
 from .symbolic_convert import BreakSignal, InstructionTranslator
 from .variables.base import VariableTracker
@@ -81,7 +82,7 @@ def convert_frame(
     code = state.code
     if code.co_flags & UNSUPPORTED_FLAGS:
         raise Unsupported(f"`{code.co_name}` is a generator or coroutine")
-    output = OutputGraph(state.f_globals)
+    output = OutputGraph(state.f_globals, ShapePolicy(options.dynamic, state.seen_sizes))
     tx = InstructionTranslator(
         code,
         state.f_globals,
@@ -95,6 +96,7 @@ def convert_frame(
         if cell.real is not None:
             output.real_cells[id(cell.real)] = cell
     tx.may_break = not options.fullgraph and hooks is not None
+    output.shapes.env.site = output.user_line
     prior_grad = torch.is_grad_enabled()
     try:
         try:
@@ -124,10 +126,9 @@ def split(
         e.located = False
         e.locate(sig.reason.user_stack)
         raise e from sig.reason
-    guard_set = output.guards.to_guard_set()
-    check_fn = compile_guards(guard_set, guard_locals(state), state.f_globals)
+    guard_set, check_fn = finish_guards(state, output)
     brk = GraphBreak(sig.reason.reason, sig.reason.user_stack)
-    return GuardedCode(result.code, check_fn, guard_set, result.graphs, [brk])
+    return guarded_code(result.code, check_fn, guard_set, result.graphs, [brk], output)
 
 
 def finish(
@@ -147,11 +148,31 @@ def finish(
         cg.load_local(ret_tmp)
     cg.return_value()
 
+    output.shapes.env.site = backend_site
     head, graphs = output.call_graph(code, cg, compiler, state.fn_name)
     new_code = assemble(code, head + cg.instrs)
+    guard_set, check_fn = finish_guards(state, output)
+    return guarded_code(new_code, check_fn, guard_set, graphs, [], output)
+
+
+def backend_site() -> str:
+    return ""
+
+
+def finish_guards(state: FrameState, output: OutputGraph) -> tuple[Any, Callable[..., bool]]:
+    """The guard set (shape guards included: the backend may have added some) and its check."""
+    output.shape_guards()
     guard_set = output.guards.to_guard_set()
-    check_fn = compile_guards(guard_set, guard_locals(state), state.f_globals)
-    return GuardedCode(new_code, check_fn, guard_set, graphs, [])
+    return guard_set, compile_guards(guard_set, guard_locals(state), state.f_globals)
+
+
+def guarded_code(
+    code: Any, check_fn: Callable[..., bool], guard_set: Any, graphs: list[CapturedGraph],
+    breaks: list[GraphBreak], output: OutputGraph,
+) -> GuardedCode:
+    shapes = output.shapes
+    return GuardedCode(code, check_fn, guard_set, graphs, breaks,
+                       input_sizes=dict(shapes.sizes_seen), dynamic=shapes.describe_dynamic())
 
 
 def guard_locals(state: FrameState) -> dict[str, Any]:

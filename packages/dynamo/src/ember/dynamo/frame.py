@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import traceback
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -34,6 +34,9 @@ class FrameState:
     f_globals: dict[str, Any]
     closure: tuple[types.CellType, ...] | None
     fn_name: str
+    #: Tensor sizes earlier compiles of this code saw, per source (``None`` where
+    #: they differed): what automatic dynamic shapes decides from.
+    seen_sizes: Mapping[str, tuple[int | None, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -63,6 +66,11 @@ class GuardedCode:
     guard_set: Any
     graphs: list[CapturedGraph] = field(default_factory=list)
     graph_breaks: list[GraphBreak] = field(default_factory=list)
+    #: Tensor sizes this capture saw per input source (the runtime merges them
+    #: into the ``seen_sizes`` of the next capture of the same code).
+    input_sizes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: The dynamic dimensions, one line each (``s0 = L['x'].size()[0] (why)``).
+    dynamic: list[str] = field(default_factory=list)
 
 
 class FrameHooks(Protocol):

@@ -232,6 +232,7 @@ class Runtime:
             f_globals=fn.__globals__,
             closure=fn.__closure__,
             fn_name=fn.__name__,
+            seen_sizes=dict(cache.seen_sizes),
         )
         debug_base = self.options.debug_dir
         folder = frame_folder(debug_base, cache.code) if debug_base is not None else None
@@ -266,6 +267,11 @@ class Runtime:
             self.state.compiling -= 1
             self.state.record_time("convert_frame", time.perf_counter() - start)
         cache.add(guarded)
+        cache.merge_sizes(guarded.input_sizes)
+        if guarded.dynamic:
+            log_recompiles.info(
+                "%s compiled with dynamic dimensions: %s", cache.where(), "; ".join(guarded.dynamic)
+            )
         frame_hook.mark_skip(guarded.code)  # the frame hook must not re-capture it
         if folder is not None:
             write_frame(folder, cache.code, guarded)

@@ -30,8 +30,19 @@ class GuardCollector:
             return
         self.guards[key] = ir.Guard(source, kind, payload)
 
-    def add_tensor(self, source: Source, t: torch.Tensor) -> None:
-        self._add(source, ir.GuardKind.TENSOR_MATCH, ir.tensor_payload(t))
+    def add_tensor(
+        self, source: Source, t: torch.Tensor,
+        dynamic: tuple[tuple[int, ...], tuple[int, ...]] = ((), ()),
+    ) -> None:
+        """``t``'s class, dtype, device, sizes and strides; ``dynamic`` = (dims with a
+        symbolic size, dims with a symbolic stride), left to SHAPE_EXPR guards."""
+        sizes, strides = dynamic
+        self._add(source, ir.GuardKind.TENSOR_MATCH, ir.tensor_payload(t, sizes, strides))
+
+    def add_shape(self, guard: ir.Guard) -> None:
+        """A SHAPE_EXPR guard (keyed by its relation: a set holds many)."""
+        key = (str(guard.payload["expr"]), ir.GuardKind.SHAPE_EXPR.value)
+        self.guards.setdefault(key, guard)
 
     def add_type(self, source: Source, value: Any) -> None:
         t = type(value)

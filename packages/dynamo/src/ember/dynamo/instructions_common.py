@@ -16,7 +16,7 @@ from typing import Any
 from .bytecode_transform import arg
 from .errors import Unsupported, UserRaised
 from .translator_core import TranslatorCore
-from .variables.base import VariableTracker
+from .variables.base import NotConstant, VariableTracker
 from .variables.builtins import BuiltinVariable
 from .variables.constant import ConstantVariable
 from .variables.dicts import DictVariable, dict_key
@@ -26,6 +26,7 @@ from .variables.lists import BaseListVariable, ListVariable, TupleVariable
 from .variables.misc import NullVariable
 from .variables.objects import MISSING, ExceptionVariable, NewObjectVariable, ObjectVariable
 from .variables.sets import SetVariable
+from .variables.sym import make_slice
 from .variables.tensor import TensorVariable
 from .variables.torch import AutocastVariable, ContextMethodVariable, GradModeVariable
 
@@ -199,10 +200,7 @@ class CommonInstructions(TranslatorCore):
         self.push(DictVariable(dict(zip(keys, values, strict=True))))
 
     def BUILD_SLICE(self, inst: Inst) -> None:
-        parts = self.popn(arg(inst))
-        if not all(p.is_python_constant() for p in parts):
-            raise Unsupported("slice bounds that are not constants (data-dependent slicing)")
-        self.push(ConstantVariable(slice(*[p.as_python_constant() for p in parts])))
+        self.push(make_slice(self.popn(arg(inst))))
 
     def BUILD_STRING(self, inst: Inst) -> None:
         parts = self.popn(arg(inst))
@@ -212,9 +210,10 @@ class CommonInstructions(TranslatorCore):
         flags = arg(inst) or 0
         spec = self.pop().as_python_constant() if flags & 0x04 else ""
         value = self.pop()
-        if not value.is_python_constant():
-            raise Unsupported(f"formatting {value.describe()} into a string")
-        v = value.as_python_constant()
+        try:
+            v = value.as_python_constant()  # a symbolic size is specialized to its value
+        except NotConstant as e:
+            raise Unsupported(f"formatting {value.describe()} into a string") from e
         conv = flags & 0x03
         if conv == 1:
             v = str(v)

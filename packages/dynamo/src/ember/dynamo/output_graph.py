@@ -33,12 +33,14 @@ from .errors import Unsupported
 from .frame import CapturedGraph, CompilerFn
 from .guard_collector import GuardCollector
 from .mutable import Trail
+from .shapes import ShapePolicy
 from .side_effects import SideEffects
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable, OpaqueConstantVariable, is_constant_value
 from .variables.dicts import DictVariable
 from .variables.lazy import LazyVariable
 from .variables.lists import BaseListVariable, ListVariable, NamedTupleVariable, TupleVariable
+from .variables.sym import SYM_TYPES, SliceVariable, SymNodeVariable, is_symbolic
 from .variables.tensor import TensorVariable
 
 #: Numbers the globals compiled graphs are installed under (``__compiled_fn_<n>``);
@@ -73,11 +75,17 @@ def name_hint(source: Source) -> str:
 
 
 class OutputGraph:
-    def __init__(self, f_globals: dict[str, Any]) -> None:
+    def __init__(self, f_globals: dict[str, Any], shapes: ShapePolicy | None = None) -> None:
         self.f_globals = f_globals
         self.graph = torch.fx.Graph()
         self.root = torch.nn.Module()
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        #: which input dimensions are symbolic, and the guards on them
+        self.shapes = shapes if shapes is not None else ShapePolicy()
+        #: (tensor node, dim) -> the graph's ``size`` node for a symbolic dimension
+        self.size_nodes: dict[tuple[torch.fx.Node, int], SymNodeVariable] = {}
+        #: the translator running now (innermost inlined call); names guard sites
+        self.tracing: Any = None
         self.guards = GuardCollector()
         #: undo log of every in-place change (see ``mutable``)
         self.trail = Trail()
@@ -107,14 +115,16 @@ class OutputGraph:
             return hit.var
         if type(value) not in (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer):
             raise Unsupported(f"tensor subclass `{type(value).__qualname__}` at {key}")
-        self.guards.add_tensor(source, value)
+        example = self.shapes.fake_input(self.fake_mode, source, value)
+        if example is None:
+            example = self._fake(value)
+        self.guards.add_tensor(source, value, self.shapes.payload_dims(source))
         first = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
         if first is not None:
             with self.graph.inserting_before(first):
                 node = self.graph.placeholder(name_hint(source))
         else:
             node = self.graph.placeholder(name_hint(source))
-        example = self._fake(value)
         node.meta["example_value"] = example
         var = TensorVariable(node, example, source, type(value))
         self.inputs[key] = GraphInput(source, value, node, var)
@@ -153,6 +163,17 @@ class OutputGraph:
         self.modules[id(module)] = name
         return name
 
+    def size_of(self, tensor: TensorVariable, dim: int) -> SymNodeVariable:
+        """The symbolic size ``tensor.size(dim)``, read once per tensor and dimension."""
+        key = (tensor.node, dim)
+        hit = self.size_nodes.get(key)
+        if hit is None or hit.node._erased:  # rolled back with a failed instruction
+            node = self.graph.call_method("size", (tensor.node, dim))
+            node.meta["example_value"] = tensor.example.shape[dim]
+            hit = SymNodeVariable(node, tensor.example.shape[dim])
+            self.size_nodes[key] = hit
+        return hit
+
     # --- global state ----------------------------------------------------------
     def set_grad_enabled(self, mode: bool) -> None:
         self.graph.call_function(torch._C._set_grad_enabled, (mode,))
@@ -164,8 +185,11 @@ class OutputGraph:
     # --- ops ---------------------------------------------------------------------
     def to_node_args(self, v: VariableTracker) -> tuple[Any, Any]:
         """(FX argument, fake-tensor argument) for a tracker."""
-        if isinstance(v, TensorVariable):
+        if isinstance(v, (TensorVariable, SymNodeVariable)):
             return v.node, v.example
+        if isinstance(v, SliceVariable):
+            parts = [self.to_node_args(p) for p in v.parts]
+            return slice(*(p[0] for p in parts)), slice(*(p[1] for p in parts))
         if isinstance(v, BaseListVariable):
             pairs = [self.to_node_args(i) for i in v.items]
             kind = list if isinstance(v, ListVariable) else tuple
@@ -236,6 +260,14 @@ class OutputGraph:
         self, node: torch.fx.Node, example: Any, args: list[VariableTracker]
     ) -> VariableTracker:
         """Trackers for an op's result; non-tensor results fold to constants."""
+        if isinstance(example, SYM_TYPES):
+            if is_symbolic(example):
+                node.meta["example_value"] = example
+                return SymNodeVariable(node, example)
+            if not node.users:
+                self.graph.erase_node(node)
+            return ConstantVariable({torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[
+                type(example)](example))
         if isinstance(example, torch.Tensor):
             node.meta["example_value"] = example
             for a in args:
@@ -272,11 +304,12 @@ class OutputGraph:
         return self.count_ops() > 0
 
     def compile(
-        self, outputs: list[TensorVariable], compiler: CompilerFn, fn_name: str
+        self, outputs: list[TensorVariable | SymNodeVariable], compiler: CompilerFn, fn_name: str
     ) -> tuple[str, CapturedGraph, list[GraphInput]]:
         """Finish the graph with ``outputs``, run the backend, install the result
         in the frame's globals; returns the global's name and the graph."""
         self.graph.output(tuple(v.node for v in outputs))
+        self._drop_dead_sizes()
         self._drop_unused_inputs()
         gm = torch.fx.GraphModule(self.root, self.graph, class_name=f"GraphModule_{fn_name}")
         gm.recompile()
@@ -305,6 +338,23 @@ class OutputGraph:
         head.call(len(inputs))
         head.store_local(OUT_LOCAL)
         return head.instrs, [captured]
+
+    def _drop_dead_sizes(self) -> None:
+        """Size arithmetic whose result was only used to decide something at trace time."""
+        for node in reversed(list(self.graph.nodes)):
+            if not node.users and node.op in ("call_function", "call_method") and isinstance(
+                node.meta.get("example_value"), SYM_TYPES
+            ):
+                self.graph.erase_node(node)
+
+    def user_line(self) -> str:
+        """Where the program is now (the site of a guard recorded while tracing)."""
+        return str(self.tracing.user_line()) if self.tracing is not None else ""
+
+    def shape_guards(self) -> None:
+        """Add the SHAPE_EXPR guards (after the backend ran: it may have guarded too)."""
+        for guard in self.shapes.guards():
+            self.guards.add_shape(guard)
 
     def _drop_unused_inputs(self) -> None:
         for key, inp in list(self.inputs.items()):

@@ -82,6 +82,8 @@ class TranslatorCore:
     def run(self) -> VariableTracker:
         steps = 0
         trace = log_dynamo.isEnabledFor(logging.DEBUG)
+        outer = self.output.tracing
+        self.output.tracing = self
         try:
             while True:
                 inst = self.instructions[self.ip]
@@ -116,6 +118,8 @@ class TranslatorCore:
                 f"{where.filename}:{where.lineno} ({self.current.opname if self.current else '?'}): "
                 f"{type(e).__name__}: {e}; please report this with the function's source"
             ) from e
+        finally:
+            self.output.tracing = outer
 
     def dispatch(self, inst: dis.Instruction) -> None:
         handler = getattr(self, inst.opname, None)
@@ -131,6 +135,12 @@ class TranslatorCore:
             frames.append(frame_summary(tx.code, tx.lineno))
             tx = tx.parent
         return list(reversed(frames))
+
+    def user_line(self) -> str:
+        """``file:line`` and source text of the instruction running now (for guard reasons)."""
+        where = frame_summary(self.code, self.lineno)
+        text = (where.line or "").strip()
+        return f"{where.filename}:{where.lineno}" + (f" `{text}`" if text else "")
 
     def jump_to(self, offset: int) -> None:
         self.ip = self.index_of[offset]

@@ -34,13 +34,15 @@ from .operators import (
     all_const,
     apply_operator,
     fold,
+    has_sym,
     has_tensor,
     iterate,
     less_than,
     same_value,
 )
 from .sets import SetVariable
-from .tensor import TensorVariable
+from .sym import SymNodeVariable
+from .tensor import TensorVariable, size_item
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
@@ -120,7 +122,7 @@ def builtin_len(tx: Tx, obj: VariableTracker) -> VariableTracker:
     if isinstance(obj, TensorVariable):
         if obj.example.dim() == 0:
             raise Unsupported("len() of a 0-d tensor")
-        return ConstantVariable(int(obj.example.shape[0]))
+        return size_item(tx, obj, 0)
     if obj.is_python_constant():
         return fold(tx, len, [obj])
     return obj.call_method(tx, "__len__", [], {})
@@ -139,6 +141,9 @@ def builtin_minmax(tx: Tx, fn: Any, args: Args, kwargs: Kwargs) -> VariableTrack
     items = iterate(tx, args[0]) if len(args) == 1 else list(args)
     if all_const(items) and all_const(list(kwargs.values())):
         return fold(tx, fn, [TupleVariable(items)], kwargs)
+    if has_sym(items) and not kwargs:
+        # decided now, with a guard on the comparison: the graph keeps the chosen size
+        return tx.output.create_op("call_function", fn, items, {})
     if not has_tensor(items) or "key" in kwargs:
         # Python values (or a key function): compare the way min/max do
         if not items:
@@ -242,6 +247,19 @@ def guard_hasattr(tx: Tx, source: Any, real: Any) -> None:
             g.add_dict_keys(Attr(source, sub), getattr(real, sub))
 
 
+def builtin_on_sizes(tx: Tx, fn: Any, args: Args, kwargs: Kwargs) -> VariableTracker:
+    """A builtin applied to symbolic sizes: ``int(n)`` keeps them symbolic; anything else
+    (``range(n)``, ``math.sqrt(n)``, ``str(n)``) needs plain values, so the sizes are
+    specialized to their current values (guarded)."""
+    if fn is int and len(args) == 1 and not kwargs and args[0].python_type() is int:
+        return args[0]
+    spec = [a.specialized() if isinstance(a, SymNodeVariable) else a for a in args]
+    kw = {k: v.specialized() if isinstance(v, SymNodeVariable) else v for k, v in kwargs.items()}
+    if fn in BUILTIN_CONSTRUCTORS:
+        return construct_builtin_type(tx, fn, spec, kw)
+    return fold(tx, fn, spec, kw)
+
+
 class BuiltinVariable(VariableTracker):
     def __init__(self, value: Any) -> None:
         super().__init__(None)
@@ -327,6 +345,8 @@ class BuiltinVariable(VariableTracker):
             return fold(tx, fn, args, kwargs)
         if getattr(fn, "__module__", None) == "math" and all_const(args):
             return fold(tx, fn, args, kwargs)
+        if has_sym([*args, *kwargs.values()]):
+            return builtin_on_sizes(tx, fn, args, kwargs)
         if fn in BUILTIN_CONSTRUCTORS:
             return construct_builtin_type(tx, fn, args, kwargs)
         if fn is super:

@@ -91,6 +91,11 @@ class DictVariable(VariableTracker):
     def describe(self) -> str:
         return f"dict with keys {list(self.items)!r}"
 
+    def is_python_constant(self) -> bool:
+        return not any(isinstance(v, LazyVariable) for v in self.items.values()) and all(
+            v.is_python_constant() for v in self.items.values()
+        )
+
     def as_python_constant(self) -> Any:
         if any(isinstance(v, LazyVariable) for v in self.items.values()):
             raise NotConstant("dict with unread items")

@@ -28,9 +28,11 @@ if TYPE_CHECKING:
 
 
 def const_index(v: VariableTracker, what: str) -> Any:
-    if not v.is_python_constant():
-        raise Unsupported(f"{what} index is not a constant ({v.describe()})")
-    return v.as_python_constant()
+    """The index as a Python value (a symbolic size is specialized to its value)."""
+    try:
+        return v.as_python_constant()
+    except NotConstant as e:
+        raise Unsupported(f"{what} index is not a constant ({v.describe()})") from e
 
 
 class BaseListVariable(VariableTracker):
@@ -50,6 +52,10 @@ class BaseListVariable(VariableTracker):
 
     def describe(self) -> str:
         return f"{self.kind.__name__} of {len(self.items)}"
+
+    def is_python_constant(self) -> bool:
+        # item by item: a symbolic size would specialize if asked for its value
+        return all(v.is_python_constant() for v in self.items)
 
     def as_python_constant(self) -> Any:
         return self.kind(v.as_python_constant() for v in self.items)

@@ -17,6 +17,7 @@ from .constant import ConstantVariable
 from .lists import BaseListVariable, ListVariable
 from .objects import MISSING, ObjectVariable
 from .sets import SetVariable
+from .sym import SymNodeVariable
 from .tensor import TensorVariable
 
 if TYPE_CHECKING:
@@ -37,6 +38,13 @@ def has_tensor(vs: Sequence[VariableTracker]) -> bool:
 
 def all_const(vs: list[VariableTracker]) -> bool:
     return all(v.is_python_constant() for v in vs)
+
+
+def has_sym(vs: list[VariableTracker]) -> bool:
+    """Some of ``vs`` is a symbolic size, and the rest are constants or symbolic sizes."""
+    return any(isinstance(v, SymNodeVariable) for v in vs) and all(
+        isinstance(v, SymNodeVariable) or v.is_python_constant() for v in vs
+    )
 
 
 def fold(tx: Tx, fn: Any, args: Args, kwargs: Kwargs | None = None) -> VariableTracker:
@@ -97,11 +105,17 @@ def apply_operator(tx: Tx, fn: Any, args: Args) -> VariableTracker:
         return tx.output.create_op("call_function", fn, args, {})
     if all_const(args):
         return fold(tx, fn, args)
+    if has_sym(args):
+        if fn in (operator.not_, operator.truth):
+            return ConstantVariable(args[0].truth(tx) != (fn is operator.not_))
+        return tx.output.create_op("call_function", INPLACE_TO_OUT.get(fn, fn), args, {})
     base = INPLACE_TO_OUT.get(fn, fn)
     if len(args) == 2:
         a, b = args
         if base in (operator.eq, operator.ne):
             same = same_value(a, b)
+            if same is None:
+                same = same_items(tx, a, b)
             if same is not None:
                 return ConstantVariable(same if base is operator.eq else not same)
     if fn is operator.not_ and len(args) == 1:
@@ -208,6 +222,21 @@ def same_value(a: VariableTracker, b: VariableTracker) -> bool | None:
     if ra is not None and rb is not None and type(ra).__eq__ is default_eq:
         return ra is rb
     return None
+
+
+def same_items(tx: Tx, a: VariableTracker, b: VariableTracker) -> bool | None:
+    """``a == b`` for tuples/lists holding symbolic sizes (``x.shape == y.shape``), item by
+    item; each symbolic comparison is decided now (and guarded)."""
+    if not (isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable)):
+        return None
+    if len(a.items) != len(b.items):
+        return False
+    for x, y in zip(a.items, b.items, strict=True):
+        if not (has_sym([x, y]) or all_const([x, y])):
+            return None
+        if not apply_operator(tx, operator.eq, [x, y]).truth(tx):
+            return False
+    return True
 
 
 def iterate(tx: Tx, obj: VariableTracker) -> list[VariableTracker]:

@@ -4,11 +4,14 @@ Each tracker holds its FX node and a fake tensor ("example") with the same
 metadata, so shapes, dtypes and devices are known while tracing without
 computing anything. Metadata reads (``x.shape``, ``x.dtype``) fold to
 constants; they are safe because the input's TENSOR_MATCH guard pins them.
+A dynamic dimension reads as a :class:`~.sym.SymNodeVariable` instead
+(``x.size(0)`` in the graph), so arithmetic on it stays symbolic.
 """
 
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -19,6 +22,8 @@ from ember.ir import Source
 from ..errors import Unsupported
 from .base import VariableTracker
 from .constant import ConstantVariable
+from .lists import TupleVariable
+from .sym import is_symbolic
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
@@ -79,11 +84,10 @@ class TensorVariable(VariableTracker):
     def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
         if name == "__class__":
             return tx.wrap(self.cls, None)
+        if name == "shape":
+            return size_tuple(tx, self)
         if name in META_ATTRS:
-            value = getattr(self.example, name)
-            if name == "shape":
-                value = torch.Size(int(s) for s in value)
-            return ConstantVariable(value)
+            return ConstantVariable(getattr(self.example, name))
         if name in TENSOR_ATTRS:
             return tx.output.create_op(
                 "call_function", getattr, [self, ConstantVariable(name)], {}
@@ -109,7 +113,7 @@ class TensorVariable(VariableTracker):
     def unpack(self, tx: Tx) -> list[VariableTracker]:
         if self.example.dim() == 0:
             raise Unsupported("iteration over a 0-d tensor")
-        n = int(self.example.shape[0])
+        n = int(self.example.shape[0])  # iterating unrolls: the length is specialized
         return [
             tx.output.create_op("call_function", _getitem, [self, ConstantVariable(i)], {})
             for i in range(n)
@@ -120,6 +124,51 @@ class TensorVariable(VariableTracker):
 
 
 _getitem = operator.getitem
+
+
+class SizeVariable(TupleVariable):
+    """``x.shape`` when a dimension is dynamic: a ``torch.Size`` of ints and symbolic sizes."""
+
+    def python_type(self) -> type:
+        return torch.Size
+
+    def describe(self) -> str:
+        return f"torch.Size of {len(self.items)}"
+
+    def new(self, items: Sequence[VariableTracker]) -> VariableTracker:
+        return SizeVariable(list(items))
+
+    def reconstruct_items(self, cg: PyCodegen) -> None:
+        cg.push_null()
+        cg.load_const(torch.Size)
+        super().reconstruct_items(cg)
+        cg.call(1)
+
+    def call_method(
+        self, tx: Tx, name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        if name == "numel" and not args and not kwargs:
+            total: VariableTracker = ConstantVariable(1)
+            for item in self.items:
+                total = tx.binary(operator.mul, total, item)
+            return total
+        return super().call_method(tx, name, args, kwargs)
+
+
+def size_item(tx: Tx, tensor: TensorVariable, dim: int) -> VariableTracker:
+    """``tensor.size(dim)``: a constant, or a symbolic size read in the graph."""
+    value = tensor.example.shape[dim]
+    if not is_symbolic(value):
+        return ConstantVariable(int(value))
+    return tx.output.size_of(tensor, dim % tensor.example.dim())
+
+
+def size_tuple(tx: Tx, tensor: TensorVariable) -> VariableTracker:
+    """``tensor.shape``: a constant ``torch.Size``, or a :class:`SizeVariable`."""
+    shape = tensor.example.shape
+    if not any(is_symbolic(s) for s in shape):
+        return ConstantVariable(torch.Size(int(s) for s in shape))
+    return SizeVariable([size_item(tx, tensor, d) for d in range(len(shape))])
 
 # Methods that produce a Python value from tensor *data*: always a break.
 DATA_METHODS = frozenset({"item", "tolist", "numpy", "__bool__", "__int__", "__float__"})
@@ -136,11 +185,19 @@ def tensor_method(
         raise Unsupported(
             f"`Tensor.{name}()` needs the tensor's data, which is only known when the graph runs"
         )
-    if name in ("size", "stride") and not kwargs:
-        value = getattr(tensor.example, name)(*[a.as_python_constant() for a in args])
-        if isinstance(value, (torch.Size, tuple)):
-            value = torch.Size(int(s) for s in value) if name == "size" else tuple(value)
-        return ConstantVariable(value)
+    if name == "size" and not kwargs:
+        if args:
+            return size_item(tx, tensor, args[0].as_python_constant())
+        return size_tuple(tx, tensor)
+    if name == "stride" and not kwargs:
+        value = tensor.example.stride(*[a.as_python_constant() for a in args])
+        if isinstance(value, tuple) and any(is_symbolic(s) for s in value):
+            raise Unsupported("reading a symbolic stride of a dynamic tensor")
+        if is_symbolic(value):
+            raise Unsupported("reading a symbolic stride of a dynamic tensor")
+        return ConstantVariable(tuple(int(s) for s in value) if isinstance(value, tuple) else int(value))
+    if name in ("numel", "nelement") and not args and not kwargs and is_symbolic(tensor.example.numel()):
+        return tx.output.create_op("call_method", "numel", [tensor], {})
     if name in ("dim", "numel", "nelement", "element_size", "is_contiguous", "is_floating_point",
                 "is_complex", "get_device", "ndimension") and not kwargs:
         consts = [a.as_python_constant() for a in args]
