@@ -211,12 +211,14 @@ def test_fullgraph_raises_unsupported() -> None:
         f(torch.ones(2), torch.ones(2))
 
 
-def test_internal_errors_raise_unless_suppressed() -> None:
-    f = compiled(add, FakeConvert(fail=KeyError("boom")))
+def test_internal_errors_run_eagerly_unless_strict(caplog: pytest.LogCaptureFixture) -> None:
+    f = compiled(add, FakeConvert(fail=KeyError("boom")), strict=True)
     with pytest.raises(KeyError):
         f(torch.ones(2), torch.ones(2))
-    g = compiled(add, FakeConvert(fail=KeyError("boom")), suppress_errors=True)
-    torch.testing.assert_close(g(torch.ones(2), torch.ones(2)), torch.full((2,), 2.0))
+    g = compiled(add, FakeConvert(fail=KeyError("boom")), strict=False)
+    with caplog.at_level(logging.WARNING, logger="ember.dynamo"):
+        torch.testing.assert_close(g(torch.ones(2), torch.ones(2)), torch.full((2,), 2.0))
+    assert "running it eagerly" in caplog.text and "KeyError: 'boom'" in caplog.text
 
 
 def test_closure_cells_are_guarded_as_locals() -> None:

@@ -17,6 +17,7 @@ from ember.aotgrad.api import (
     PartitionFn,
     aot_autograd,
     aot_function,
+    aot_inference,
     aot_module,
     nop_compiler,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "aot_autograd",
     "aot_eager",
     "aot_function",
+    "aot_inference",
     "aot_module",
     "core_aten_decompositions",
     "default_partition",

@@ -27,10 +27,15 @@ from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten, treespec
 from ember.aotgrad import logs, plan_cache
 from ember.aotgrad.debug import debug_dir_from_env, own_folder, write_graphs
 from ember.aotgrad.decompositions import DecompTable, with_required
-from ember.aotgrad.errors import AotGradError
+from ember.aotgrad.errors import AotGradError, FunctionalizationError, TraceError
 from ember.aotgrad.exchange import example_inputs, round_trip
-from ember.aotgrad.joint import FakeInputs, TracedGraph, trace_graph
-from ember.aotgrad.partition import Partition, min_cut_rematerialization_partition, node_bytes
+from ember.aotgrad.joint import FakeInputs, TracedGraph, copy_saved_aliases, trace_graph
+from ember.aotgrad.partition import (
+    Partition,
+    default_partition,
+    min_cut_rematerialization_partition,
+    node_bytes,
+)
 from ember.aotgrad.plan_cache import StoredPlan
 from ember.aotgrad.runtime import Compiled, CompiledPlan
 from ember.aotgrad.sizes import bind_sizes, expr_of, pass_sizes, symint_args
@@ -67,6 +72,9 @@ class AotOptions:
         (``plan_cache.py``), so a second process skips tracing; the inductor
         backend turns it on. ``EMBER_AOT_CACHE=0`` turns it off everywhere.
     cache_dir: where (default ``EMBER_CACHE_DIR``, else ``~/.cache/ember``).
+    strict: with ``fallback_to_eager``, still raise internal errors (everything but a
+        ``TraceError`` or ``FunctionalizationError``, which name documented limits).
+        None: ``EMBER_STRICT=1`` in the environment turns it on.
     """
 
     exchange_dir: str | None = None
@@ -74,6 +82,7 @@ class AotOptions:
     debug_dir: str | None = None
     cache: bool = False
     cache_dir: str | None = None
+    strict: bool | None = None
 
 
 def nop_compiler(gm: fx.GraphModule, example_inputs: list[torch.Tensor]) -> Compiled:
@@ -159,6 +168,8 @@ class AotFunction:
         options = options or AotOptions()
         if options.debug_dir is None:
             options = replace(options, debug_dir=debug_dir_from_env())
+        if options.strict is None:
+            options = replace(options, strict=os.environ.get("EMBER_STRICT") == "1")
         self.options = options
         self.cache: dict[Hashable, tuple[CompiledPlan | None, TreeSpec | None]] = {}
         self.last_traced: TracedGraph | None = None
@@ -191,15 +202,9 @@ class AotFunction:
         try:
             return self.compile(flat, positions, in_spec, tensors)
         except Exception as e:
-            if not self.options.fallback_to_eager:
+            if not _falls_back(self.options, e):
                 raise
-            name = getattr(self.fn, "__qualname__", type(self.fn).__name__)
-            if isinstance(e, AotGradError):
-                LOG.warning("ember.aotgrad could not compile %s, running it eagerly: %s",
-                            name, e)
-            else:  # a bug in aotgrad or a compiler: keep the traceback in the log
-                LOG.warning("ember.aotgrad failed compiling %s, running it eagerly: %s: %s",
-                            name, type(e).__name__, e, exc_info=True)
+            _log_fallback(getattr(self.fn, "__qualname__", type(self.fn).__name__), e)
             return None, None
 
     def compile_symbolic(
@@ -310,6 +315,7 @@ class AotFunction:
             with symint_args():
                 part = self.partition_fn(traced.gm, num_fw_outputs=traced.num_fw_outputs)
             part = pass_sizes(part)
+            copy_saved_aliases(part.forward, traced)
             self.last_partition = part
             forward, backward, num_saved = part.forward, part.backward, len(part.saved)
         else:
@@ -325,6 +331,8 @@ class AotFunction:
             grad_inputs=traced.grad_inputs,
             num_saved=num_saved,
             out_spec=out_spec[-1],
+            copied_inputs=traced.copied_inputs,
+            grad_tangents=traced.grad_tangents,
         )
 
     def _cache_dir(self) -> str:
@@ -473,6 +481,61 @@ def aot_module(
     compiled = AotFunction(functional, fw_compiler, bw_compiler, partition_fn, decompositions,
                            options, mod if isinstance(mod, fx.GraphModule) else None)
     return AotModule(mod, compiled)
+
+
+def aot_inference(
+    gm: fx.GraphModule,
+    example_inputs: Sequence[torch.Tensor],
+    compiler: GraphCompiler,
+    decompositions: DecompTable | None = None,
+    options: AotOptions | None = None,
+) -> Callable[..., Any]:
+    """Compile ``gm`` for inference, for inputs exactly like ``example_inputs``.
+
+    For frontends that guard their inputs (ember.dynamo, torch.compile with static
+    shapes) and call under ``no_grad`` or with nothing requiring grad: the graph is
+    traced once (functionalized: in-place ops become functional ones), compiled by
+    ``compiler``, and the callable checks nothing per call. Inputs the graph mutates
+    are written back and outputs that alias inputs or each other are rebuilt as views
+    (see ``aliasing.py``); a graph with neither is returned as ``compiler`` made it.
+    Graphs that cannot be traced run eagerly (logged), unless ``options`` says otherwise.
+    """
+    opts = options or AotOptions(fallback_to_eager=True)
+    fn = AotFunction(gm, compiler, None, default_partition, decompositions, opts, gm)
+    tensors = list(example_inputs)
+    flat, in_spec = tree_flatten((tuple(tensors), {}))
+    positions = [(i, i) for i in range(len(tensors))]
+    try:
+        with torch.no_grad():
+            plan, out_spec = fn.compile(flat, positions, in_spec, tensors)
+    except Exception as e:
+        if not _falls_back(fn.options, e):
+            raise
+        _log_fallback(getattr(gm, "__qualname__", type(gm).__name__), e)
+        return gm
+    if plan.is_direct and out_spec.num_leaves == len(plan.outputs) and out_spec.type in (
+            list, tuple):
+        return plan.forward  # outputs in order, no write-backs, no views: nothing to add
+
+    def run(*args: torch.Tensor) -> Any:
+        return tree_unflatten(plan(list(args)), out_spec)
+
+    return run
+
+
+def _falls_back(options: AotOptions, e: Exception) -> bool:
+    """Whether a compile failure runs the function eagerly (else it is raised)."""
+    if not options.fallback_to_eager:
+        return False
+    return not options.strict or isinstance(e, (TraceError, FunctionalizationError))
+
+
+def _log_fallback(name: str, e: Exception) -> None:
+    if isinstance(e, AotGradError):
+        LOG.warning("ember.aotgrad could not compile %s, running it eagerly: %s", name, e)
+    else:  # a bug in aotgrad or a compiler: keep the traceback in the log
+        LOG.warning("ember.aotgrad failed compiling %s, running it eagerly: %s: %s",
+                    name, type(e).__name__, e, exc_info=True)
 
 
 def aot_autograd(

@@ -37,6 +37,9 @@ aten = torch.ops.aten
 _METADATA_MUTATIONS = {"resize_", "resize_as_", "set_", "as_strided_", "swapdims_",
                        "swapaxes_"}
 _IDENTITY_VIEWS = {aten.detach.default, aten.alias.default, aten.lift_fresh.default}
+# Writes that give every element of their target one value: the only writes to a tensor
+# whose elements share memory that a functional graph reproduces (all aliases agree).
+_WHOLE_WRITES = {aten.fill_.Scalar, aten.fill_.Tensor, aten.zero_.default}
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,19 +72,21 @@ def written_args(op: Any) -> list[int]:
             if a.alias_info is not None and a.alias_info.is_write]
 
 
-def find_mutated_inputs(graph: fx.Graph) -> list[int]:
-    """Placeholder positions whose storage some op in ``graph`` writes to."""
+def find_mutated_inputs(graph: fx.Graph, *, with_grad: bool = False) -> list[int]:
+    """Placeholder positions whose storage some op in ``graph`` writes to (with
+    ``with_grad``: some op that ran with grad mode on, so the write has autograd history)."""
     storages: dict[int, int] = {}
     for i, node in enumerate(n for n in graph.nodes if n.op == "placeholder"):
         storages.setdefault(node.meta["storage"], i)
     found: set[int] = set()
     for node in graph.nodes:
-        if node.op != "call_function":
+        if node.op != "call_function" or (with_grad and not node.meta.get("grad_enabled", True)):
             continue
         for pos in written_args(node.target):
             arg = _arg_at(node, pos)
-            if isinstance(arg, fx.Node) and arg.meta.get("storage") in storages:
-                found.add(storages[arg.meta["storage"]])
+            for a in arg if isinstance(arg, (list, tuple)) else (arg,):  # _foreach_add_([...])
+                if isinstance(a, fx.Node) and a.meta.get("storage") in storages:
+                    found.add(storages[a.meta["storage"]])
     return sorted(found)
 
 
@@ -123,6 +128,8 @@ class _Functionalizer:
         self.input_storage: dict[int, int] = {}
         self.mutated: set[int] = set()
         self.multi_view_src: dict[fx.Node, fx.Node] = {}
+        #: storages whose base's elements share memory (an ``expand``ed input)
+        self.overlapping: set[int] = set()
 
     # -- emitting ------------------------------------------------------------
 
@@ -180,6 +187,9 @@ class _Functionalizer:
         self.cur_base[s] = new
         self.chain[old] = ()
         self.seen_version[old] = 0
+        val = old.meta.get("val")
+        if isinstance(val, torch.Tensor) and torch._debug_has_internal_overlap(val) == 1:
+            self.overlapping.add(s)
 
     def bind_view(self, old: fx.Node, new: fx.Node, src: fx.Node, step: ViewStep) -> None:
         s = self.storage(old)
@@ -200,6 +210,12 @@ class _Functionalizer:
                 f"node '{where.name}' ({where.target}) writes to '{target.name}', which "
                 "aliases another tensor without being a view of it; clone it first"
             )
+        if s in self.overlapping and (steps or where.target not in _WHOLE_WRITES):
+            raise FunctionalizationError(
+                f"node '{where.name}' ({where.target}) writes to '{target.name}', whose "
+                "elements share memory (an expanded tensor): a write to one element changes "
+                "its aliases, which a functional graph cannot express. The graph runs eagerly"
+            )
         inputs = [self.cur_base[s]]
         for step in steps[:-1]:
             inputs.append(self.replay(inputs[-1], (step,)))
@@ -208,10 +224,21 @@ class _Functionalizer:
             new = self.inverse(step, before, new, where)
         self.cur_base[s] = new
         self.version[s] += 1
-        self.env[target] = value
-        self.seen_version[target] = self.version[s]
+        self.bind_written(target, target, value)
         if s in self.input_storage:
             self.mutated.add(self.input_storage[s])
+
+    def bind_written(self, node: fx.Node, target: fx.Node, value: fx.Node) -> None:
+        """``node`` (the target, or the in-place op returning it) now holds ``value``.
+
+        A view target is read back through its view chain on the new base when next
+        used, so it keeps eager's strides (``v = x[:, :1]; v.add_(1); return v``); a
+        base target is the new value itself.
+        """
+        s = self.storage(target)
+        self.chain[node] = self.chain[target]
+        self.env[node] = value
+        self.seen_version[node] = -1 if self.chain[target] else self.version[s]
 
     def inverse(self, step: ViewStep, before: fx.Node, new: fx.Node, where: fx.Node) -> fx.Node:
         """The value of ``before`` after its view ``step`` was overwritten by ``new``."""
@@ -369,6 +396,10 @@ class _Functionalizer:
             self.out_variant(node, out_args[0])
             return
         target = node.args[0]
+        if writes == [0] and isinstance(target, (list, tuple)) and all(
+                isinstance(t, fx.Node) for t in target):
+            self.foreach_mutation(node, [t for t in target if isinstance(t, fx.Node)])
+            return
         if writes != [0] or not isinstance(target, fx.Node):
             raise FunctionalizationError(
                 f"node '{node.name}' ({op}) writes to arguments {writes}; only in-place "
@@ -401,9 +432,28 @@ class _Functionalizer:
             if value.meta["val"].dtype != target_val.dtype:
                 value = self.emit(aten._to_copy.default, (value,), {"dtype": target_val.dtype})
         self.write(target, value, node)
-        self.chain[node] = self.chain[target]
-        self.env[node] = value
-        self.seen_version[node] = self.version[self.storage(target)]
+        self.bind_written(node, target, value)
+
+    def foreach_mutation(self, node: fx.Node, targets: list[fx.Node]) -> None:
+        """``_foreach_add_([a, b], ...)`` -> ``_foreach_add([a, b], ...)``, each result
+        written to its target (what an optimizer step does to the parameters)."""
+        op: Any = node.target
+        functional = functional_variant(op)
+        if functional is None:
+            raise FunctionalizationError(
+                f"node '{node.name}' ({op}) is an in-place op with no functional variant "
+                "that ember.aotgrad knows; use its out-of-place form"
+            )
+        args, kwargs = self.args(node)
+        values = self.emit(functional, args, _with_defaults(op, functional, args, kwargs))
+        for k, target in enumerate(targets):
+            value = self.emit(operator.getitem, (values, k))
+            want = target.meta["val"].dtype
+            if value.meta["val"].dtype != want:
+                value = self.emit(aten._to_copy.default, (value,), {"dtype": want})
+            self.write(target, value, node)
+        self.env[node] = values
+        self.chain[node] = None
 
     def out_variant(self, node: fx.Node, out_name: str) -> None:
         """``op(..., out=t)`` -> ``t`` gets the value of the functional ``op(...)``."""
@@ -429,9 +479,7 @@ class _Functionalizer:
         if value.meta["val"].dtype != want.dtype:
             value = self.emit(aten._to_copy.default, (value,), {"dtype": want.dtype})
         self.write(target, value, node)
-        self.chain[node] = self.chain[target]
-        self.env[node] = value
-        self.seen_version[node] = self.version[self.storage(target)]
+        self.bind_written(node, target, value)
 
     def random_in_memory_order(self, functional: Any, args: tuple[Any, ...],
                                kwargs: dict[str, Any], target: torch.Tensor) -> fx.Node:

@@ -6,8 +6,9 @@ order:
 
 1. the new values of the inputs the function mutates (``mutated_inputs``),
 2. the user outputs that the graph computes (outputs that are views of an
-   input are not among them: the runtime rebuilds those as views of the real
-   input, so they stay views),
+   input are not among them, and outputs that are views of one intermediate
+   are returned as that intermediate once: the runtime rebuilds them as views,
+   see ``aliasing.py``),
 3. the gradients of the inputs that require grad (``grad_inputs``).
 
 Groups 1 and 2 are the *forward outputs*. Without gradients (grad mode off or
@@ -16,7 +17,8 @@ no input requiring grad) the graph has no tangents and no group 3.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,10 +27,11 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import _disable_current_modes
 
+from ember.aotgrad.aliasing import copy_aliased_outputs, view_chain
 from ember.aotgrad.errors import AotGradError, TraceError, VerifyError
-from ember.aotgrad.functionalize import find_mutated_inputs, functionalize
+from ember.aotgrad.functionalize import ViewStep, find_mutated_inputs, functionalize
 from ember.aotgrad.sizes import SYM_TYPES, expr_of, is_symbolic_tensor
-from ember.aotgrad.trace import DecompTable, GraphTracer, layout_of, storage_key
+from ember.aotgrad.trace import DecompTable, GraphTracer, storage_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,15 +39,19 @@ class OutputSlot:
     """Where one flat user output comes from at runtime.
 
     ``kind`` is ``"graph"`` (the ``index``-th user output the graph computes),
-    ``"input"`` (input ``index`` itself), ``"alias"`` (a view of input
-    ``index`` with ``layout`` = size, stride, storage offset) or ``"const"``
-    (the non-tensor ``value``).
+    ``"input"`` (input ``index``) or ``"const"`` (the non-tensor ``value``).
+    A graph or input value is then viewed by ``views`` (see ``aliasing.py``):
+    an output that eager returns as a view of an input, or as a view of an
+    intermediate that another output also views, is rebuilt that way so it
+    stays a view. ``requires_grad`` is eager's flag for the output (a view made
+    under ``no_grad`` does not require grad); views are replayed accordingly.
     """
 
     kind: str
     index: int = 0
-    layout: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
+    views: tuple[ViewStep, ...] = ()
     value: Any = None
+    requires_grad: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +67,8 @@ class TracedGraph:
     is_joint: bool
     tangent_mask: tuple[bool, ...]  # per forward output: has a tangent
     grad_inputs: tuple[int, ...]  # inputs whose gradient the graph returns
+    copied_inputs: tuple[int, ...] = ()  # inputs the graph takes as contiguous copies
+    grad_tangents: tuple[tuple[int, ...], ...] = ()  # per gradient: the tangents it reads
 
     @property
     def num_fw_outputs(self) -> int:
@@ -68,6 +77,28 @@ class TracedGraph:
 
 def _fake_inputs(mode: FakeTensorMode, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return [mode.from_tensor(t.detach()) for t in inputs]
+
+
+def _traced_input(mode: FakeTensorMode, fake: torch.Tensor,
+                  real: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """What the trace sees for an input that requires grad: (value, traced as a copy).
+
+    The leaf itself cannot be mutated in place, so the trace runs on a non-leaf copy
+    of it, whose gradient is the leaf's. The copy has the input's sizes and strides
+    (``view``/``reshape`` choices depend on them; a slice's storage offset does not,
+    and outputs aliasing the input are replayed on the real one). Inputs whose
+    elements share memory (``expand``) cannot be copied with their strides; they are
+    traced as a contiguous copy, and the runtime passes the graph a contiguous copy.
+    """
+    overlaps = torch._debug_has_internal_overlap(real) == 1  # MemOverlap::Yes
+    with mode:
+        if overlaps:
+            return fake.clone(memory_format=torch.contiguous_format), True
+        if is_symbolic_tensor(fake):  # sizes and strides are symbols: a clone keeps them
+            return fake.clone(), False
+        copy = torch.empty_strided(fake.shape, fake.stride(), dtype=fake.dtype,
+                                   device=fake.device)
+        return copy.copy_(fake), False
 
 
 FakeInputs = Callable[[FakeTensorMode], list[torch.Tensor]]
@@ -91,69 +122,52 @@ def trace_graph(
     fakes = fake_inputs(fake_mode) if fake_inputs is not None else _fake_inputs(fake_mode, inputs)
     args: list[torch.Tensor] = []
     leaves: list[torch.Tensor | None] = []
-    for real, fake in zip(inputs, fakes):
+    copied: list[int] = []
+    for i, (real, fake) in enumerate(zip(inputs, fakes, strict=True)):
         leaf = None
         if joint and real.requires_grad:
             leaf = fake.requires_grad_(True)
-            with fake_mode:
-                # a non-leaf may be mutated in place; gradients are taken w.r.t. the
-                # leaf, i.e. the input's value before any mutation
-                fake = leaf.clone()
+            fake, as_copy = _traced_input(fake_mode, leaf, real)
+            if as_copy:
+                copied.append(i)
         args.append(fake)
         leaves.append(leaf)
     for i, a in enumerate(args):
         tracer.placeholder(f"primals_{i + 1}", a)
     input_storage = {storage_key(a): i for i, a in reversed(list(enumerate(args)))}
 
-    try:
-        with fake_mode, tracer, torch.set_grad_enabled(joint):
+    with fake_mode, tracer, torch.set_grad_enabled(joint):
+        with _torch_failures_as_trace_errors():
             outs = list(fn(*args))
-            mutated = find_mutated_inputs(tracer.graph)
-            slots: list[OutputSlot] = []
-            graph_outs: list[torch.Tensor | torch.SymInt | torch.SymFloat | torch.SymBool] = []
-            for out in outs:
-                if isinstance(out, SYM_TYPES) and expr_of(out) is not None:
-                    # a symbolic size the function returns: the graph computes it
-                    slots.append(OutputSlot("graph", len(graph_outs)))
-                    graph_outs.append(out)
-                    continue
-                if not isinstance(out, torch.Tensor):
-                    slots.append(OutputSlot("const", value=out))
-                    continue
-                src = input_storage.get(storage_key(out))
-                if src is not None and out is not args[src] and is_symbolic_tensor(out):
-                    raise TraceError(
-                        "an output is a view of an input with symbolic sizes; ember.aotgrad "
-                        "rebuilds such views only with static sizes (the graph runs eagerly)"
-                    )
-                if src is None:
-                    slots.append(OutputSlot("graph", len(graph_outs)))
-                    graph_outs.append(out)
-                elif out is args[src] and src not in mutated:
-                    slots.append(OutputSlot("input", src))
-                else:
-                    slots.append(OutputSlot("alias", src, layout_of(out)))
-            fw_values = [args[i] for i in mutated] + graph_outs
-            tangent_mask = [joint and isinstance(v, torch.Tensor) and v.requires_grad
-                            for v in fw_values]
-            grad_inputs: list[int] = []
-            grads: list[torch.Tensor] = []
-            if joint and any(tangent_mask):
+        mutated = find_mutated_inputs(tracer.graph)
+        shared = sorted(set(mutated) & set(copied))
+        if shared:
+            raise TraceError(
+                f"input {shared[0]} requires grad, its elements share memory (an expanded "
+                "tensor) and the function writes to it in place; a functional graph cannot "
+                "express that write. The function runs eagerly"
+            )
+        slots, graph_outs = _output_slots(tracer, outs, input_storage)
+        fw_values = [args[i] for i in mutated] + graph_outs
+        # an input written only under no_grad gets its new value without autograd history
+        with_grad = set(find_mutated_inputs(tracer.graph, with_grad=True))
+        tangent_mask = [joint and isinstance(v, torch.Tensor) and v.requires_grad
+                        and (k >= len(mutated) or mutated[k] in with_grad)
+                        for k, v in enumerate(fw_values)]
+        grad_inputs: list[int] = []
+        grads: list[torch.Tensor] = []
+        if joint and any(tangent_mask):
+            with _torch_failures_as_trace_errors():
                 grad_inputs, grads = _trace_backward(tracer, fake_mode, leaves, fw_values,
                                                      tangent_mask)
-            else:
-                tangent_mask = [False] * len(fw_values)
-            tracer.graph.output([v if isinstance(v, SYM_TYPES) else tracer.node_of(v)
-                                 for v in fw_values + grads])
-    except AotGradError:
-        raise
-    except Exception as e:
-        raise TraceError(
-            f"tracing failed: {type(e).__name__}: {e}. The function runs eagerly, but not "
-            "on fake tensors under ember.aotgrad's tracer (an op without a fake kernel or "
-            "a data-dependent shape?)"
-        ) from e
+        else:
+            tangent_mask = [False] * len(fw_values)
+        tracer.graph.output([v if isinstance(v, SYM_TYPES) else tracer.node_of(v)
+                             for v in fw_values + grads])
     func = functionalize(tracer.graph_module(), fake_mode)
+    placeholders = [n for n in func.gm.graph.nodes if n.op == "placeholder"]
+    copy_aliased_outputs(func.gm, range(len(mutated) + len(graph_outs)),
+                         {storage_key(n.meta["val"]) for n in placeholders}, dedupe=True)
     if list(func.mutated_inputs) != mutated:
         raise TraceError(
             f"functionalization found mutated inputs {list(func.mutated_inputs)} but the "
@@ -169,9 +183,124 @@ def trace_graph(
         is_joint=bool(grads) or any(tangent_mask),
         tangent_mask=tuple(tangent_mask),
         grad_inputs=tuple(grad_inputs),
+        copied_inputs=tuple(copied),
+        grad_tangents=_grad_tangents(func.gm, len(mutated) + len(graph_outs)),
     )
     verify_traced(traced)
     return traced
+
+
+@contextlib.contextmanager
+def _torch_failures_as_trace_errors() -> Iterator[None]:
+    """Running the function (or autograd) on fake tensors failed: a ``TraceError``.
+
+    Only torch's own execution is wrapped (an op without a fake kernel, a
+    data-dependent shape), so a failure of aotgrad's bookkeeping around it stays
+    what it is: an internal error, raised under ``EMBER_STRICT=1``.
+    """
+    try:
+        yield
+    except AotGradError:
+        raise
+    except Exception as e:
+        raise TraceError(
+            f"tracing failed: {type(e).__name__}: {e}. The function runs eagerly, but not "
+            "on fake tensors under ember.aotgrad's tracer (an op without a fake kernel or "
+            "a data-dependent shape?)"
+        ) from e
+
+
+def _output_slots(
+    tracer: GraphTracer, outs: list[Any], input_storage: dict[int, int]
+) -> tuple[list[OutputSlot], list[Any]]:
+    """The slot of each user output, and the tensors the graph must return for them.
+
+    An output sharing memory with an input is a replay of its views on that input.
+    An output that is a view of an intermediate (and outputs sharing memory with each
+    other) is a replay of its views on that base, which the graph returns once.
+    """
+    placeholders = [n for n in tracer.graph.nodes if n.op == "placeholder"]
+    counts: dict[int, int] = {}
+    for out in outs:
+        if isinstance(out, torch.Tensor):
+            counts[storage_key(out)] = counts.get(storage_key(out), 0) + 1
+    slots: list[OutputSlot] = []
+    graph_outs: list[torch.Tensor | torch.SymInt | torch.SymFloat | torch.SymBool] = []
+    base_slot: dict[int, int] = {}
+    for i, out in enumerate(outs):
+        if isinstance(out, SYM_TYPES) and expr_of(out) is not None:
+            # a symbolic size the function returns: the graph computes it
+            slots.append(OutputSlot("graph", len(graph_outs)))
+            graph_outs.append(out)
+            continue
+        if not isinstance(out, torch.Tensor):
+            slots.append(OutputSlot("const", value=out))
+            continue
+        key = storage_key(out)
+        found = view_chain(tracer.node_of(out))
+        if is_symbolic_tensor(out) and found is not None and found[1]:
+            if key in input_storage:
+                raise TraceError(
+                    "an output is a view of an input with symbolic sizes; ember.aotgrad "
+                    "rebuilds such views only with static sizes (the graph runs eagerly)"
+                )
+            found = None  # symbolic: returned as computed, not replayed as a view
+        if key in input_storage:
+            if found is None or found[0].op != "placeholder":
+                raise TraceError(
+                    f"output {i} shares memory with input {input_storage[key]} through ops "
+                    "ember.aotgrad cannot replay as views; return a copy (.clone()) of it"
+                )
+            slots.append(OutputSlot("input", placeholders.index(found[0]), found[1],
+                                    requires_grad=out.requires_grad))
+            continue
+        base = found[0].meta.get("val") if found is not None else None
+        # a view of an intermediate is returned as that view of it (eager's strides, and
+        # outputs viewing one intermediate share its memory)
+        if found is not None and isinstance(base, torch.Tensor) and (found[1] or counts[key] > 1):
+            if key not in base_slot:
+                base_slot[key] = len(graph_outs)
+                graph_outs.append(base)
+            slots.append(OutputSlot("graph", base_slot[key], found[1],
+                                    requires_grad=out.requires_grad))
+            continue
+        slots.append(OutputSlot("graph", len(graph_outs), requires_grad=out.requires_grad))
+        graph_outs.append(out)
+    return slots, graph_outs
+
+
+def _grad_tangents(gm: fx.GraphModule, num_fw_outputs: int) -> tuple[tuple[int, ...], ...]:
+    """For each gradient the joint graph returns, the tangents it depends on.
+
+    A gradient none of whose tangents arrive (the outputs they belong to were not used
+    by the loss) is ``None`` in eager, not zeros; the runtime needs this to match.
+    """
+    out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    tangents = {n: k for k, n in enumerate(
+        n for n in gm.graph.nodes if n.op == "placeholder" and n.name.startswith("tangents_"))}
+    deps: dict[fx.Node, frozenset[int]] = {}
+    for node in gm.graph.nodes:
+        if node in tangents:
+            deps[node] = frozenset({tangents[node]})
+        else:
+            deps[node] = frozenset().union(*(deps[a] for a in node.all_input_nodes))
+    result = []
+    for grad in list(out_node.args[0])[num_fw_outputs:]:
+        result.append(tuple(sorted(deps[grad])) if isinstance(grad, fx.Node) else ())
+    return tuple(result)
+
+
+def copy_saved_aliases(forward: fx.GraphModule, traced: TracedGraph) -> None:
+    """Clone saved values of a partitioned forward that alias a mutated input: the
+    runtime overwrites that input after the forward, the backward needs the old value."""
+    if not traced.mutated_inputs:
+        return
+    primals = {n.name: n for n in forward.graph.nodes if n.op == "placeholder"}
+    storages = {storage_key(primals[f"primals_{i + 1}"].meta["val"])
+                for i in traced.mutated_inputs if f"primals_{i + 1}" in primals}
+    out_node = next(n for n in reversed(forward.graph.nodes) if n.op == "output")
+    n_out = len(out_node.args[0])
+    copy_aliased_outputs(forward, range(traced.num_fw_outputs, n_out), storages, dedupe=False)
 
 
 def verify_traced(traced: TracedGraph) -> None:

@@ -35,6 +35,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import TreeSpec, treespec_dumps, treespec_loads
 
 import ember.ir as ir
+from ember.aotgrad.aliasing import steps_from_json, steps_json
 from ember.aotgrad.joint import OutputSlot
 from ember.ir.cache_entry import (
     code_digest,
@@ -48,7 +49,7 @@ from ember.ir.cache_entry import (
 LOG = logging.getLogger("ember.aotgrad")
 
 #: Bumped when the entry layout changes.
-FORMAT = 1
+FORMAT = 2
 
 
 def default_cache_dir() -> str:
@@ -73,6 +74,8 @@ class StoredPlan:
     grad_inputs: tuple[int, ...]
     num_saved: int
     out_spec: TreeSpec
+    copied_inputs: tuple[int, ...] = ()
+    grad_tangents: tuple[tuple[int, ...], ...] = ()
 
     def bookkeeping(self) -> dict[str, Any]:
         """The runtime's calling convention: every field but the graphs and the output structure."""
@@ -133,16 +136,13 @@ def _load_graph(text: str, mode: FakeTensorMode) -> fx.GraphModule:
 
 
 def _slot_json(slot: OutputSlot) -> dict[str, Any]:
-    return {"kind": slot.kind, "index": slot.index,
-            "layout": None if slot.layout is None else [list(slot.layout[0]), list(slot.layout[1]),
-                                                         slot.layout[2]],
-            "value": ir.encode_value(slot.value)}
+    return {"kind": slot.kind, "index": slot.index, "views": steps_json(slot.views),
+            "value": ir.encode_value(slot.value), "requires_grad": slot.requires_grad}
 
 
 def _slot(data: dict[str, Any]) -> OutputSlot:
-    lay = data["layout"]
-    layout = None if lay is None else (tuple(lay[0]), tuple(lay[1]), int(lay[2]))
-    return OutputSlot(str(data["kind"]), int(data["index"]), layout, ir.decode_value(data["value"]))
+    return OutputSlot(str(data["kind"]), int(data["index"]), steps_from_json(data["views"]),
+                      ir.decode_value(data["value"]), bool(data["requires_grad"]))
 
 
 def _dump(plan: StoredPlan) -> str:
@@ -158,6 +158,8 @@ def _dump(plan: StoredPlan) -> str:
         "grad_inputs": list(plan.grad_inputs),
         "num_saved": plan.num_saved,
         "out_spec": treespec_dumps(plan.out_spec),
+        "copied_inputs": list(plan.copied_inputs),
+        "grad_tangents": [list(t) for t in plan.grad_tangents],
     })
 
 
@@ -177,6 +179,8 @@ def _load(text: str) -> StoredPlan:
         grad_inputs=tuple(int(i) for i in d["grad_inputs"]),
         num_saved=int(d["num_saved"]),
         out_spec=treespec_loads(d["out_spec"]),
+        copied_inputs=tuple(int(i) for i in d["copied_inputs"]),
+        grad_tangents=tuple(tuple(int(k) for k in t) for t in d["grad_tangents"]),
     )
 
 

@@ -9,7 +9,9 @@ tracing. Calling it:
 2. copies the new values into the mutated inputs (through autograd when the
    value is differentiable, as eager's in-place op would be);
 3. assembles the user's outputs, rebuilding outputs that were views of an
-   input as views of the real input, so they stay views.
+   input (or of an intermediate that several outputs view) by replaying their
+   view ops on the real input (or on the graph output standing for the
+   intermediate), so they stay views with eager's layout.
 
 Random ops run only in the compiled forward, in eager's order, and their
 results (dropout masks) are saved rather than recomputed, so a fixed seed
@@ -24,6 +26,7 @@ from typing import Any
 
 import torch
 
+from ember.aotgrad.aliasing import replay
 from ember.aotgrad.errors import DoubleBackwardError
 from ember.aotgrad.joint import OutputSlot
 
@@ -43,24 +46,54 @@ class CompiledPlan:
     tangent_mask: tuple[bool, ...]
     grad_inputs: tuple[int, ...]
     num_saved: int
+    #: inputs the graphs take as contiguous copies (traced so: their elements share memory)
+    copied_inputs: tuple[int, ...] = ()
+    #: per gradient, the tangents it depends on (a gradient whose tangents all are None is None)
+    grad_tangents: tuple[tuple[int, ...], ...] = ()
 
     @property
     def num_fw_outputs(self) -> int:
         return len(self.mutated_inputs) + self.num_user_outputs
 
+    @property
+    def is_direct(self) -> bool:
+        """An inference plan whose forward's outputs are the user's, in order: nothing to do
+        around the compiled forward (no write-backs, copies, views or constants)."""
+        return (self.backward is None and not self.mutated_inputs and not self.copied_inputs
+                and len(self.outputs) == self.num_user_outputs
+                and all(s.kind == "graph" and s.index == i and not s.views
+                        for i, s in enumerate(self.outputs)))
+
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[Any]:
+        overlapping = self._overlapping_mutated(inputs)
+        args = inputs
+        if self.copied_inputs:
+            args = list(inputs)
+            for i in self.copied_inputs:
+                args[i] = inputs[i].contiguous()
         if self.backward is None:
             with torch.no_grad():
-                fw = list(self.forward(*inputs))
+                fw = list(self.forward(*args))
         else:
-            fw = list(_CompiledFunction.apply(self, *inputs))  # type: ignore[no-untyped-call]
-        self._write_back(inputs, fw)
+            fw = list(_CompiledFunction.apply(self, *args))  # type: ignore[no-untyped-call]
+        self._write_back(inputs, fw, overlapping)
         return self._assemble(inputs, fw[len(self.mutated_inputs):])
 
-    def _write_back(self, inputs: Sequence[torch.Tensor], fw: list[Any]) -> None:
+    def _overlapping_mutated(self, inputs: Sequence[torch.Tensor]) -> dict[int, torch.Tensor]:
+        """Mutated inputs whose elements share memory (``expand``): their values before the call."""
+        out: dict[int, torch.Tensor] = {}
+        for i in self.mutated_inputs:
+            if torch._debug_has_internal_overlap(inputs[i]) == 1:  # MemOverlap::Yes
+                out[i] = inputs[i].detach().clone()
+        return out
+
+    def _write_back(self, inputs: Sequence[torch.Tensor], fw: list[Any],
+                    overlapping: dict[int, torch.Tensor]) -> None:
         for k, i in enumerate(self.mutated_inputs):
             new = fw[k]
-            if isinstance(new, torch.Tensor) and new.requires_grad and torch.is_grad_enabled():
+            if i in overlapping:
+                _write_overlapping(inputs[i], overlapping[i], new)
+            elif isinstance(new, torch.Tensor) and new.requires_grad and torch.is_grad_enabled():
                 inputs[i].copy_(new)
             else:
                 with torch.no_grad():
@@ -69,17 +102,40 @@ class CompiledPlan:
     def _assemble(self, inputs: Sequence[torch.Tensor], user: list[Any]) -> list[Any]:
         out: list[Any] = []
         for slot in self.outputs:
-            if slot.kind == "graph":
-                out.append(user[slot.index])
-            elif slot.kind == "input":
-                out.append(inputs[slot.index])
-            elif slot.kind == "alias":
-                assert slot.layout is not None
-                size, stride, offset = slot.layout
-                out.append(inputs[slot.index].as_strided(size, stride, offset))
-            else:
+            if slot.kind == "const":
                 out.append(slot.value)
+                continue
+            base = user[slot.index] if slot.kind == "graph" else inputs[slot.index]
+            if not slot.views:
+                out.append(base)
+            elif slot.requires_grad or not torch.is_grad_enabled():
+                out.append(replay(base, slot.views))
+            else:
+                with torch.no_grad():
+                    out.append(replay(base, slot.views))
         return out
+
+
+def _write_overlapping(target: torch.Tensor, old: torch.Tensor, new: torch.Tensor) -> None:
+    """Write ``new`` into ``target``, whose elements share memory, as eager's in-place op did.
+
+    Eager wrote only the elements the op changed (``fill_``, ``zero_``, ``index_fill_`` on
+    an ``expand``ed tensor), and every alias of a written element sees the write. So
+    the changed elements are scattered into the memory they address, in element order;
+    an unchanged element is not written and cannot undo an alias's write.
+    """
+    with torch.no_grad():
+        new = new.detach().to(target.dtype)
+        changed = (new != old) & ~(new.isnan() & old.isnan()) if new.is_floating_point() else (
+            new != old)
+        if not bool(changed.any()):
+            return
+        numel = target.untyped_storage().nbytes() // target.element_size()
+        where = torch.arange(numel, device=target.device).as_strided(
+            target.shape, target.stride(), target.storage_offset())
+        memory = torch.empty(0, dtype=target.dtype, device=target.device)
+        memory.set_(target.untyped_storage())
+        memory.index_put_((where[changed],), new[changed])
 
 
 class _CompiledFunction(torch.autograd.Function):
@@ -94,6 +150,9 @@ class _CompiledFunction(torch.autograd.Function):
         # saved sizes (ints, for symbolic shapes) travel beside the saved tensors
         ctx.save_for_backward(*[v for v in saved if isinstance(v, torch.Tensor)])
         ctx.saved_sizes = [(i, v) for i, v in enumerate(saved) if not isinstance(v, torch.Tensor)]
+        ctx.set_materialize_grads(False)
+        ctx.tangent_meta = [(v.shape, v.dtype, v.device) for v, m in zip(fw, plan.tangent_mask)
+                            if m]
         no_grad = [v for v, m in zip(fw, plan.tangent_mask)
                    if isinstance(v, torch.Tensor) and not m]
         if no_grad:
@@ -101,7 +160,7 @@ class _CompiledFunction(torch.autograd.Function):
         return tuple(fw)
 
     @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         plan: CompiledPlan = ctx.plan
         if torch.is_grad_enabled():
             raise DoubleBackwardError(
@@ -110,12 +169,18 @@ class _CompiledFunction(torch.autograd.Function):
                 "eagerly, or compute the higher-order gradient without compiling it."
             )
         assert plan.backward is not None
-        tangents = [g.contiguous() for g, m in zip(grads, plan.tangent_mask) if m]
+        given = [g for g, m in zip(grads, plan.tangent_mask) if m]
+        present = [g is not None for g in given]
+        tangents = [g.contiguous() if g is not None else torch.zeros(s, dtype=d, device=dev)
+                    for g, (s, d, dev) in zip(given, ctx.tangent_meta)]
         saved = list(ctx.saved_tensors)
         for i, v in ctx.saved_sizes:
             saved.insert(i, v)
         in_grads = list(plan.backward(*saved, *tangents))
         result: list[torch.Tensor | None] = [None] * (1 + plan.num_inputs)
-        for pos, g in zip(plan.grad_inputs, in_grads):
+        deps = plan.grad_tangents or tuple(() for _ in plan.grad_inputs)
+        for pos, g, needs in zip(plan.grad_inputs, in_grads, deps):
+            if needs and not any(present[k] for k in needs):
+                continue  # eager leaves this gradient None: no used output depends on it
             result[1 + pos] = g
         return tuple(result)

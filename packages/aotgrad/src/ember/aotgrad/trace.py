@@ -183,6 +183,8 @@ class GraphTracer(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 f"{func} failed on fake tensors while tracing: {type(e).__name__}: {e}"
             ) from e
         node = call_node(self.graph, func, tuple(node_args), dict(node_kwargs))
+        # an in-place op under no_grad changes values without autograd history
+        node.meta["grad_enabled"] = torch.is_grad_enabled()
         if isinstance(out, torch.Tensor):
             self._bind(out, node)
         elif isinstance(out, (tuple, list)):

@@ -15,6 +15,7 @@ Two objects live here:
 from __future__ import annotations
 
 import dataclasses
+import os
 import warnings
 from dataclasses import dataclass, fields
 from typing import Any
@@ -46,9 +47,13 @@ class DynamoOptions:
     #: Trace *through* the ``forward`` of torch.nn built-in modules instead of
     #: emitting one ``call_module`` node per leaf module.
     inline_inbuilt_nn_modules: bool = False
-    #: When capture fails with an internal error (not a graph break), log it
-    #: and run the frame eagerly instead of raising.
-    suppress_errors: bool = False
+    #: Raise ember's internal errors instead of running eagerly. By default a
+    #: failure inside capture (not a graph break) runs the frame eagerly, and a
+    #: backend that fails compiling a graph, or compiled code that raises where
+    #: eager does not, runs that graph eagerly, each with the reason logged
+    #: (logger ``ember.dynamo``). ``EMBER_STRICT=1`` turns this on everywhere
+    #: (ember.aotgrad and ember.inductor read it too); ember's tests run so.
+    strict: bool = False
     #: Unroll ``for`` loops over at most this many iterations before breaking.
     max_loop_unroll: int = 1024
     #: Inline user functions at most this deep before breaking.
@@ -118,6 +123,8 @@ class Config:
             if name not in values:
                 raise AttributeError(_unknown(name))
         values.update(overrides)
+        if "strict" not in overrides and os.environ.get("EMBER_STRICT") == "1":
+            values["strict"] = True
         return DynamoOptions(**values)
 
     def reset(self) -> None:

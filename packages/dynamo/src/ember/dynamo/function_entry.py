@@ -42,6 +42,7 @@ from . import frame_hook, trace_rules
 from .cache import CacheTable, CodeCache, RecompileError, first_failure
 from .config import DynamoOptions
 from .debug_dir import frame_folder, name_backend_folder, write_frame
+from .eager_fallback import compile_or_eager
 from .errors import Unsupported
 from .frame import CompilerFn, ConvertFn, FrameState, GuardedCode
 from .logs import get_logger, log_capture
@@ -215,7 +216,9 @@ class Runtime:
         """The backend, timed."""
         start = time.perf_counter()
         try:
-            compiled = self.backend(gm, example_inputs)
+            compiled = compile_or_eager(
+                self.backend, gm, example_inputs, strict=self.options.strict
+            )
             if self.state.hook_runtimes:
                 compiled = frame_hook.run_uncaptured(compiled)
             return compiled
@@ -252,13 +255,15 @@ class Runtime:
         except RecompileError:
             raise
         except Exception as exc:
-            if not self.options.suppress_errors:
+            if self.options.strict:
                 raise
             reason = f"{type(exc).__name__}: {exc}"
             log_dynamo.warning(
-                "capture of %s failed (%s); running it eagerly (suppress_errors=True)",
+                "capture of %s failed (%s); running it eagerly (strict=True or "
+                "EMBER_STRICT=1 raises instead)",
                 cache.where(),
                 reason,
+                exc_info=log_dynamo.isEnabledFor(logging.DEBUG),
             )
             cache.mark_eager(reason)
             self.emit("skip", cache.code, None, reason)

@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_map
 
 from .decompositions import Recorder
@@ -18,10 +19,37 @@ from .errors import LoweringError
 
 
 class _AtenRecorder(Recorder):  # type: ignore[no-untyped-call]
-    """The decompositions' recorder; a tensor from outside the graph is a lowering error."""
+    """The decompositions' recorder; tensors built inside the graph become its constants.
+
+    ``torch.tensor([2, 1])`` or a list index (``x[[0, 0]]``) make a real tensor while
+    tracing; it is kept on ``root`` and read by a ``get_attr`` node, as a parameter is.
+    A fake tensor that no recorded node produced is an error.
+    """
+
+    def __init__(self, graph: torch.fx.Graph, env: dict[int, torch.fx.Node],
+                 root: torch.nn.Module) -> None:
+        super().__init__(graph, env)
+        self.root = root
+        self.n_consts = 0
 
     def _missing(self, x: torch.Tensor) -> torch.fx.Node:
-        raise LoweringError(f"a tensor of size {tuple(x.shape)} appeared from outside the graph")
+        if isinstance(x, FakeTensor):
+            real = getattr(x, "constant", None)
+            if not isinstance(real, torch.Tensor):
+                raise LoweringError(
+                    f"a tensor of size {tuple(x.shape)} appeared from outside the graph"
+                )
+        else:
+            real = x
+        name = f"_tensor_constant{self.n_consts}"
+        self.n_consts += 1
+        with _disable_current_modes():
+            self.root.register_buffer(name, real.detach().clone())
+        node = self.graph.get_attr(name)
+        node.meta["val"] = x
+        self.env[id(x)] = node
+        self.keep.append(x)
+        return node
 
 
 def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> torch.fx.GraphModule:
@@ -55,7 +83,7 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> torch.
             node.meta["val"] = f
             env[id(f)] = node
             swapped[name] = f
-    recorder = _AtenRecorder(graph, env)
+    recorder = _AtenRecorder(graph, env, root)
     with torch.no_grad(), fake_mode, recorder:
         out = torch.func.functional_call(gm, swapped, tuple(fakes))
     graph.output(tree_map(lambda t: recorder._arg(t) if isinstance(t, torch.Tensor) else t, out))

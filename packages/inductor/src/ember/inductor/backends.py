@@ -68,9 +68,13 @@ def make_backend(
     """A ``(gm, example_inputs) -> callable`` backend compiling with these options.
 
     Graphs that need gradients go through ember.aotgrad (forward and backward
-    compiled by inductor). Graphs that do not (grad mode off, or nothing
-    requires grad) are traced to ATen directly: no autograd wrapper at run
-    time. The frontend guards on grad mode, so the choice holds for every call.
+    compiled by inductor, in one autograd node). Graphs that do not (grad mode off,
+    or nothing requires grad) go through aotgrad's inference path: traced once and
+    functionalized, so in-place ops, mutated inputs and outputs that are views of
+    inputs or of each other behave as in eager; such a graph without mutations or
+    aliased outputs runs with no wrapper at all. The frontend guards on grad mode,
+    so the choice holds for every call. Without ember.aotgrad, inference graphs are
+    traced to ATen here (``aten_trace.py``) and training raises ``InductorError``.
     """
     base = options
     try:
@@ -79,17 +83,19 @@ def make_backend(
         aotgrad = None  # type: ignore[assignment]
     compile_fn = _graph_compiler(options)
     training: Callable[[torch.fx.GraphModule, list[Any]], Any] | None = None
+    aot_options: Any = None
     if aotgrad is not None:
         from .decompositions import decomposition_table
 
         # Traced forward/backward graphs are cached on disk next to the compiled ones, so
         # a second process neither traces nor lowers (aotgrad's plan_cache.py).
         cache_dir = (options.cache_dir if options is not None else None) or default_cache_dir()
+        aot_options = aotgrad.AotOptions(fallback_to_eager=True, cache=True, cache_dir=cache_dir)
         training = aotgrad.aot_autograd(
             fw_compiler=compile_fn,  # type: ignore[arg-type]
             bw_compiler=compile_fn,  # type: ignore[arg-type]
             decompositions=decomposition_table(),
-            options=aotgrad.AotOptions(fallback_to_eager=True, cache=True, cache_dir=cache_dir),
+            options=aot_options,
         )
 
     def backend_fn(
@@ -102,8 +108,6 @@ def make_backend(
         if mode is not None or options:  # torch.compile(backend=..., mode=..., options=...)
             return configure(mode, options)(gm, example_inputs)
         opts = base
-        from .aten_trace import trace_to_aten
-
         symbolic = any(not isinstance(x, torch.Tensor) for x in example_inputs)
         if _needs_grad(gm, list(example_inputs)) or (symbolic and training is not None):
             if training is None:
@@ -112,12 +116,28 @@ def make_backend(
                     "install ember-inductor[training], or run under torch.no_grad()"
                 )
             return training(gm, example_inputs)
-        aten_gm = trace_to_aten(gm, list(example_inputs))
-        set_debug_dir(aten_gm, debug_dir_of(gm))  # the frontend's debug folder for this graph
         # With static shapes the calling frontend guards the sizes, strides and dtypes of
         # these inputs, so the compiled graph need not check them again on every call.
         static = all(all(type(d) is int for d in x.shape) for x in example_inputs)
-        return compile_graph(aten_gm, list(example_inputs), opts, inputs_guarded=static)
+
+        def compile_guarded(aten_gm: torch.fx.GraphModule, inputs: list[Any]) -> Any:
+            return compile_graph(aten_gm, list(inputs), opts, inputs_guarded=static)
+
+        if aotgrad is not None:
+            from .decompositions import decomposition_table
+
+            return aotgrad.aot_inference(
+                gm,
+                example_inputs,
+                compile_guarded,  # type: ignore[arg-type]
+                decomposition_table(),
+                aot_options,
+            )
+        from .aten_trace import trace_to_aten
+
+        aten_gm = trace_to_aten(gm, list(example_inputs))
+        set_debug_dir(aten_gm, debug_dir_of(gm))  # the frontend's debug folder for this graph
+        return compile_guarded(aten_gm, list(example_inputs))
 
     def configure(mode: str | None, extra: dict[str, Any] | None) -> Any:
         """This backend with torch.compile's ``mode``/``options`` applied (ember.dynamo's hook)."""

@@ -197,7 +197,9 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if not any(isinstance(t, torch.Tensor) for t in tree_flatten(out)[0]):
+        if not any(isinstance(t, torch.Tensor) for t in tree_flatten(out)[0]) and not _mutates(
+            func
+        ):
             return out  # sizes, devices, scalars: plain values, not graph nodes
         with warnings.catch_warnings():  # symbolic sizes are plain arguments here
             warnings.filterwarnings("ignore", message="Raw Sym", category=UserWarning)
@@ -215,6 +217,14 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                     item.meta["val"] = o
                     self.env[id(o)] = item
         return out
+
+
+def _mutates(func: Any) -> bool:
+    """Whether ``func`` writes to an argument (``_foreach_add_`` returns nothing but does)."""
+    schema = getattr(func, "_schema", None)
+    return schema is not None and any(
+        a.alias_info is not None and a.alias_info.is_write for a in schema.arguments
+    )
 
 
 class _Unrecordable(Exception):

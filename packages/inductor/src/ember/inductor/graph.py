@@ -226,6 +226,8 @@ class GraphLowering:
                 return tree_map(
                     lambda v: self.realize_for_extern(v) if isinstance(v, IRNode) else v, value
                 )
+            if isinstance(a, (list, tuple)):  # Tensor[] / Tensor?[] arguments (index_put)
+                return [to_ir(x) for x in a]
             return a
 
         args = tuple(to_ir(a) for a in fx_node.args)
@@ -384,7 +386,7 @@ class GraphLowering:
             reason = "listed in options.force_fallback"
         lowering = find_lowering(target) if reason is None else None
         if lowering is not None:
-            args, kwargs = tree_map(self._ir_arg, (node.args, node.kwargs))
+            args, kwargs = tree_map(self._ir_arg, _positional(target, node.args, node.kwargs))
             return lowering(self, node, *args, **kwargs)
         if reason is None and self._depth < _MAX_DECOMPOSE_DEPTH:
             sub = decompose_node(node, self.fake_mode)
@@ -442,7 +444,7 @@ class GraphLowering:
                 or (heavy and _feeds_reduction(node))
             )
         ):
-            self.env[node] = self.realize(value)
+            self.env[node] = self.realize(value, _output_stride(node))
         elif _feeds_extern_and_more(node):
             self.env[node] = self.realize_for_extern(value)
 
@@ -463,9 +465,15 @@ class GraphLowering:
             if view.layout == view.base.layout:
                 return OutputSpec("buffer", name=view.base.name, layout=view.base.layout)
             return OutputSpec("view", name=view.base.name, layout=view.layout)
-        if isinstance(value, Buffer):
-            return OutputSpec("buffer", name=value.name, layout=value.layout)
         dense = _is_dense(as_sizes(val.shape), stride, self.hints)
+        # a buffer realized in another order (a reduction, a value read by several
+        # kernels) is copied, so the caller gets eager's strides
+        if isinstance(value, Buffer) and (
+            not dense
+            or _significant(value.layout.size, value.layout.stride)
+            == _significant(as_sizes(val.shape), stride)
+        ):
+            return OutputSpec("buffer", name=value.name, layout=value.layout)
         buf = self.realize(value, stride if dense else None)
         assert isinstance(buf, Buffer)
         return OutputSpec("buffer", name=buf.name, layout=buf.layout)
@@ -516,6 +524,28 @@ def _feeds_extern_and_more(node: torch.fx.Node) -> bool:
     return len(consumers) > 1 and any(u.target in NEVER_DECOMPOSE for u in consumers)
 
 
+def _positional(
+    target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``clamp(x, max=1.0)`` -> ``clamp(x, None, 1.0)``: arguments that the schema allows
+    positionally are passed so (lowerings name their parameters freely); keyword-only
+    ones stay keywords."""
+    schema = getattr(target, "_schema", None)
+    if schema is None or not kwargs:
+        return tuple(args), dict(kwargs)
+    out, rest = list(args), dict(kwargs)
+    positional = [a for a in schema.arguments if not a.kwarg_only]
+    last = max((i for i, a in enumerate(positional) if a.name in rest), default=-1)
+    for a in positional[len(out) : last + 1]:
+        if a.name in rest:
+            out.append(rest.pop(a.name))
+        elif a.has_default_value():
+            out.append(a.default_value)
+        else:
+            return tuple(args), dict(kwargs)
+    return tuple(out), rest
+
+
 def _qualified(target: Any) -> str:
     name = getattr(target, "_schema", None)
     if name is None:
@@ -530,6 +560,24 @@ def _buffer_name(node: IRNode) -> str:
     if isinstance(node, Buffer):
         return node.name
     raise LoweringError("a mutated argument is not a realized buffer")
+
+
+def _significant(size: tuple[Size, ...], stride: tuple[Size, ...]) -> tuple[Size | None, ...]:
+    """Strides of dims with size other than 1 (the stride of a size-1 dim is never read)."""
+    return tuple(st if sz != 1 else None for sz, st in zip(size, stride))
+
+
+def _output_stride(node: torch.fx.Node) -> tuple[int, ...] | None:
+    """Eager's (dense, static) strides for a value the graph returns, else None (contiguous)."""
+    if not any(u.op == "output" for u in node.users):
+        return None
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return None
+    size, stride = as_sizes(val.shape), as_sizes(val.stride())
+    if not all(isinstance(v, int) for v in size + stride):
+        return None
+    return stride if _is_dense(size, stride, SizeHints()) else None
 
 
 def _is_dense(size: tuple[Size, ...], stride: tuple[Size, ...], hints: SizeHints) -> bool:

@@ -97,6 +97,7 @@ class InductorOptions:
     #: Log the wrapper and kernels under the ``output_code`` logger.
     output_code: bool = False
     #: On an internal error, log it and run the graph eagerly (False: raise; tests use this).
+    #: ``EMBER_STRICT=1`` sets it False.
     fallback_on_error: bool = True
     #: Write generated code and IR dumps here (None: off).
     debug_dir: str | None = None
@@ -131,9 +132,10 @@ class InductorOptions:
 
 
 def options_from_env(base: InductorOptions | None = None) -> InductorOptions:
-    """Apply ``EMBER_CACHE_DIR``, ``EMBER_GRAPH_CACHE`` and ``EMBER_COMPILE_DEBUG``
-    (``<debug base>/inductor``, ember.ir.debug) once. ``EMBER_LOGS`` is ember.ir's
-    (``logs.configure_from_env``): ``output_code`` enables the logger, not an option."""
+    """Apply ``EMBER_CACHE_DIR``, ``EMBER_GRAPH_CACHE``, ``EMBER_COMPILE_DEBUG``
+    (``<debug base>/inductor``, ember.ir.debug) and ``EMBER_STRICT`` once. ``EMBER_LOGS``
+    is ember.ir's (``logs.configure_from_env``): ``output_code`` enables the logger, not
+    an option."""
     from dataclasses import replace
 
     opts = base or InductorOptions()
@@ -142,6 +144,8 @@ def options_from_env(base: InductorOptions | None = None) -> InductorOptions:
         changes["cache_dir"] = default_cache_dir()
     if os.environ.get("EMBER_GRAPH_CACHE") == "0" and opts.graph_cache:
         changes["graph_cache"] = False
+    if os.environ.get("EMBER_STRICT") == "1" and opts.fallback_on_error:
+        changes["fallback_on_error"] = False
     if opts.debug_dir is None:
         debug_dir = package_folder("inductor")
         if debug_dir is not None:

@@ -25,9 +25,15 @@ from .backend import Backend, KernelSource
 from .pysize import pyexpr, pysizes
 
 
-def _restride(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:
-    if t.stride() == stride or t.numel() <= 1:
+def _restride(
+    t: torch.Tensor | None, size: tuple[int, ...], stride: tuple[int, ...]
+) -> torch.Tensor | None:
+    # Some kernels return an undefined tensor (None) where their fake kernel returns one
+    # (``_native_multi_head_attention``'s weights with need_weights=False): pass it on.
+    if t is None or t.stride() == stride or t.numel() <= 1:
         return t
+    if all(st == want for sz, st, want in zip(size, t.stride(), stride) if sz != 1):
+        return t  # the stride of a size-1 dim is never read (an in-place op's result stays itself)
     out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
     out.copy_(t)
     return out
@@ -50,7 +56,9 @@ def _input(
             f"expects {size} and {dtype}. Recompile for the new shapes (ember.dynamo does this "
             "automatically)."
         )
-    return _restride(t, size, stride)
+    out = _restride(t, size, stride)
+    assert out is not None
+    return out
 
 
 @dataclass

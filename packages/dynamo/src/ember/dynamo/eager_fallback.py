@@ -1,0 +1,92 @@
+"""Internal errors never reach the user: a graph whose compile or compiled code fails runs eagerly.
+
+Two places can fail after capture succeeded:
+
+- the backend, compiling a graph (a bug in aotgrad or inductor, a backend that
+  rejects the graph): the graph then runs as captured, with PyTorch eager;
+- the compiled code, when called: if it raises, the graph is run eagerly on the
+  same inputs. If eager raises too, the exception is the program's own (a shape
+  mismatch, an index out of range) and eager's exception propagates unchanged;
+  if eager succeeds, the compiled code was wrong to raise: the reason is logged
+  and this graph runs eagerly from then on.
+
+Failures of capture itself (not graph breaks) are handled by the runtime
+(``function_entry.py``): the frame runs eagerly. With ``strict`` (the
+``strict`` option, or ``EMBER_STRICT=1``) every such error is raised instead,
+so ember's own tests see its bugs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .logs import get_logger
+
+log_dynamo = get_logger("dynamo")
+
+
+def compile_or_eager(
+    backend: Callable[[torch.fx.GraphModule, list[Any]], Any],
+    gm: torch.fx.GraphModule,
+    example_inputs: list[Any],
+    *,
+    strict: bool,
+) -> Callable[..., Any]:
+    """``backend(gm, example_inputs)``, guarded; ``gm`` itself if the backend fails."""
+    name = type(gm).__name__
+    try:
+        compiled = backend(gm, example_inputs)
+    except Exception as exc:
+        if strict:
+            raise
+        log_dynamo.warning(
+            "the backend failed compiling %s (%s: %s); running that graph eagerly "
+            "(strict=True or EMBER_STRICT=1 raises instead)",
+            name,
+            type(exc).__name__,
+            exc,
+            exc_info=log_dynamo.isEnabledFor(10),
+        )
+        return gm.forward
+    if strict:
+        return compiled  # type: ignore[no-any-return]
+    return EagerOnError(compiled, gm, name)
+
+
+class EagerOnError:
+    """Runs ``compiled``; where it raises and ``gm`` run eagerly does not, runs ``gm``."""
+
+    def __init__(self, compiled: Callable[..., Any], gm: torch.fx.GraphModule, name: str) -> None:
+        self.compiled = compiled
+        self.gm = gm
+        self.name = name
+        self.failed: str | None = None  # why compiled code is no longer called
+
+    def __call__(self, *args: Any) -> Any:
+        if self.failed is not None:
+            return self.gm(*args)
+        try:
+            return self.compiled(*args)
+        except Exception as exc:
+            try:
+                out = self.gm(*args)
+            except Exception as eager_exc:
+                raise eager_exc from None  # the program's own error: as eager raises it
+            self.failed = f"{type(exc).__name__}: {exc}"
+            log_dynamo.warning(
+                "compiled code of %s raised %s where eager does not; running that graph "
+                "eagerly from now on (strict=True or EMBER_STRICT=1 raises instead)",
+                self.name,
+                self.failed,
+                exc_info=log_dynamo.isEnabledFor(10),
+            )
+            return out
+
+    def __getattr__(self, name: str) -> Any:
+        # what the backend returned stays inspectable (``report``, ``code``, ...)
+        if name in ("compiled", "gm", "name", "failed"):
+            raise AttributeError(name)
+        return getattr(self.compiled, name)
