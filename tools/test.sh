@@ -18,7 +18,7 @@ for p in ir guards dynamo aotgrad inductor minifier; do
 done
 targets+=(tools/check_imports.py)
 "$VPY" -m mypy "${targets[@]}"
-MYPYPATH=tools "$VPY" -m mypy tools/bench
+MYPYPATH=tools "$VPY" -m mypy tools/bench tools/fuzz
 echo "[test] pytest"
 # ember.inductor's Triton tests run Triton kernels on CPU tensors in Triton's interpreter,
 # which needs this before triton is first imported (ADR 0012).

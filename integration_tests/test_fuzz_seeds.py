@@ -1,0 +1,70 @@
+"""Random programs (``tools/fuzz``) under ember's three backends match eager.
+
+A fixed set of seeds per backend, checked as the fuzzer checks them: values
+(float64 re-judged), dtypes, shapes, strides, aliasing with inputs and between
+outputs, input mutations, gradients, and no exception eager would not raise.
+The suite runs with ``EMBER_STRICT=1`` (the repository's conftest), so an
+internal error fails here instead of falling back to eager. A failure names
+the seed; ``python tools/fuzz.py shrink SEED --backend NAME -o repro.py``
+turns it into a minimal standalone reproducer. The long run (thousands of
+seeds, beside torch.compile) is ``tools/fuzz.py run`` (see the README).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+
+from fuzz.backends import get_backend
+from fuzz.generate import generate
+from fuzz.oracle import check
+
+#: backend -> number of seeds in the default run (first seeds 0..n-1); EMBER_SLOW=1 runs more
+SEEDS = {"ember-eager": 300, "ember-aot_eager": 300, "ember-inductor": 200}
+SLOW_SEEDS = 1000
+CHUNK = 25
+
+
+def _chunks(total: int, start: int = 0) -> list[tuple[int, int]]:
+    return [(a, min(a + CHUNK, total)) for a in range(start, total, CHUNK)]
+
+
+def _run(backend_name: str, lo: int, hi: int) -> None:
+    backend = get_backend(backend_name)
+    failures = []
+    logging.disable(logging.WARNING)  # graph breaks and eager fallbacks are expected here
+    try:
+        for seed in range(lo, hi):
+            outcome = check(generate(seed), backend)
+            backend.reset()
+            if outcome.status not in ("ok", "invalid"):
+                failures.append(f"seed {seed}: {outcome.signature}: {outcome.detail}")
+    finally:
+        logging.disable(logging.NOTSET)
+    assert not failures, (
+        f"{len(failures)} of {hi - lo} programs differ from eager under {backend_name} "
+        f"(shrink one: python tools/fuzz.py shrink SEED --backend {backend_name}):\n"
+        + "\n".join(failures)
+    )
+
+
+@pytest.mark.parametrize(
+    ("backend_name", "lo", "hi"),
+    [(b, lo, hi) for b, n in SEEDS.items() for lo, hi in _chunks(n)],
+)
+def test_fuzz_seeds(backend_name: str, lo: int, hi: int) -> None:
+    _run(backend_name, lo, hi)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("backend_name", "lo", "hi"),
+    [(b, lo, hi) for b, n in SEEDS.items() for lo, hi in _chunks(SLOW_SEEDS, n)],
+)
+def test_fuzz_more_seeds(backend_name: str, lo: int, hi: int) -> None:
+    _run(backend_name, lo, hi)

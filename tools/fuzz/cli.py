@@ -1,0 +1,118 @@
+"""Command line: ``run``, ``show``, ``replay``, ``shrink`` (and the internal ``worker``).
+
+    python tools/fuzz.py run --backends ember-inductor,torch-inductor --seeds 0:2000 --jobs 2 \\
+        --json fuzz.json --out-dir fuzz_failures --shrink
+    python tools/fuzz.py show 17                     # the program of seed 17
+    python tools/fuzz.py replay fuzz_failures/ember-inductor/seed17.json
+    python tools/fuzz.py shrink 17 --backend ember-inductor -o repro.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from .backends import NAMES, get_backend
+from .generate import generate
+from .oracle import check
+from .program import Program
+from .repro import reproducer
+from .runner import classes_table, run, summary_table, worker_main
+from .shrink import shrink
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``0:100`` (a range), ``3,17,42`` (a list) or ``7`` (one)."""
+    if ":" in text:
+        a, b = text.split(":", 1)
+        return list(range(int(a), int(b)))
+    return [int(s) for s in text.split(",") if s.strip()]
+
+
+def _load(path: str) -> tuple[Program, str]:
+    data = json.loads(Path(path).read_text())
+    return Program.from_json(data["program"]), data["backend"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="fuzz.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="check many programs under one or more backends")
+    r.add_argument("--backends", default="ember-eager,ember-aot_eager,ember-inductor",
+                   help=f"comma-separated, from {', '.join(NAMES)}")
+    r.add_argument("--seeds", default="0:100")
+    r.add_argument("--jobs", type=int, default=1, help="worker processes per backend")
+    r.add_argument("--timeout", type=float, default=300.0, help="seconds per program")
+    r.add_argument("--json", help="write every record here")
+    r.add_argument("--out-dir", help="write failing programs (and reproducers) here")
+    r.add_argument("--shrink", action="store_true", help="shrink failures into reproducers")
+    s = sub.add_parser("show", help="print the program of a seed")
+    s.add_argument("seed", type=int)
+    p = sub.add_parser("replay", help="check a saved failing program again")
+    p.add_argument("file")
+    p.add_argument("--backend", help="another backend than the one saved")
+    k = sub.add_parser("shrink", help="shrink a seed or a saved program into a reproducer")
+    k.add_argument("what", help="a seed, or a saved program's JSON file")
+    k.add_argument("--backend", default=None)
+    k.add_argument("-o", "--output", help="write the reproducer here (default: stdout)")
+    w = sub.add_parser("worker", help=argparse.SUPPRESS)
+    w.add_argument("--backend", required=True)
+    w.add_argument("--out-dir")
+    w.add_argument("--shrink", action="store_true")
+    args = ap.parse_args(argv)
+
+    if args.cmd == "worker":
+        return worker_main(args.backend, args.out_dir, args.shrink)
+    previous = logging.root.manager.disable
+    try:
+        return _command(args)
+    finally:
+        logging.disable(previous)  # main() may run inside another program (tests)
+
+
+def _command(args: argparse.Namespace) -> int:
+    if args.cmd == "run":
+        records = run(args.backends.split(","), parse_seeds(args.seeds), jobs=args.jobs,
+                      timeout=args.timeout, out_dir=args.out_dir, do_shrink=args.shrink)
+        if args.json:
+            Path(args.json).write_text(json.dumps(records, indent=0))
+        print(summary_table(records))
+        print()
+        print(classes_table(records))
+        return 0
+    if args.cmd == "show":
+        print(generate(args.seed).source())
+        return 0
+    if args.cmd == "replay":
+        program, backend_name = _load(args.file)
+        backend_name = args.backend or backend_name
+        logging.disable(logging.CRITICAL)
+        outcome = check(program, get_backend(backend_name))
+        print(f"{backend_name}: {outcome.signature} {outcome.detail}")
+        return 0 if outcome.status == "ok" else 1
+    # shrink
+    if args.what.isdigit():
+        program, backend_name = generate(int(args.what)), args.backend or "ember-inductor"
+    else:
+        program, saved = _load(args.what)
+        backend_name = args.backend or saved
+    backend = get_backend(backend_name)
+    logging.disable(logging.CRITICAL)
+    outcome = check(program, backend)
+    backend.reset()
+    if outcome.status == "ok":
+        print(f"{backend_name}: the program passes; nothing to shrink", file=sys.stderr)
+        return 1
+    small = shrink(program, backend, outcome)
+    text = reproducer(small, backend_name, outcome)
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"{outcome.signature}: {len(program.body)} -> {len(small.body)} statements, "
+              f"written to {args.output}", file=sys.stderr)
+    else:
+        print(text)
+    return 0

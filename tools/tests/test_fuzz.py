@@ -1,0 +1,235 @@
+"""The fuzzer's own logic: generation, every check of the oracle against planted bugs,
+shrinking, reproducers and replay. Planted backends wrap eager (no compiler runs), so
+these tests say nothing about ember; ``integration_tests/test_fuzz_seeds.py`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils._pytree import tree_map
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fuzz import cli
+from fuzz.backends import Backend, get_backend
+from fuzz.compare import compare_values
+from fuzz.generate import eager_ok, generate
+from fuzz.inputs import InputSpec, build_inputs
+from fuzz.oracle import check
+from fuzz.program import Program, Stmt
+from fuzz.repro import reproducer
+from fuzz.runner import classes_table, summary_table
+from fuzz.shrink import shrink
+
+
+def planted(name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Backend:
+    return Backend(name, wrap, lambda: None)
+
+
+def _prog(lines: list[str], outputs: tuple[str, ...], inputs: tuple[InputSpec, ...],
+          *, backward: bool = True, single: bool = False) -> Program:
+    body = tuple(Stmt((ln,), tuple(ln.split(" = ")[0].split(", ")) if " = " in ln else ())
+                 for ln in lines)
+    return Program(3, inputs, body, outputs, single=single, backward=backward)
+
+
+X = InputSpec("x0", (3, 4))
+X_GRAD = InputSpec("x0", (3, 4), grad="leaf")
+X_OFFSET = InputSpec("x0", (3, 4), layout=("offset",))
+
+EAGER = planted("eager", lambda fn: fn)
+
+
+def _copies_outputs(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return lambda *a: tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, fn(*a))
+
+
+def _on_copies(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return lambda *a: fn(*[t.clone() for t in a])
+
+
+def _perturbed(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def run(*a: Any) -> Any:
+        return tree_map(lambda t: t + 1e-3 if isinstance(t, torch.Tensor)
+                        and t.is_floating_point() else t, fn(*a))
+    return run
+
+
+def _in_float64(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def run(*a: Any) -> Any:
+        out = fn(*[t.double() for t in a])
+        return tree_map(lambda t: t.float() if isinstance(t, torch.Tensor) else t, out)
+    return run
+
+
+def test_generate_is_deterministic_and_runs_eagerly() -> None:
+    for seed in range(12):
+        p = generate(seed)
+        assert p.source() == generate(seed).source()
+        assert eager_ok(p)[0]
+        assert Program.from_json(json.loads(json.dumps(p.to_json()))).source() == p.source()
+
+
+def test_input_layouts() -> None:
+    specs = [InputSpec("x0", (3, 4), layout=("offset",)), InputSpec("x1", (3, 4), layout=("gapped",)),
+             InputSpec("x2", (3, 4), layout=("transposed",)),
+             InputSpec("x3", (3, 4), layout=("expanded",)),
+             InputSpec("x4", (2, 3, 4, 5), layout=("channels_last",)),
+             InputSpec("x5", (3, 0), grad="leaf"), InputSpec("x6", (3, 4), grad="nonleaf")]
+    (off, gap, tr, ex, cl, empty, nonleaf), leaves = build_inputs(specs, 0)
+    assert off.storage_offset() > 0 and off.is_contiguous()
+    assert gap.stride() == (8, 2)
+    assert tr.stride() == (1, 3)
+    assert 0 in ex.stride()
+    assert cl.is_contiguous(memory_format=torch.channels_last) and not cl.is_contiguous()
+    assert empty.numel() == 0 and empty.is_leaf and empty.requires_grad
+    assert not nonleaf.is_leaf and leaves[1].is_leaf
+    up, _ = build_inputs(specs, 0, upcast=True)
+    assert up[0].dtype == torch.float64 and torch.equal(up[0].float(), off)
+    assert up[1].stride() == gap.stride()
+
+
+def test_eager_against_itself_is_ok() -> None:
+    for seed in range(8):
+        assert check(generate(seed), EAGER).status == "ok"
+
+
+def test_view_returned_as_copy_is_an_alias_error() -> None:
+    p = _prog(["v0 = x0.t()"], ("v0",), (X_OFFSET,))
+    got = check(p, planted("copies", _copies_outputs))
+    assert (got.status, got.kind) == ("wrong", "alias")
+
+
+def test_view_at_wrong_offset_is_an_alias_layout_error() -> None:
+    def shifted(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return lambda x: (x.as_strided((4, 3), (1, 4), 0),)
+
+    p = _prog(["v0 = x0.t()"], ("v0",), (X_OFFSET,))
+    assert check(p, planted("shifted", shifted)).kind == "alias layout"
+
+
+def test_lost_input_mutation() -> None:
+    p = _prog(["x0.mul_(2)", "v0 = x0 + 1"], ("v0",), (X,))
+    got = check(p, planted("no-mutation", _on_copies))
+    assert (got.status, got.kind) == ("wrong", "mutation")
+
+
+def test_wrong_values_and_float64_rejudging() -> None:
+    p = _prog(["v0 = (x0 @ x0.t()).exp().sum(0)"], ("v0",), (X,))
+    assert check(p, planted("off", _perturbed)).kind == "value"
+    # more accurate than eager is not wrong
+    assert check(p, planted("float64", _in_float64)).status == "ok"
+
+
+def test_dtype_shape_stride_and_structure() -> None:
+    p = _prog(["v0 = x0.t() * 2"], ("v0",), (X,))
+    as_double = planted("double", lambda fn: lambda *a: tuple(t.double() for t in fn(*a)))
+    assert check(p, as_double).kind == "dtype"
+    dense = planted("dense", lambda fn: lambda *a: tuple(t.contiguous() for t in fn(*a)))
+    assert check(p, dense).kind == "stride"
+    as_list = planted("list", lambda fn: lambda *a: list(fn(*a)))
+    assert check(p, as_list).kind == "structure"
+
+
+def test_output_aliasing_each_other() -> None:
+    p = _prog(["v0 = x0 * 2", "v1 = v0[1:]"], ("v0", "v1"), (X,))
+    assert check(p, planted("copies", _copies_outputs)).kind == "output alias"
+
+
+def test_gradients_and_requires_grad() -> None:
+    p = _prog(["v0 = x0.sin()"], ("v0",), (X_GRAD,))
+    detached = planted("detached", lambda fn: lambda *a: tuple(t.detach() for t in fn(*a)))
+    assert check(p, detached).kind == "requires_grad"
+
+    def doubled_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(x: torch.Tensor) -> Any:
+            (v,) = fn(x)
+            return ((v * 2 - v.detach()),)
+        return run
+
+    assert check(p, planted("grad", doubled_grad)).kind == "grad"
+
+
+def test_exceptions_both_ways() -> None:
+    p = _prog(["v0 = x0 + 1"], ("v0",), (X,))
+
+    def raises(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*a: Any) -> Any:
+            raise RuntimeError("internal compiler error")
+        return run
+
+    got = check(p, planted("raises", raises))
+    assert (got.status, got.kind) == ("error", "RuntimeError")
+    assert got.signature == "error:RuntimeError"
+    # eager raising on the second call (other values) must be matched
+    q = _prog(["v0 = x0[x0.sum() > 0]"], ("v0",), (X,))
+    assert check(q, EAGER).status == "ok"
+
+
+def test_compare_values_unstable_outputs_are_not_judged() -> None:
+    e = torch.tensor([1.0, 2.0])
+    assert compare_values(e, e + 1e-7).ok
+    bad = compare_values(e, e + 1.0)
+    assert not bad.ok and bad.needs_reference
+    assert not compare_values(e, e + 1.0, e.double()).ok
+    # eager's own float32 value is far from float64: no verdict against the compiler
+    assert compare_values(e, e + 1.0, e.double() + 5).ok
+
+
+def test_shrink_keeps_the_failure_and_removes_the_rest() -> None:
+    body = ["v0 = x0 * 2", "v1 = v0.sum(0)", "v2 = x0.t()", "v3 = torch.sin(v1)", "v4 = v3 + 1"]
+    p = _prog(body, ("v4", "v2"), (InputSpec("x0", (3, 4), layout=("offset", "transposed"),
+                                             grad="leaf"),))
+    backend = planted("copies", _copies_outputs)
+    outcome = check(p, backend)
+    assert outcome.kind == "alias"
+    small = shrink(p, backend, outcome)
+    assert check(small, backend).signature == outcome.signature
+    assert [s.lines for s in small.body] == [("v2 = x0.t()",)]
+    assert small.outputs == ("v2",)
+    assert small.inputs[0].grad == "none" and small.inputs[0].layout in ((), ("offset",))
+
+
+def test_reproducer_runs_standalone(tmp_path: Path) -> None:
+    p = _prog(["v0 = x0[1:].t()", "v1 = v0 * 2"], ("v0", "v1"), (X_OFFSET,))
+    outcome = check(p, get_backend("ember-eager"))
+    path = tmp_path / "repro.py"
+    path.write_text(reproducer(p, "ember-eager", outcome))
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "compiled matches eager" in done.stdout
+
+
+def test_replay_and_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = _prog(["v0 = x0.t()"], ("v0",), (X_OFFSET,))
+    saved = tmp_path / "seed3.json"
+    saved.write_text(json.dumps({"backend": "ember-eager", "program": p.to_json()}))
+    assert cli.main(["replay", str(saved)]) == 0
+    assert "ember-eager: ok" in capsys.readouterr().out
+    assert cli.main(["show", "5"]) == 0
+    assert "def fn(" in capsys.readouterr().out
+
+
+def test_tables() -> None:
+    records = [
+        {"backend": "b", "status": "ok", "seed": 1, "signature": "ok", "detail": ""},
+        {"backend": "b", "status": "wrong", "seed": 2, "signature": "wrong:alias", "detail": "d"},
+        {"backend": "b", "status": "error", "seed": 3, "signature": "error:crash", "detail": "x"},
+    ]
+    table = summary_table(records)
+    assert "| b | 3 | 1 | 1 | 1 | 33.33% | 0 |" in table
+    assert "| b | wrong:alias | 1 | 2 | d |" in classes_table(records)
+
+
+def test_unknown_backend_name() -> None:
+    with pytest.raises(ValueError, match="unknown backend"):
+        get_backend("inductor")
