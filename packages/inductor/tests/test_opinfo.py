@@ -21,7 +21,6 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (Tri
 
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +33,12 @@ from torch.testing._internal.opinfo.core import (
     ReductionOpInfo,
     UnaryUfuncInfo,
 )
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_flatten
 
 from ember.inductor import CompiledGraph, InductorOptions, compile_graph
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from opinfo_graphs import graph_fn
 
 DTYPES = (torch.float32, torch.int64)
 CACHE = os.environ.get(
@@ -94,33 +96,6 @@ def _variant_name(op: Any) -> str:
     return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
 
 
-def _graph_fn(op: Any, samples: list[Any]) -> tuple[Callable[..., Any], list[torch.Tensor]]:
-    """One function over the flat tensors of all samples, returning every sample's output."""
-    leaves_specs = []
-    tensors: list[torch.Tensor] = []
-    for s in samples:
-        leaves, spec = tree_flatten((s.input, s.args, s.kwargs))
-        positions = []
-        for i, leaf in enumerate(leaves):
-            if isinstance(leaf, torch.Tensor):
-                positions.append(i)
-                tensors.append(leaf)
-        leaves_specs.append((leaves, spec, positions))
-
-    def fn(*flat: torch.Tensor) -> Any:
-        it = iter(flat)
-        outs = []
-        for leaves, spec, positions in leaves_specs:
-            filled = list(leaves)
-            for i in positions:
-                filled[i] = next(it)
-            inp, args, kwargs = tree_unflatten(filled, spec)
-            outs.append(op.op(inp, *args, **kwargs))
-        return outs
-
-    return fn, tensors
-
-
 def sweep(op: Any, dtype: torch.dtype, max_samples: int, backend: str = "cpp") -> tuple[str, str]:
     """('lowered'|'fallback'|'skip', detail); raises AssertionError on a mismatch."""
     if dtype not in op.supported_dtypes("cpu"):
@@ -134,7 +109,7 @@ def sweep(op: Any, dtype: torch.dtype, max_samples: int, backend: str = "cpp") -
         return "skip", f"no samples: {type(e).__name__}"
     if not samples:
         return "skip", "no samples"
-    fn, tensors = _graph_fn(op, samples)
+    fn, tensors = graph_fn(op, samples)
     try:
         expected = fn(*tensors)
         gm = make_fx(fn)(*tensors)
