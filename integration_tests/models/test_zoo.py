@@ -34,15 +34,8 @@ from . import zoo
 
 #: models ember cannot yet compile with fullgraph=True where torch.compile can
 CAPTURE_GAPS: frozenset[str] = frozenset()
-#: models whose inductor run does not yet match eager (or raises), and why:
-#: inductor/aotgrad bugs that capturing the whole model exposes (issue 14 fixes them)
-INDUCTOR_GAPS: dict[str, str] = {
-    **dict.fromkeys(
-        ("llama", "qwen2", "mistral"),
-        "issue 14: a tensor built in the graph (DynamicCache's torch.tensor([])) is a LoweringError",
-    ),
-    "vit_gpt2_train": "issue 14: the backward of scaled_dot_product_attention raises InputMismatchError",
-}
+#: models whose inductor run does not yet match eager (or raises), and why
+INDUCTOR_GAPS: dict[str, str] = {}
 
 NAMES = [m.name for m in zoo.ZOO]
 
