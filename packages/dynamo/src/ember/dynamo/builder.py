@@ -15,6 +15,7 @@ import collections
 import collections.abc
 import enum
 import functools
+import inspect
 import math
 import operator
 import types
@@ -240,7 +241,10 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
         )
     if type(value).__module__.startswith(("numpy", "torch")):
         raise Unsupported(f"value of type `{type(value).__qualname__}` cannot be traced")
-    if hasattr(value, "__dict__") and not callable(value):
+    if hasattr(value, "__dict__") and (
+        not callable(value)
+        or isinstance(inspect.getattr_static(type(value), "__call__", None), types.FunctionType)
+    ):
         if g is not None and source is not None:
             g.add_type(source, value)
         return UserObjectVariable(value, source)

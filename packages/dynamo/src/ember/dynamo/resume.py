@@ -69,13 +69,15 @@ class ResumeCodes:
         nstack: int,
         argnames: tuple[str, ...],
         iter_slots: tuple[int, ...] = (),
+        null_slots: tuple[int, ...] = (),
     ) -> tuple[types.CodeType, str]:
         """:func:`resume_code`, made once per key."""
-        key = (orig, offset, nstack, argnames + tuple(f"#iter{i}" for i in iter_slots))
+        marks = tuple(f"#iter{i}" for i in iter_slots) + tuple(f"#null{i}" for i in null_slots)
+        key = (orig, offset, nstack, argnames + marks)
         hit = self.codes.get(key)
         if hit is not None:
             return hit
-        code, name, info = resume_code(orig, offset, nstack, argnames, iter_slots)
+        code, name, info = resume_code(orig, offset, nstack, argnames, iter_slots, null_slots)
         self.origins[code] = info
         self.codes[key] = (code, name)
         return code, name
@@ -91,11 +93,14 @@ def resume_code(
     nstack: int,
     argnames: tuple[str, ...],
     iter_slots: tuple[int, ...] = (),
+    null_slots: tuple[int, ...] = (),
 ) -> tuple[types.CodeType, str, ResumeInfo]:
     """Code (and its global name) resuming ``orig`` at ``offset`` with
     ``nstack`` stack values followed by the locals ``argnames``. Stack slots
     in ``iter_slots`` arrive as tuples and are turned back into iterators
-    (a ``for`` loop's remaining items)."""
+    (a ``for`` loop's remaining items); slots in ``null_slots`` are the NULLs
+    of calls pending below the break (``f(a, g(b))`` broken inside ``g``):
+    they arrive as ``None`` and are pushed back as NULL."""
     bc = Bytecode.from_code(orig)
     dis_insts = real_instructions(orig)
     target_index = next(i for i, inst in enumerate(dis_insts) if inst.offset == offset)
@@ -129,6 +134,9 @@ def resume_code(
         prefix.append(Instr("COPY_FREE_VARS", len(closure_names), lineno=lineno))
     prefix.append(Instr("RESUME", 0, lineno=lineno))
     for i, n in enumerate(stack_names):
+        if i in null_slots:
+            prefix.append(Instr("PUSH_NULL", lineno=lineno))
+            continue
         prefix.append(Instr("LOAD_FAST", n, lineno=lineno))
         if i in iter_slots:
             prefix.append(Instr("GET_ITER", lineno=lineno))

@@ -12,7 +12,9 @@ per side.
 from __future__ import annotations
 
 import dis
+import inspect
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +33,7 @@ from .variables.functions import UserFunctionVariable, UserMethodVariable
 from .variables.lists import ListIteratorVariable
 from .variables.misc import BoundCallVariable, NullVariable
 from .variables.nn_module import NNModuleVariable, has_hooks, is_leaf_module
+from .variables.objects import ObjectVariable
 from .variables.torch import AutocastVariable, ContextMethodVariable, GradModeVariable
 
 if TYPE_CHECKING:
@@ -90,7 +93,7 @@ def compile_break(
         targets = [next_offset]
         stack_after = len(tx.stack) + native_effect(inst)
     kept = len(tx.stack) - consumed(inst)
-    if any(isinstance(v, NullVariable) for v in tx.stack[: max(kept, 0)]):
+    if consumed(inst) == 0 and any(isinstance(v, NullVariable) for v in tx.stack):
         raise Unsupported(f"graph break at {inst.opname} in the middle of a call sequence")
     live = sorted(live_locals(code, targets) & set(tx.symbolic_locals))
     stack, call_args = rewrite_call(tx, inst, hooks)
@@ -100,12 +103,19 @@ def compile_break(
         for i, v in enumerate(tx.stack[: max(min(kept, stack_after), 0)])
         if isinstance(v, ListIteratorVariable)
     )
+    # NULLs of calls pending below the break (`f(a, g(b))` broken in `g`)
+    # travel as None and are pushed back as NULL by the resume function
+    null_slots = tuple(
+        i for i, v in enumerate(stack[: max(min(kept, stack_after), 0)]) if isinstance(v, NullVariable)
+    )
 
     # Objects made while tracing (lists, dicts, instances) are rebuilt once
     # however many slots, locals and containers hold them (``reconstruct_once``).
     cg = PyCodegen(code.co_cellvars, code.co_freevars, lineno, code)
     for i, v in enumerate(stack):
-        if isinstance(v, NullVariable):
+        if i in null_slots:
+            cg.load_const(None)
+        elif isinstance(v, NullVariable):
             cg.push_null()
         elif i in iter_slots:
             v.reconstruct_items(cg)  # type: ignore[attr-defined]
@@ -129,7 +139,7 @@ def compile_break(
     def call_resume(offset: int) -> None:
         orig, orig_offset = hooks.resume_codes.origin_of(code, offset)
         rcode, rname = hooks.resume_codes.resume_code(
-            orig, orig_offset, stack_after, tuple(live), iter_slots
+            orig, orig_offset, stack_after, tuple(live), iter_slots, null_slots
         )
         # (re)installed on every split: the wrapper belongs to the runtime
         # (backend, cache table) that is capturing now
@@ -228,7 +238,7 @@ def rewrite_call(
         target = callee_function(tx, stack[-n_in])
         if target is None or target[1] is not None:
             return stack, arg(inst) or 0
-        stack[-n_in] = ConstantVariable(hooks.wrap_function(target[0]))
+        stack[-n_in] = CalleeThroughRuntime(stack[-n_in], hooks.wrap_function)
         return stack, arg(inst) or 0
     if inst.opname != "CALL":
         return stack, arg(inst) or 0
@@ -240,41 +250,70 @@ def rewrite_call(
     if target is None:
         return stack, n
     fn, bound_self = target
-    wrapped = ConstantVariable(hooks.wrap_function(fn))
     head = stack[: -n - 1]
     args = stack[len(stack) - n :]
     if bound_self is None:
-        return [*head, wrapped, *args], n
-    return [*head, wrapped, bound_self, *args], n + 1
+        return [*head, CalleeThroughRuntime(second, hooks.wrap_function), *args], n
+    # a function read from the object's class, which its guards pin
+    return [*head, ConstantVariable(hooks.wrap_function(fn)), bound_self, *args], n + 1
+
+
+class CalleeThroughRuntime(VariableTracker):
+    """A plain function called at a break, handed to the runtime when the call
+    runs (``wrap_function(f)``): the function is read afresh on each call, since
+    its guards pin only its code, not its cells or defaults (a closure made per
+    call)."""
+
+    def __init__(self, fn: VariableTracker, wrap: Callable[[types.FunctionType], Any]) -> None:
+        super().__init__(None)
+        self.fn = fn
+        self.wrap = wrap
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        cg.push_null()
+        cg.load_const(self.wrap)
+        self.fn.reconstruct(cg)
+        cg.call(1)
 
 
 def callee_function(
     tx: InstructionTranslator, callee: VariableTracker
 ) -> tuple[types.FunctionType, VariableTracker | None] | None:
-    if isinstance(callee, UserFunctionVariable) and callee.source is not None:
-        return callee.fn, None
-    if (
-        isinstance(callee, UserMethodVariable)
-        and isinstance(callee.fn, UserFunctionVariable)
-        and callee.obj.source is not None
-    ):
-        return callee.fn.fn, callee.obj
-    if isinstance(callee, NNModuleVariable) and callee.source is not None:
-        m = callee.value
-        if not has_hooks(m) and not is_leaf_module(m, tx.options.inline_inbuilt_nn_modules):
-            fwd = type(m).forward
-            if isinstance(fwd, types.FunctionType):
-                return fwd, callee
-    if isinstance(callee, BoundCallVariable) and isinstance(callee.obj, NNModuleVariable):
-        obj = callee.obj
-        if obj.source is None:
+    """The Python function a call at a break runs, and the object it is bound
+    to: called through the runtime, its frame is captured afresh (and split
+    where it breaks) instead of running eagerly. Functions, methods of objects
+    and modules (``obj.m(x)``, a submodule's ``forward`` through its
+    ``__call__``, decorated forwards), ``__call__`` of user objects; the bound
+    object is rebuilt like any other stack value, so it needs a source or must
+    have been made in the frame."""
+    if isinstance(callee, BoundCallVariable):
+        if not isinstance(callee.obj, (NNModuleVariable, ObjectVariable)):
             return None
-        attr = getattr(type(obj.value), callee.name, None)
-        if isinstance(attr, types.FunctionType) and not attr.__module__.startswith("torch."):
-            if callee.name in obj.value.__dict__:
-                return None
-            return attr, obj
+        try:
+            callee = callee.obj.var_getattr(tx, callee.name)
+        except Unsupported:
+            return None
+    if isinstance(callee, UserFunctionVariable):
+        return (callee.fn, None) if callee.source is not None else None
+    if isinstance(callee, UserMethodVariable) and isinstance(callee.fn, UserFunctionVariable):
+        fn = callee.fn.fn
+        if rebuildable(callee.obj) and not fn.__module__.startswith("torch."):
+            return fn, callee.obj
+        return None
+    if isinstance(callee, NNModuleVariable) and rebuildable(callee):
+        m = callee.value
+        if has_hooks(m) or is_leaf_module(m, tx.options.inline_inbuilt_nn_modules):
+            return None
+        fwd = type(m).forward
+        return (fwd, callee) if isinstance(fwd, types.FunctionType) else None
+    if isinstance(callee, ObjectVariable) and rebuildable(callee):
+        call = inspect.getattr_static(callee.cls, "__call__", None)
+        return (call, callee) if isinstance(call, types.FunctionType) else None
     return None
+
+
+def rebuildable(v: VariableTracker) -> bool:
+    return v.source is not None or bool(getattr(v, "fresh", False))
 
 
 def replay(
