@@ -108,6 +108,10 @@ def compile_break(
     null_slots = tuple(
         i for i, v in enumerate(stack[: max(min(kept, stack_after), 0)]) if isinstance(v, NullVariable)
     )
+    if null_slots and any(isinstance(v, ContextMethodVariable) for v in tx.stack):
+        # kept out for now: an internal error while capturing the resume function
+        # would propagate with the block's grad mode still set (issue 14's fallback)
+        raise Unsupported(f"graph break at {inst.opname} inside a pending call within a `with` block")
 
     # Objects made while tracing (lists, dicts, instances) are rebuilt once
     # however many slots, locals and containers hold them (``reconstruct_once``).
