@@ -243,12 +243,18 @@ def _int_list(g: Gen, n: int, k: int) -> str:
     return "[" + ", ".join(str(g.rng.randrange(n)) for _ in range(k)) + "]"
 
 
-def index(g: Gen) -> str:
+def rows(g: Gen) -> tuple[str, int]:
+    """A value with at least one dim and at least one row, and its number of rows."""
     a = g.pick(ndim_at_least(1))
-    t = g.t(a)
-    n0 = int(t.shape[0])
-    if n0 == 0:
+    n = int(g.t(a).shape[0])
+    if n == 0:
         raise NoCandidate
+    return a, n
+
+
+def index(g: Gen) -> str:
+    a, n0 = rows(g)
+    t = g.t(a)
     r = g.rng.random()
     lst = _int_list(g, n0, g.rng.randint(1, 4))
     if r < 0.25:

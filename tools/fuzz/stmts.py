@@ -101,11 +101,8 @@ def inplace_indexed(g: Gen) -> Stmt:
 
 
 def setitem(g: Gen) -> Stmt:
-    a = g.pick(ndim_at_least(1))
+    a, n = exprs.rows(g)
     t = g.t(a)
-    n = int(t.shape[0])
-    if n == 0:
-        raise NoCandidate
     r = g.rng.random()
     if r < 0.3:
         idx = str(g.rng.randrange(n))
@@ -150,6 +147,11 @@ def if_shape(g: Gen) -> Stmt:
     d = g.dim(a)
     cond = g.choose(f"{a}.shape[{d}] > {g.rng.randint(1, 4)}", f"{a}.dim() == 2",
                     f"{a}.numel() > 8", f"{a}.is_contiguous()", f"{a}.dtype == torch.float32")
+    return _branch(g, cond)
+
+
+def _branch(g: Gen, cond: str) -> Stmt:
+    """``if cond: v = e1 else: v = e2`` with two random expressions."""
     e1, e2 = _two_exprs(g)
     v = g.fresh()
     return Stmt((f"if {cond}:", f"    {v} = {e1}", "else:", f"    {v} = {e2}"), (v,),
@@ -160,10 +162,7 @@ def if_data(g: Gen) -> Stmt:
     a = g.pick()
     cond = g.choose(f"{a}.sum() > 0", f"({a} > 0).any()", f"{a}.float().mean() < 0.5",
                     f"{a}.max() > 1" if g.t(a).numel() else f"{a}.numel() == 0")
-    e1, e2 = _two_exprs(g)
-    v = g.fresh()
-    return Stmt((f"if {cond}:", f"    {v} = {e1}", "else:", f"    {v} = {e2}"), (v,),
-                kind="branch")
+    return _branch(g, cond)
 
 
 def loop(g: Gen) -> Stmt:
