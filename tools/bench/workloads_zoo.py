@@ -24,7 +24,7 @@ ZOO_FILE = Path(__file__).resolve().parents[2] / "integration_tests" / "models" 
 PREFIX = "zoo_"
 
 
-def _zoo() -> ModuleType:
+def load_zoo() -> ModuleType:
     name = "_ember_model_zoo"
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, ZOO_FILE)
@@ -38,7 +38,7 @@ def _zoo() -> ModuleType:
 
 def _builder(name: str) -> Callable[[str], Case]:
     def build(device: str) -> Case:
-        case = _zoo().build(name)
+        case = load_zoo().build(name)
         model = case.model.to(device)
         args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in case.args)
         kwargs = {
