@@ -131,8 +131,6 @@ def test_frozen_run_uses_prior_graphs_only() -> None:
     assert counter.frame_count == seen
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17: a resume function reached from a frozen "
-                   "callable compiles (it keeps the runtime of the frame that made it)")
 def test_frozen_run_compiles_no_resume_function_either() -> None:
     counter = CompileCounter()
     compiled = ember.dynamo.compile(toy_example, backend=counter)
@@ -259,8 +257,6 @@ def test_accuracy_minifier_level_4(tmp_path, monkeypatch: pytest.MonkeyPatch) ->
     assert (minified[0] / "repro.py").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17 phase 2: inductor options have no "
-                   "fallback_random (torch._inductor.config.fallback_random)")
 def test_fallback_random_matches_eager_random_numbers() -> None:
     def fn(x):
         return torch.nn.functional.dropout(x, 0.5) + torch.rand_like(x)
@@ -450,8 +446,6 @@ def test_wrap_numpy_with_a_graph_break() -> None:
     assert Z.device.type == "cpu"
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="issue 17 phase 2: config.trace_numpy does not exist")
 def test_trace_numpy_false_leaves_numpy_to_numpy() -> None:
     from ember.dynamo import config
 

@@ -66,8 +66,6 @@ def test_cache_size_limit_bounds_recompiles() -> None:
     assert counter.frame_count == 3
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError,
-                   reason="issue 17 phase 2: CompileProfiler is not a context manager")
 def test_compile_profiler_as_a_context_manager() -> None:
     from ember.dynamo import CompileProfiler
 
@@ -101,8 +99,6 @@ def toy_example(a, b):
     return x * b
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError,
-                   reason="issue 17 phase 2: explain(fn, *args) (the four-tuple form) is a TypeError")
 def test_explain_four_tuple(capsys: pytest.CaptureFixture[str]) -> None:
     explanation, out_guards, graphs, ops_per_graph = dynamo.explain(toy_example, torch.randn(10), torch.ones(10))
     print(explanation)
@@ -118,13 +114,9 @@ def test_explain_four_tuple(capsys: pytest.CaptureFixture[str]) -> None:
 
 # -- Does torch.func work with torch.compile? ----------------------------------------
 
-_FUNC = pytest.mark.xfail(strict=True, raises=AttributeError, reason=(
-    "issue 17 phase 2: config.capture_func_transforms does not exist"))
-
-
-@_FUNC
 def test_vmap_of_a_function_inside_compile() -> None:
-    dynamo.config.capture_func_transforms = True
+    with pytest.warns(UserWarning, match="capture_func_transforms is not implemented yet"):
+        dynamo.config.capture_func_transforms = True
 
     def f(x):
         return torch.sin(x)
@@ -137,7 +129,6 @@ def test_vmap_of_a_function_inside_compile() -> None:
     torch.testing.assert_close(g(x), x.sin())
 
 
-@_FUNC
 def test_limitation_tuple_inputs_fall_back_to_eager() -> None:
     dynamo.config.capture_func_transforms = True
 
@@ -155,7 +146,6 @@ def test_limitation_tuple_inputs_fall_back_to_eager() -> None:
     torch.testing.assert_close(output, x1 + x2)
 
 
-@_FUNC
 def test_limitation_keyword_arguments_fall_back_to_eager() -> None:
     dynamo.config.capture_func_transforms = True
 
@@ -175,7 +165,6 @@ def test_limitation_keyword_arguments_fall_back_to_eager() -> None:
 some_list: list[int] = []
 
 
-@_FUNC
 def test_limitation_observable_side_effects_fall_back_to_eager() -> None:
     dynamo.config.capture_func_transforms = True
     some_list.clear()
@@ -195,7 +184,6 @@ def test_limitation_observable_side_effects_fall_back_to_eager() -> None:
     assert some_list == [1]  # the side effect happened once, as in eager
 
 
-@_FUNC
 def test_limitation_vmap_over_stride_falls_back_to_eager() -> None:
     dynamo.config.capture_func_transforms = True
 

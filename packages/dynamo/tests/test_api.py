@@ -280,3 +280,60 @@ def test_options_not_implemented_yet_warn_and_still_run() -> None:
     with pytest.warns(UserWarning, match=r"specialize_int=False is not implemented yet"):
         h = ember.dynamo.compile(f, backend="eager", options={"specialize_int": False})
     torch.testing.assert_close(h(x, 3), f(x, 3))
+
+
+def test_mode_with_a_backend_without_configure_says_it_changes_nothing() -> None:
+    with pytest.warns(UserWarning, match="mode='max-autotune' changes nothing with backend 'eager'"):
+        ember.dynamo.compile(fn, backend="eager", mode="max-autotune")
+
+
+def test_configure_value_errors_become_compile_options_errors() -> None:
+    class Picky:
+        def __call__(self, gm: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> Any:
+            return gm.forward
+
+        def configure(self, mode: str | None, options: dict[str, Any]) -> Any:
+            raise ValueError("unknown options key 'x'")
+
+    with pytest.raises(CompileOptionsError, match="unknown options key 'x'"):
+        ember.dynamo.compile(fn, backend=Picky(), options={"x": 1})
+
+
+def test_backends_table() -> None:
+    from ember.dynamo import BACKENDS
+
+    assert {"eager", "aot_eager", "inductor"} <= set(BACKENDS)
+    assert BACKENDS["eager"] is ember.dynamo.eager
+    assert BACKENDS.get("nvfuser") is None
+    with pytest.raises(KeyError, match="unknown ember backend 'nvfuser'"):
+        BACKENDS["nvfuser"]
+
+
+def test_explain_older_four_tuple_form() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x.sin()
+        ember.dynamo.graph_break()
+        return y.cos()
+
+    explanation, out_guards, graphs, ops_per_graph = ember.dynamo.explain(f, torch.ones(3))
+    assert explanation.startswith("ember.dynamo produced 2 graphs, with 1 graph break and 2 ops.")
+    assert len(graphs) == 2 and ops_per_graph == [["<method sin>"], ["<method cos>"]]
+    assert len(out_guards) == 2
+
+
+def test_run_holds_for_resume_functions_too() -> None:
+    counter = CompileCounter()
+
+    def branchy(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        if y.sum() > 0:
+            return y + 1
+        return y - 1
+
+    compiled = ember.dynamo.compile(branchy, backend=counter)
+    compiled(torch.ones(3))
+    seen = counter.frame_count
+    frozen = ember.dynamo.run(compiled)
+    torch.testing.assert_close(frozen(-torch.ones(3)), branchy(-torch.ones(3)))
+    assert counter.frame_count == seen
+    assert frozen.__name__ == "branchy"

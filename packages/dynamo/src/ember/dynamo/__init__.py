@@ -25,11 +25,18 @@ from .api import (
     run,
     set_stance,
 )
-from .backends import InvalidBackendError, eager, list_backends, lookup_backend, register_backend
+from .backends import (
+    BACKENDS,
+    InvalidBackendError,
+    eager,
+    list_backends,
+    lookup_backend,
+    register_backend,
+)
 from .cache import RecompileError
 from .config import DynamoOptions, config
 from .errors import Unsupported
-from .explain import ExplainOutput, explain
+from .explain import ExplainOutput, LegacyExplanation, explain
 from .frame import FrameHooks
 from .function_entry import CompiledFunction
 from .logs import LogSettingsError, get_logger, set_logs
@@ -37,6 +44,7 @@ from .profiler import CompileProfiler
 from .shapes import mark_dynamic, mark_static, mark_static_address, maybe_mark_dynamic
 
 __all__ = [
+    "BACKENDS",
     "CompileOptionsError",
     "CompileProfiler",
     "CompiledFunction",
@@ -44,6 +52,7 @@ __all__ = [
     "ExplainOutput",
     "FrameHooks",
     "InvalidBackendError",
+    "LegacyExplanation",
     "LogSettingsError",
     "OptimizeContext",
     "OptimizedModule",

@@ -19,7 +19,10 @@ here, at the public entry, and handed to every runtime.
 from __future__ import annotations
 
 import functools
+import os
+import sys
 import types
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -79,19 +82,42 @@ def _backend_options(backend: CompilerFn, mode: str | None, options: dict[str, A
     """Apply ``mode``/backend ``options`` through the backend's ``configure`` hook.
 
     A backend that takes options exposes ``configure(mode, options) ->
-    CompilerFn`` (and may raise for keys it does not know). A backend without
-    it accepts no ``mode`` other than "default" and no options.
+    CompilerFn`` (it raises ``ValueError`` for keys it does not know, and warns
+    for a mode it does not implement). A backend without it takes no options,
+    and a mode other than "default" is said to change nothing for it.
     """
     configure = getattr(backend, "configure", None)
     if configure is not None and (mode is not None or options):
-        return configure(mode, options)  # type: ignore[no-any-return]
+        try:
+            return configure(mode, options)  # type: ignore[no-any-return]
+        except ValueError as exc:
+            raise CompileOptionsError(f"ember.dynamo.compile: {exc}") from exc
+    name = backend_name(backend)
     if options:
         raise CompileOptionsError(
             f"ember.dynamo.compile: unknown options key(s) {', '.join(map(repr, sorted(options)))}; "
-            f"backend {backend_name(backend)!r} accepts none, and ember.dynamo accepts: "
+            f"backend {name!r} takes no options, and ember.dynamo's own are: "
             f"{', '.join(sorted(OPTION_NAMES))}"
         )
+    if mode is not None:
+        warnings.warn(
+            f"ember.dynamo.compile: mode={mode!r} changes nothing with backend {name!r}: modes "
+            "configure the inductor backend's code generation (CUDA graphs, autotuning), and "
+            f"{name!r} runs each graph as it always does",
+            UserWarning,
+            stacklevel=user_stacklevel(),
+        )
     return backend
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside ember."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("ember."):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def make_runtime(
@@ -117,17 +143,28 @@ def make_runtime(
     compiler = _backend_options(compiler, None if mode == "default" else mode, opts)
     compiler = with_repro_hook(compiler)
     snapshot = snapshot_options(fullgraph=fullgraph, dynamic=dynamic, **dynamo_opts)
-    warn_not_implemented(snapshot, stacklevel=4)
+    warn_not_implemented(snapshot, stacklevel=user_stacklevel())
     return new_runtime(compiler, snapshot)
 
 
 def snapshot_options(**overrides: Any) -> DynamoOptions:
-    """``config`` now, with ``overrides``, and ``EMBER_COMPILE_DEBUG`` read (the public entry)."""
+    """``config`` now, with ``overrides``, and the environment read (the public entry):
+    ``EMBER_COMPILE_DEBUG``, ``EMBER_DEBUG_FUNCTION``, ``EMBER_VERBOSE``.
+
+    ``dynamic=None`` (``compile``'s default) leaves ``config.dynamic`` in force.
+    """
+    if "dynamic" in overrides and overrides["dynamic"] is None:
+        del overrides["dynamic"]
     options = config.to_options(**overrides)
     if options.debug_dir is None:
         base = debug_dir_from_env()
         if base is not None:
             options = options.replace(debug_dir=base)
+    name = os.environ.get("EMBER_DEBUG_FUNCTION", "").strip()
+    if options.debug_function is None and name:
+        options = options.replace(debug_function=name)
+    if not options.verbose and os.environ.get("EMBER_VERBOSE", "0") in ("1", "true", "True"):
+        options = options.replace(verbose=True)
     return options
 
 
@@ -222,7 +259,7 @@ def optimize(
     ``optimize("eager")(module)``. ``nopython=True`` is ``fullgraph=True``.
     """
     compiler = with_repro_hook(lookup_backend(backend))  # unknown names fail here
-    warn_not_implemented(snapshot_options(dynamic=dynamic), stacklevel=3)
+    warn_not_implemented(snapshot_options(dynamic=dynamic), stacklevel=user_stacklevel())
 
     def factory() -> Runtime:
         return new_runtime(compiler, snapshot_options(fullgraph=nopython, dynamic=dynamic))
@@ -347,18 +384,33 @@ def _run_only() -> Iterator[None]:
 def run(fn: Any = None) -> Any:
     """Run mode: use cached graphs, compile nothing new (eager on a miss).
 
-    ``with ember.dynamo.run(): ...`` or ``ember.dynamo.run(compiled_fn)``.
+    ``with ember.dynamo.run(): ...`` or ``ember.dynamo.run(compiled_fn)``: run
+    mode holds for the whole call, so resume functions and compiled callees
+    reached from it compile nothing either (TorchDynamo's ``run``).
     """
     if fn is None:
         return _run_only()
-    if isinstance(fn, OptimizedModule):
-        forward = fn.__dict__["forward"]
-        return CompiledMethod(forward.__wrapped__, forward.runtime.derive(run_only=True), forward.__self__)
-    if isinstance(fn, CompiledMethod):
-        return CompiledMethod(fn.__wrapped__, fn.runtime.derive(run_only=True), fn.__self__)
-    if isinstance(fn, CompiledFunction):
-        return CompiledFunction(fn.__wrapped__, fn.runtime.derive(run_only=True))
+    if isinstance(fn, OptimizedModule | CompiledFunction):
+        return FrozenCallable(fn)
     return fn  # nothing of it was compiled: run mode runs it as it is
+
+
+class FrozenCallable:
+    """``run(compiled)``: calls ``compiled`` with run mode on for the whole call."""
+
+    def __init__(self, compiled: Any) -> None:
+        self.__wrapped__ = compiled
+        functools.update_wrapper(self, compiled, updated=())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with _run_only():
+            return self.__wrapped__(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__wrapped__, name)
+
+    def __repr__(self) -> str:
+        return f"<ember run-only {self.__wrapped__!r}>"
 
 
 # -- registries the capture engine reads ---------------------------------------

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -33,8 +33,9 @@ ENTRY_POINT_GROUP = "ember.backends"
 _REGISTRY: dict[str, CompilerFn] = {}
 
 
-class InvalidBackendError(ValueError):
-    """A backend name that no installed package provides.
+class InvalidBackendError(ValueError, KeyError):
+    """A backend name that no installed package provides (a ``KeyError`` of
+    :data:`BACKENDS` too).
 
     Example::
 
@@ -44,6 +45,9 @@ class InvalidBackendError(ValueError):
         @ember.dynamo.register_backend('inductr'), or pass a callable
         backend(gm, example_inputs).
     """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 def eager(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
@@ -111,6 +115,33 @@ def lookup_backend(backend: str | CompilerFn) -> CompilerFn:
         f"@ember.dynamo.register_backend({backend!r}), or pass a callable "
         "backend(gm, example_inputs)."
     )
+
+
+class _Backends(Mapping[str, CompilerFn]):
+    """Every available backend by name (TorchDynamo's ``optimizations.BACKENDS``).
+
+    ``BACKENDS["inductor"](gm, example_inputs)`` compiles with that backend, so
+    backends combine in a backend of one's own; entries load on first use. An
+    unknown name raises :class:`InvalidBackendError` (a ``KeyError``).
+    """
+
+    def __getitem__(self, name: str) -> CompilerFn:
+        if not isinstance(name, str):
+            raise InvalidBackendError(f"backend names are strings, got {name!r}")
+        return lookup_backend(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list_backends())
+
+    def __len__(self) -> int:
+        return len(list_backends())
+
+    def __repr__(self) -> str:
+        return f"ember.dynamo.BACKENDS({', '.join(list_backends())})"
+
+
+#: The backends by name: ``from ember.dynamo.backends import BACKENDS``.
+BACKENDS: Mapping[str, CompilerFn] = _Backends()
 
 
 REPRO_ENTRY_POINT_GROUP = "ember.repro"

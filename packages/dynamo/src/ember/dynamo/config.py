@@ -20,6 +20,8 @@ import warnings
 from dataclasses import dataclass, fields
 from typing import Any
 
+from .legacy_config import LEGACY_SETTINGS
+
 
 @dataclass(frozen=True, slots=True)
 class DynamoOptions:
@@ -67,6 +69,17 @@ class DynamoOptions:
     #: Write a per-frame debug directory (``EMBER_COMPILE_DEBUG=1``): bytecode,
     #: graph IR, guard IR, backend output. ``None`` disables it.
     debug_dir: str | None = None
+    #: Capture only functions of this name (``EMBER_DEBUG_FUNCTION``, TorchDynamo's
+    #: ``TORCHDYNAMO_DEBUG_FUNCTION``): every other function runs eagerly. ``None``: all.
+    debug_function: str | None = None
+    #: When a capture fails inside ember (and runs eagerly: ``strict`` is off), log
+    #: the full traceback, ember's frames and the user's
+    #: (``EMBER_VERBOSE=1``, TorchDynamo's ``verbose``).
+    verbose: bool = False
+    #: Trace NumPy calls on arrays and ``Tensor.numpy()`` results into the graph
+    #: through torch's NumPy compatibility. ``False``: NumPy code is a graph break
+    #: and runs with NumPy.
+    trace_numpy: bool = True
 
     def replace(self, **changes: Any) -> DynamoOptions:
         """A copy with ``changes`` applied; unknown names raise ``TypeError``."""
@@ -96,25 +109,44 @@ def warn_not_implemented(options: DynamoOptions, stacklevel: int = 3) -> None:
 class Config:
     """The mutable, user-facing settings (``ember.dynamo.config``).
 
-    Attribute names match :class:`DynamoOptions`; setting an unknown name
-    raises ``AttributeError`` listing the known ones, so a typo never goes
-    unnoticed.
+    Attribute names match :class:`DynamoOptions`, plus TorchDynamo's older names
+    the seed documents use (``legacy_config.LEGACY_SETTINGS``: ``debug``,
+    ``log_level``, ``dynamic_shapes``, ...), each mapped onto ember's settings or
+    accepted with a one-time warning. Setting an unknown name raises
+    ``AttributeError`` listing the known ones, so a typo never goes unnoticed.
     """
 
     def __init__(self) -> None:
         object.__setattr__(self, "_values", {f.name: f.default for f in fields(DynamoOptions)})
+        object.__setattr__(self, "_legacy", {k: s.default for k, s in LEGACY_SETTINGS.items()})
+        object.__setattr__(self, "_warned", set())
 
     def __getattr__(self, name: str) -> Any:
         values: dict[str, Any] = object.__getattribute__(self, "_values")
         if name in values:
             return values[name]
+        setting = LEGACY_SETTINGS.get(name)
+        if setting is not None:
+            if setting.read is not None:
+                return setting.read(values)
+            return object.__getattribute__(self, "_legacy")[name]
         raise AttributeError(_unknown(name))
 
     def __setattr__(self, name: str, value: Any) -> None:
         values: dict[str, Any] = object.__getattribute__(self, "_values")
-        if name not in values:
+        if name in values:
+            values[name] = value
+            return
+        setting = LEGACY_SETTINGS.get(name)
+        if setting is None:
             raise AttributeError(_unknown(name))
-        values[name] = value
+        if setting.apply is not None:
+            setting.apply(value, values)
+        object.__getattribute__(self, "_legacy")[name] = value
+        warned: set[str] = object.__getattribute__(self, "_warned")
+        if setting.warning and value != setting.default and name not in warned:
+            warned.add(name)
+            warnings.warn(setting.warning, UserWarning, stacklevel=2)
 
     def to_options(self, **overrides: Any) -> DynamoOptions:
         """Snapshot the current settings, with ``overrides`` applied on top."""
@@ -128,8 +160,12 @@ class Config:
         return DynamoOptions(**values)
 
     def reset(self) -> None:
-        """Restore every setting to its default."""
+        """Restore every setting to its default, and say the one-time warnings again
+        (loggers set through ``debug`` / ``log_level`` keep their levels: ``set_logs``
+        changes those)."""
         object.__setattr__(self, "_values", {f.name: f.default for f in fields(DynamoOptions)})
+        object.__setattr__(self, "_legacy", {k: s.default for k, s in LEGACY_SETTINGS.items()})
+        object.__setattr__(self, "_warned", set())
 
     def __repr__(self) -> str:
         values: dict[str, Any] = object.__getattribute__(self, "_values")
@@ -140,7 +176,7 @@ class Config:
 def _unknown(name: str) -> str:
     return (
         f"ember.dynamo.config has no setting {name!r}; "
-        f"known settings: {', '.join(sorted(OPTION_NAMES))}"
+        f"known settings: {', '.join(sorted(OPTION_NAMES | set(LEGACY_SETTINGS)))}"
     )
 
 

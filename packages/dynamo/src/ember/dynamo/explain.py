@@ -5,6 +5,10 @@ given) and collects every frame captured during the call -- the function
 itself and any resume functions or callees captured through the same
 runtime -- into an :class:`ExplainOutput`: graphs, graph count, break count,
 break reasons with user stacks, ops per graph, guards, compile times.
+
+The older form of the FAQs, ``explanation, out_guards, graphs, ops_per_graph =
+explain(fn, *args, **kwargs)``, runs the call at once and returns a
+:class:`LegacyExplanation` (the same report as TorchDynamo's four-tuple).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple, overload
 
 import torch
 
@@ -91,8 +95,52 @@ def _ops(gm: torch.fx.GraphModule) -> list[str]:
     return [_op_text(n) for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
 
 
-def explain(fn: Any, *, backend: str | CompilerFn = "eager") -> Callable[..., ExplainOutput]:
-    """``explain(fn)(*args, **kwargs)`` runs ``fn`` once and reports what capture did."""
+class LegacyExplanation(NamedTuple):
+    """What ``explain(fn, *args)`` returns: TorchDynamo's four-tuple.
+
+    ``explanation`` reads "ember.dynamo produced 3 graphs, with 2 graph breaks and
+    6 ops." followed by the numbered break reasons with their user lines.
+    """
+
+    explanation: str
+    out_guards: list[Any]
+    graphs: list[torch.fx.GraphModule]
+    ops_per_graph: list[list[str]]
+
+
+def legacy_explanation(out: ExplainOutput) -> LegacyExplanation:
+    """``out`` in the older four-tuple form."""
+    breaks = "break" if out.graph_break_count == 1 else "breaks"
+    lines = [
+        f"ember.dynamo produced {out.graph_count} graphs, with {out.graph_break_count} "
+        f"graph {breaks} and {out.op_count} ops.",
+        " Break reasons:",
+    ]
+    for i, reason in enumerate(out.break_reasons, 1):
+        lines.append(f"{i}. " + str(reason).replace("\n", "\n   "))
+    return LegacyExplanation("\n".join(lines), out.out_guards, out.graphs, out.ops_per_graph)
+
+
+@overload
+def explain(fn: Any, /, *, backend: str | CompilerFn = ...) -> Callable[..., ExplainOutput]: ...
+
+
+@overload
+def explain(
+    fn: Any, arg: Any, /, *args: Any, backend: str | CompilerFn = ..., **kwargs: Any
+) -> LegacyExplanation: ...
+
+
+def explain(
+    fn: Any, /, *args: Any, backend: str | CompilerFn = "eager", **kwargs: Any
+) -> Callable[..., ExplainOutput] | LegacyExplanation:
+    """``explain(fn)(*args, **kwargs)`` runs ``fn`` once and reports what capture did.
+
+    ``explain(fn, *args, **kwargs)`` (the older FAQs' form) runs it at once and
+    returns ``(explanation, out_guards, graphs, ops_per_graph)``.
+    """
+    if args or kwargs:
+        return legacy_explanation(explain(fn, backend=backend)(*args, **kwargs))
     target = getattr(fn, "__wrapped__", fn)
     compiler = lookup_backend(backend)
 

@@ -158,16 +158,6 @@ class Runtime:
         #: id(func) -> (func, its CompiledFunction) for frames met by the PEP 523 hook.
         self.frame_wrappers: dict[int, tuple[types.FunctionType, CompiledFunction]] = {}
 
-    def derive(self, **changes: Any) -> Runtime:
-        """Same backend, state and cache table, other options (``run(fn)``)."""
-        return Runtime(
-            self.backend,
-            self.options.replace(**changes),
-            convert=self._convert,
-            state=self.state,
-            table=self.table,
-        )
-
     def emit(
         self,
         kind: str,
@@ -263,7 +253,7 @@ class Runtime:
                 "EMBER_STRICT=1 raises instead)",
                 cache.where(),
                 reason,
-                exc_info=log_dynamo.isEnabledFor(logging.DEBUG),
+                exc_info=exc if self.options.verbose or log_dynamo.isEnabledFor(logging.DEBUG) else None,
             )
             cache.mark_eager(reason)
             self.emit("skip", cache.code, None, reason)
@@ -517,6 +507,12 @@ class CompiledFunction:
             or state.run_only
             or state.stance == "force_eager"
         ):
+            return None
+        if options.debug_function is not None and cache.code.co_name != options.debug_function:
+            reason = f"EMBER_DEBUG_FUNCTION={options.debug_function} names another function"
+            log_dynamo.info("skipping %s, running it eagerly: %s", cache.where(), reason)
+            cache.mark_eager(reason)
+            self._runtime.emit("skip", cache.code, None, reason)
             return None
         if cache.entries:
             reason = first_failure(cache.entries, f_locals, self._globals)

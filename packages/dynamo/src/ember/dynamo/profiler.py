@@ -9,6 +9,16 @@ It runs every graph eagerly (or with ``backend`` when given), and while it
 exists it listens to the runtimes that use it: graphs and ops per captured
 frame, graph breaks with their reasons, frames capture gave up on, and every
 recompile with the guard that failed.
+
+As a context manager (the FAQ's ``with CompileProfiler() as prof:``) it also
+sets ``config.cache_size_limit`` to 1 inside the block, so every guard failure
+of code compiled there is recorded as the reason it could not reuse its graph::
+
+    with CompileProfiler() as prof:
+        model = ember.dynamo.compile(model, backend=prof)
+        for batch in batches:
+            model(batch)
+    print(prof.report())
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import torch
 
 from .api import STATE
 from .backends import lookup_backend
+from .config import config
 from .frame import CompilerFn
 from .function_entry import CaptureEvent
 from .testing import count_ops
@@ -50,8 +61,18 @@ class CompileProfiler:
                 me._hear(event)
 
         self._listener: Callable[[CaptureEvent], None] = listen
+        self._saved_limits: list[int] = []
         STATE.listeners.append(listen)
         weakref.finalize(self, _unlisten, listen)
+
+    def __enter__(self) -> CompileProfiler:
+        """Set ``config.cache_size_limit`` to 1 until the block ends (the FAQ's profiler)."""
+        self._saved_limits.append(config.cache_size_limit)
+        config.cache_size_limit = 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        config.cache_size_limit = self._saved_limits.pop()
 
     def __call__(
         self, gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]

@@ -22,6 +22,7 @@ from ember.ir.debug import debug_dir_of, set_debug_dir
 from .compile_fx import compile_graph
 from .errors import InductorError
 from .options import InductorOptions, default_cache_dir
+from .torch_options import configure_options
 
 
 def _graph_compiler(
@@ -45,21 +46,16 @@ def options_for(
 ) -> InductorOptions:
     """``base`` with torch.compile's ``mode`` and ``options`` applied.
 
-    ``options`` keys are ``InductorOptions`` field names (``{"cpu_backend": "triton"}``);
-    an unknown key or mode is a ``ValueError`` naming the known ones.
+    ``options`` keys are ``InductorOptions`` field names (``{"cpu_backend": "triton"}``,
+    ``"cpp.<field>"`` / ``"triton.<field>"`` for the code generators' own), or
+    torch.compile's names (``torch_options.py``: mapped, or accepted with a warning
+    saying what ember does instead); an unknown key is an ``InductorOptionsError``
+    (a ``ValueError``) naming every accepted one.
     """
-    opts = base or InductorOptions()
-    changes: dict[str, Any] = dict(options or {})
-    known = {f.name for f in dataclasses.fields(InductorOptions)}
-    unknown = sorted(set(changes) - known)
-    if unknown:
-        raise ValueError(
-            f"ember.inductor: unknown options key(s) {', '.join(map(repr, unknown))}; "
-            f"InductorOptions fields are {', '.join(sorted(known))}"
-        )
+    opts = configure_options(base or InductorOptions(), options or {})
     if mode is not None:
-        changes["mode"] = mode
-    return dataclasses.replace(opts, **changes) if changes else opts
+        opts = dataclasses.replace(opts, mode=mode)
+    return opts
 
 
 def make_backend(

@@ -47,3 +47,14 @@ class InputMismatchError(InductorError):
         InputMismatchError: input 0 has size (4, 8), the graph was compiled for (2, 8).
         Recompile for the new shapes (ember.dynamo does this automatically).
     """
+
+
+class InductorOptionsError(InductorError, ValueError):
+    """An ``options=`` key ember.inductor does not know (neither its own nor torch's).
+
+    Example::
+
+        ember.inductor: unknown options key 'max_fusion'; ember.inductor accepts
+        cache_dir, compile_threads, ..., shape_padding, trace.*, triton.* (InductorOptions
+        fields, and torch.compile's names it maps or explains)
+    """

@@ -18,6 +18,7 @@ from ..errors import Unsupported
 from ..mutable import Box
 from .base import VariableTracker
 from .constant import ConstantVariable
+from .lists import BaseListVariable, ListVariable
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
@@ -103,6 +104,8 @@ class TorchFunctionVariable(VariableTracker):
             return grad_mode_ctx(tx, fn, args, kwargs)
         if any(fn is a for a in AUTOCAST_CLASSES):
             return autocast_ctx(fn, args, kwargs)
+        if is_foreach_map(fn):
+            return foreach_map_unrolled(tx, args, kwargs)
         if fn in FOLDABLE or fn is torch.Tensor:
             consts = [*args, *kwargs.values()]
             if all(a.is_python_constant() for a in consts):
@@ -120,6 +123,39 @@ class TorchFunctionVariable(VariableTracker):
 
     def reconstruct(self, cg: PyCodegen) -> None:
         cg.load_const(self.value)
+
+
+def is_foreach_map(fn: Any) -> bool:
+    """``torch._higher_order_ops.foreach_map.foreach_map`` (found by name: never imported)."""
+    return getattr(fn, "__name__", None) == "foreach_map" and str(
+        getattr(fn, "__module__", "")
+    ).startswith("torch._higher_order_ops")
+
+
+def foreach_map_unrolled(
+    tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+) -> VariableTracker:
+    """``foreach_map(op, *operands, **kwargs)``: ``op`` traced once per element of the list
+    operands (other operands are passed to every call), giving a list of results.
+
+    The graph holds the element-wise ops side by side; the backend fuses them
+    horizontally as it would any independent pointwise ops.
+    """
+    if not args:
+        raise Unsupported("foreach_map called without a function")
+    op, operands = args[0], args[1:]
+    lists = [isinstance(a, BaseListVariable) for a in operands]
+    lengths = {len(a.unpack(tx)) for a, is_list in zip(operands, lists) if is_list}
+    if len(lengths) != 1:
+        raise Unsupported(
+            "foreach_map needs list operands of one length, got "
+            + (f"lengths {sorted(lengths)}" if lengths else "no list operand")
+        )
+    results = []
+    for i in range(lengths.pop()):
+        call_args = [a.unpack(tx)[i] if is_list else a for a, is_list in zip(operands, lists)]
+        results.append(op.call_function(tx, call_args, dict(kwargs)))
+    return ListVariable(results)
 
 
 # torch.amp's (untyped) enter/exit functions, as graph targets and to run
