@@ -51,6 +51,15 @@ def test_compile_debug_writes_one_folder_per_frame_with_every_stage(tmp_path) ->
     assert not list((tmp_path / "cache").rglob("debug")), "debug output outside the debug folder"
 
 
+def test_inductor_trace_options_point_to_the_debug_folder() -> None:
+    # "Each file in that debug trace can be enabled/disabled via torch._inductor.config.trace.*"
+    with pytest.warns(UserWarning, match=r"options\['trace.graph_diagram'\]=True: .*EMBER_COMPILE_DEBUG=1"):
+        compiled = ember.dynamo.compile(lambda x: x.sin(), options={"trace.graph_diagram": True})
+    x = torch.randn(4)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), x.sin())
+
+
 # -- Excessive Recompilation -------------------------------------------------------
 
 
