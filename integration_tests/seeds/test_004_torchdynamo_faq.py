@@ -115,15 +115,14 @@ _BROKEN_SIGMOID = """
 """
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17 phase 3: after aot with the built-in inductor "
-                   "the minifier shrinks the graph but writes no repro.py (inductor's graph "
-                   "compiler is a closure, not importable by name)")
 def test_repro_after_aot_with_inductor_writes_repro_py(tmp_path) -> None:
     run_example(_BROKEN_SIGMOID, tmp_path, {
         "EMBER_REPRO_AFTER": "aot", "EMBER_REPRO_LEVEL": "4",
         "EMBER_REPRO_DIR": str(tmp_path / "repro"), "EMBER_CACHE_DIR": str(tmp_path / "cache")})
     repros = list((tmp_path / "repro").rglob("repro.py"))
     assert repros, sorted(str(p) for p in (tmp_path / "repro").rglob("*"))
+    # the repro compiles the minified ATen graph with inductor's aot graph compiler
+    assert "ember.inductor.backends:compile_aten_graph" in repros[0].read_text()
 
 
 @pytest.mark.slow  # test_minifier_e2e covers EMBER_REPRO_AFTER=dynamo by default

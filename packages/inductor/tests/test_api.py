@@ -102,3 +102,21 @@ def test_backend_trusts_frontend_guards_for_layouts() -> None:
             w = model[0].weight
             w.data = w.data.t().contiguous().t()
             torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_torch_profiler_sees_the_graph_and_each_kernel(
+    compile_fn: Callable[..., CompiledGraph],
+) -> None:
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    c = compile_fn(lambda x, w: (x @ w).relu().sum(1) + x.cos().sum(1), x, w)
+    want = (x @ w).relu().sum(1) + x.cos().sum(1)
+    with torch.profiler.profile() as prof:
+        got = c(x, w)
+    torch.testing.assert_close(got, want)
+    names = {e.name for e in prof.events()}
+    kernels = {f"ember_kernel_{name}" for name in c.report.kernel_sources}
+    assert kernels and kernels <= names, (kernels, names)
+    assert "aten::mm" in names
+    assert sum(n.startswith("ember_graph_") for n in names) == 1
+    # outside the profiler the plain wrapper runs, with the same result
+    torch.testing.assert_close(c(x, w), want)

@@ -25,9 +25,21 @@ from .options import InductorOptions, default_cache_dir
 from .torch_options import configure_options
 
 
+def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+    """aotgrad's forward/backward compiler with the default options.
+
+    A module-level function, so a repro written after aotgrad
+    (``EMBER_REPRO_AFTER=aot``) can name it and a fresh process import it.
+    """
+    return compile_graph(gm, list(example_inputs), None)
+
+
 def _graph_compiler(
     options: InductorOptions | None,
 ) -> Callable[[torch.fx.GraphModule, list[Any]], Any]:
+    if options is None or options == InductorOptions():
+        return compile_aten_graph
+
     def compile_fn(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         return compile_graph(gm, list(example_inputs), options)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch.autograd.profiler import record_function
 from torch.utils._pytree import tree_unflatten
 
 from ember.ir.debug import debug_dir_of
@@ -33,6 +34,7 @@ from .logs import configure_from_env, log, output_code, perf_hints
 from .memory_plan import plan_memory
 from .modes import warn_mode
 from .options import InductorOptions, options_from_env
+from .profiling import graph_label, named_kernels, profiling
 from .scheduler import schedule
 
 
@@ -65,8 +67,13 @@ class CompiledGraph:
         report: CompileReport,
         eager: Callable[..., Any],
         inputs_guarded: bool = False,
+        profiled: Callable[[], Callable[[list[Any]], list[Any]]] | None = None,
     ) -> None:
         self._call = call
+        # the wrapper with named kernels, built on the first call under torch's profiler
+        self._make_profiled = profiled
+        self._profiled: Callable[[list[Any]], list[Any]] | None = None
+        self._label = graph_label()
         # a symbolic graph's wrapper checks its inputs itself (sizes vary per call)
         self._check_inputs = not inputs_guarded and not art.symbolic
         self._expect = list(art.input_layouts)
@@ -92,13 +99,24 @@ class CompiledGraph:
     def __call__(self, *args: Any) -> Any:
         if len(args) == 1 and isinstance(args[0], list) and self._n_args != 1:
             args = tuple(args[0])
-        outs = self._call(self._checked(args) if self._check_inputs else list(args))
+        inputs = self._checked(args) if self._check_inputs else list(args)
+        if profiling():
+            outs = self._call_profiled(inputs)
+        else:
+            outs = self._call(inputs)
         if self._out_kind is list:
             return outs
         if self._out_kind is tuple:
             return tuple(outs)
         assert self._out_spec is not None
         return tree_unflatten(outs, self._out_spec)
+
+    def _call_profiled(self, inputs: list[Any]) -> list[Any]:
+        """One call recorded as ``ember_graph_<n>``, each kernel as ``ember_kernel_<name>``."""
+        if self._profiled is None:
+            self._profiled = self._make_profiled() if self._make_profiled else self._call
+        with record_function(self._label):
+            return self._profiled(inputs)
 
     def _checked(self, args: tuple[Any, ...]) -> list[Any]:
         """``args`` after checking sizes and dtypes; inputs with other strides are copied."""
@@ -241,11 +259,19 @@ def _compile(
     stats = BuildStats()
     kernels = backend.build(art.kernels(), stats)
     constants = {name: _attr(gm, target) for name, target in art.constant_targets.items()}
-    ns = namespace(backend, kernels, constants, art.consts)
-    exec(compile(art.wrapper_source, "<ember.inductor wrapper>", "exec"), ns)
+    code = compile(art.wrapper_source, "<ember.inductor wrapper>", "exec")
+
+    def wrapper(kernels: dict[str, Any]) -> Callable[[list[Any]], list[Any]]:
+        ns = namespace(backend, kernels, constants, art.consts)
+        exec(code, ns)
+        return ns["call"]  # type: ignore[no-any-return]
+
+    call = wrapper(kernels)
     report.compiled, report.cached = stats.compiled, stats.cached
     report.seconds = time.perf_counter() - start
-    return CompiledGraph(ns["call"], art, report, gm, inputs_guarded)
+    return CompiledGraph(
+        call, art, report, gm, inputs_guarded, profiled=lambda: wrapper(named_kernels(kernels))
+    )
 
 
 def _generate(
