@@ -822,3 +822,29 @@ def test_break_inside_inlined_call_names_both_frames() -> None:
     names = [f.name for f in info.value.user_stack]
     assert names == ["nested_inlined_break", "_helper_nested", "_helper_print"]
     assert "graph break in `_helper_print`" in str(info.value)
+
+
+def test_torch_objects_are_passed_through_and_break_where_used() -> None:
+    # An optimizer or a generator is loaded as itself; only its use is a graph break,
+    # so the tensor code around it is still captured.
+    def step(x, optimizer, gen):
+        optimizer.zero_grad()
+        y = x.sin() * 2
+        noise = torch.randn(3, generator=gen)
+        return y + noise
+
+    w = nn.Parameter(torch.randn(3))
+    optimizer = torch.optim.SGD([w], lr=0.1)
+    x = r(3)
+    counter = CompileCounter()
+    compiled = ed.compile(step, backend=counter)
+    for seed in (1, 2):
+        got = compiled(x, optimizer, torch.Generator().manual_seed(seed))
+        want = step(x, optimizer, torch.Generator().manual_seed(seed))
+        torch.testing.assert_close(got, want)
+    assert counter.frame_count == 2  # x.sin() * 2, then the add after the randn call
+    reasons = [b.reason for b in ed.explain(step)(x, optimizer, torch.Generator()).break_reasons]
+    assert reasons == [
+        "`SGD` object cannot be traced (`.zero_grad` is run outside the graph)",
+        "`Generator` object cannot be passed to a graph op",
+    ]

@@ -41,7 +41,7 @@ from .variables.dicts import DictVariable
 from .variables.functions import PartialVariable, UserFunctionVariable, UserMethodVariable
 from .variables.lazy import LazyVariable
 from .variables.lists import ListVariable, TupleVariable
-from .variables.misc import ControlFunctionVariable
+from .variables.misc import ControlFunctionVariable, OpaqueObjectVariable
 from .variables.nn_module import NNModuleVariable
 from .variables.objects import (
     MODELLED_BASES,
@@ -239,6 +239,10 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
             {k: wrap(tx, v, Item(kw_src, k) if kw_src else None) for k, v in value.keywords.items()},
             source,
         )
+    if type(value).__module__.startswith("torch") and source is not None and not callable(value):
+        if g is not None:
+            g.add_type(source, value)
+        return OpaqueObjectVariable(value, source)
     if type(value).__module__.startswith(("numpy", "torch")):
         raise Unsupported(f"value of type `{type(value).__qualname__}` cannot be traced")
     if hasattr(value, "__dict__") and (

@@ -1,15 +1,17 @@
-"""Small trackers the translator needs: the NULL stack marker and
-``obj.method`` before the call."""
+"""Small trackers the translator needs: the NULL stack marker, ``obj.method``
+before the call, and objects passed through without being looked into."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import Unsupported
 from .base import VariableTracker
 from .constant import ConstantVariable
 
 if TYPE_CHECKING:
+    from ember.ir import Source
+
     from ..codegen import PyCodegen
     from ..translator_core import TranslatorCore as Tx
 
@@ -105,3 +107,23 @@ class DeferredAttrVariable(VariableTracker):
 
     def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
         raise self.error
+
+
+class OpaqueObjectVariable(VariableTracker):
+    """An object of torch's own (an optimizer, a generator, a stream) read from
+    the frame: passed through as itself, never looked into. Any use of it is a
+    graph break where it is used (at the call, which can split the frame), not
+    where it is loaded."""
+
+    def __init__(self, value: Any, source: Source) -> None:
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def describe(self) -> str:
+        return f"`{type(self.value).__qualname__}` object"
+
+    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        raise Unsupported(f"{self.describe()} cannot be traced (`.{name}` is run outside the graph)")
