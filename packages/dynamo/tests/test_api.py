@@ -3,6 +3,7 @@ compared against eager, with counted graphs."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -256,6 +257,53 @@ def test_recompiles_on_grad_mode_dtype_requires_grad() -> None:
     assert xr.grad is not None
     torch.testing.assert_close(xr.grad, -torch.sin(xr.detach()))
     assert cnt.frame_count == 4
+
+
+@pytest.mark.parametrize(
+    "decorator",
+    [torch.no_grad(), torch.enable_grad(), torch.set_grad_enabled(False)],
+    ids=["no_grad", "enable_grad", "set_grad_enabled"],
+)
+def test_grad_mode_decorators_are_captured(decorator: Any) -> None:
+    @decorator
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.sin() + 1
+
+    cnt = CompileCounter()
+    x = torch.randn(4, requires_grad=True)
+    for outer in (torch.no_grad, torch.enable_grad):
+        with outer():
+            got, want = ember.dynamo.compile(f, backend=cnt)(x), f(x)
+        torch.testing.assert_close(got, want)
+        assert got.requires_grad == want.requires_grad
+    assert cnt.frame_count == 2  # torch's decorator wrapper is traced; grad mode is guarded
+
+
+def test_set_grad_enabled_decorators_with_different_modes_do_not_share_a_graph() -> None:
+    def g(x: torch.Tensor) -> torch.Tensor:
+        return x.sin() + 1
+
+    # both wrappers run torch's one `decorate_context` code, with the same inner function
+    off, on = torch.set_grad_enabled(False)(g), torch.set_grad_enabled(True)(g)
+    torch.set_grad_enabled(True)
+    x = torch.randn(4, requires_grad=True)
+    assert not ember.dynamo.compile(off, backend=CompileCounter())(x).requires_grad
+    assert ember.dynamo.compile(on, backend=CompileCounter())(x).requires_grad
+
+
+def test_inference_mode_decorator_says_why_it_runs_eagerly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    @torch.inference_mode()
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.sin() + 1
+
+    x = torch.randn(4)
+    cnt = CompileCounter()
+    with caplog.at_level(logging.INFO, logger="ember.graph_breaks"):
+        got = ember.dynamo.compile(f, backend=cnt)(x)
+    assert got.is_inference() and cnt.frame_count == 0
+    assert "value of type `inference_mode` cannot be traced" in caplog.text
 
 
 def test_optimized_module_runs_the_originals_hooks_and_moves_its_params() -> None:

@@ -179,6 +179,10 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
         # a `torch.no_grad()` object (a decorator's saved context)
         if g is not None and source is not None:
             g.add_type(source, value)
+        if isinstance(value, torch.set_grad_enabled):
+            if g is not None and source is not None:
+                g.add_constant(Attr(source, "mode"), value.mode)
+            return GradModeVariable(value.mode)
         return GradModeVariable(isinstance(value, torch.enable_grad))
     control = control_kind(value)
     if control is not None:

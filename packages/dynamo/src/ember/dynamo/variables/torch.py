@@ -247,7 +247,7 @@ def grad_mode_ctx(
 
 
 #: context objects whose ``with`` (and use as a decorator) is traced
-GRAD_MODE_OBJECTS: tuple[type, ...] = (torch.no_grad, torch.enable_grad)
+GRAD_MODE_OBJECTS: tuple[type, ...] = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
 
 
 class GradModeVariable(VariableTracker):
