@@ -259,13 +259,20 @@ def test_recompiles_on_grad_mode_dtype_requires_grad() -> None:
     assert cnt.frame_count == 4
 
 
-@pytest.mark.parametrize(
-    "decorator",
-    [torch.no_grad(), torch.enable_grad(), torch.set_grad_enabled(False)],
-    ids=["no_grad", "enable_grad", "set_grad_enabled"],
-)
-def test_grad_mode_decorators_are_captured(decorator: Any) -> None:
-    @decorator
+def _grad_mode_decorator(name: str) -> Any:
+    """A grad-mode object to decorate with; ``set_grad_enabled(b)`` sets the mode when
+    made, so it is made inside a block that restores the mode."""
+    with torch.enable_grad():
+        return {
+            "no_grad": torch.no_grad,
+            "enable_grad": torch.enable_grad,
+            "set_grad_enabled": lambda: torch.set_grad_enabled(False),
+        }[name]()
+
+
+@pytest.mark.parametrize("name", ["no_grad", "enable_grad", "set_grad_enabled"])
+def test_grad_mode_decorators_are_captured(name: str) -> None:
+    @_grad_mode_decorator(name)
     def f(x: torch.Tensor) -> torch.Tensor:
         return x.sin() + 1
 
@@ -277,6 +284,7 @@ def test_grad_mode_decorators_are_captured(decorator: Any) -> None:
         torch.testing.assert_close(got, want)
         assert got.requires_grad == want.requires_grad
     assert cnt.frame_count == 2  # torch's decorator wrapper is traced; grad mode is guarded
+    assert torch.is_grad_enabled()
 
 
 def test_set_grad_enabled_decorators_with_different_modes_do_not_share_a_graph() -> None:
@@ -284,11 +292,13 @@ def test_set_grad_enabled_decorators_with_different_modes_do_not_share_a_graph()
         return x.sin() + 1
 
     # both wrappers run torch's one `decorate_context` code, with the same inner function
-    off, on = torch.set_grad_enabled(False)(g), torch.set_grad_enabled(True)(g)
-    torch.set_grad_enabled(True)
+    off = _grad_mode_decorator("set_grad_enabled")(g)
+    with torch.enable_grad():
+        on = torch.set_grad_enabled(True)(g)
     x = torch.randn(4, requires_grad=True)
     assert not ember.dynamo.compile(off, backend=CompileCounter())(x).requires_grad
     assert ember.dynamo.compile(on, backend=CompileCounter())(x).requires_grad
+    assert torch.is_grad_enabled()
 
 
 def test_inference_mode_decorator_says_why_it_runs_eagerly(
