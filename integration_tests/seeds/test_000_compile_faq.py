@@ -286,8 +286,6 @@ def test_func_transform_of_a_compiled_function() -> None:
     torch.testing.assert_close(g(x), torch.cos(x))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17 phase 3: torch.func.grad is a graph break "
-                   "(the lambda cannot be passed to a graph op) and the frame runs eagerly")
 def test_compiling_torch_func_grad() -> None:
     def wrapper_fn(x):
         return torch.func.grad(lambda x: x.sin().sum())(x)
@@ -299,8 +297,6 @@ def test_compiling_torch_func_grad() -> None:
     assert counter.frame_count == 1
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17 phase 3: torch.vmap is a graph break (the "
-                   "lambda cannot be passed to a graph op) and the frame runs eagerly")
 def test_compiling_torch_vmap() -> None:
     def my_fn(x):
         return torch.vmap(lambda x: x.sum(1))(x)
@@ -312,8 +308,6 @@ def test_compiling_torch_vmap() -> None:
     assert counter.frame_count == 1
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17 phase 3: allow_in_graph called inside the "
-                   "compiled function on a fresh vmap wrapper: the frame runs eagerly (0 graphs)")
 def test_allow_in_graph_escape_hatch() -> None:
     counter = CompileCounter()
 
@@ -326,8 +320,8 @@ def test_allow_in_graph_escape_hatch() -> None:
     assert counter.frame_count == 1
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17 phase 3: torch.func.functional_call runs the "
-                   "frame eagerly (0 graphs)")
+@pytest.mark.xfail(strict=True, reason="issue 17: torch.func.functional_call is not captured: "
+                   "the frame runs eagerly (0 graphs)")
 def test_functional_call_extracts_the_module_state() -> None:
     model = MLP()
     params = dict(model.named_parameters())

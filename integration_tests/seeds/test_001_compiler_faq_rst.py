@@ -124,7 +124,7 @@ def test_explain_four_tuple(capsys: pytest.CaptureFixture[str]) -> None:
 # -- Does torch.func work with torch.compile? ----------------------------------------
 
 def test_vmap_of_a_function_inside_compile() -> None:
-    with pytest.warns(UserWarning, match="capture_func_transforms is not implemented yet"):
+    with pytest.warns(UserWarning, match="capture_func_transforms changes nothing in ember"):
         dynamo.config.capture_func_transforms = True
 
     def f(x):
@@ -136,6 +136,9 @@ def test_vmap_of_a_function_inside_compile() -> None:
 
     x = torch.randn(2, 3)
     torch.testing.assert_close(g(x), x.sin())
+    counter = CompileCounter()  # captured: one graph, no break
+    torch.testing.assert_close(ember.dynamo.compile(g.__wrapped__, backend=counter, fullgraph=True)(x), x.sin())
+    assert counter.frame_count == 1
 
 
 def test_limitation_tuple_inputs_fall_back_to_eager() -> None:

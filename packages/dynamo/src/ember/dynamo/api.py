@@ -473,6 +473,7 @@ def is_compiling() -> bool:
 
 
 trace_rules.register_control(is_compiling, "is_compiling")
+trace_rules.register_control(allow_in_graph, "allow_in_graph")
 
 
 def compile_times(repr: str = "str") -> Any:

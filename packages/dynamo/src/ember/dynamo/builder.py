@@ -39,6 +39,7 @@ from .variables.constant import (
 )
 from .variables.dicts import DictVariable
 from .variables.functions import PartialVariable, UserFunctionVariable, UserMethodVariable
+from .variables.functorch import TRANSFORM_FUNCTIONS, TransformVariable
 from .variables.lazy import LazyVariable
 from .variables.lists import ListVariable, TupleVariable
 from .variables.misc import ControlFunctionVariable, OpaqueObjectVariable
@@ -74,6 +75,14 @@ TENSOR_BASES = (torch.Tensor, torch._C.TensorBase)
 
 
 def is_torch_callable(value: Any) -> bool:
+    if (
+        isinstance(value, types.FunctionType)
+        and hasattr(value, "__wrapped__")
+        and not trace_rules.names_itself(value)
+    ):
+        # functools.wraps wrappers made at run time (``torch.vmap(torch.sum)``) carry
+        # the wrapped function's names but are not it
+        return False
     if any(value is g for g in GRAD_MODE) or any(value is a for a in AUTOCAST_CLASSES):
         return True
     if isinstance(value, (types.MethodDescriptorType, types.WrapperDescriptorType)):
@@ -189,6 +198,10 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
         if control == "compiled":
             return wrap(tx, value.__wrapped__, Attr(source, "__wrapped__") if source else None)
         return ControlFunctionVariable(value, control)
+    if is_member(value, TRANSFORM_FUNCTIONS):
+        if g is not None and source is not None:
+            g.add_function(source, value)
+        return TransformVariable(value, source)
     if is_torch_callable(value) and not trace_rules.is_inlined_torch_function(value):
         if g is not None and source is not None:
             g.add_function(source, value)

@@ -12,7 +12,7 @@ no meaning in ember -- never an ``AttributeError``, never silently (ADR 0016):
 ``log_level``             a ``logging`` level: which areas log (TorchDynamo's levels)
 ``suppress_errors``       ``not strict``: a capture that fails inside ember runs eagerly
 ``replay_record_enabled`` no meaning: ember records no replays (use the minifier)
-``capture_func_transforms`` not implemented yet: torch.func transforms are graph breaks
+``capture_func_transforms`` no meaning: ``torch.func`` transforms are always captured
 ========================  =============================================================
 
 ``verbose`` and ``trace_numpy`` are ``DynamoOptions`` fields of their own.
@@ -108,9 +108,11 @@ LEGACY_SETTINGS: dict[str, LegacySetting] = {
     "capture_func_transforms": LegacySetting(
         default=False,
         warning=(
-            "ember.dynamo.config.capture_func_transforms is not implemented yet: "
-            "torch.func.grad/vmap/functional_call inside compiled code are graph breaks "
-            "and run eagerly, whatever this setting says."
+            "ember.dynamo.config.capture_func_transforms changes nothing in ember: "
+            "torch.vmap and torch.func.vmap/grad/grad_and_value/jacrev/jacfwd/hessian of a "
+            "function of its arguments alone (no closure cells, defaults or non-module "
+            "globals) are always captured as one graph node; other uses, and "
+            "torch.func.functional_call, are graph breaks that say why."
         ),
     ),
 }

@@ -201,7 +201,11 @@ class OutputGraph:
             return {k: p[0] for k, p in pairs2.items()}, {k: p[1] for k, p in pairs2.items()}
         if v.is_python_constant():
             value = v.as_python_constant()
-            if isinstance(value, slice) or is_constant_value(value) or callable(value):
+            if callable(value) and not isinstance(value, type):
+                # FX would print a function argument as its repr: not code
+                name = getattr(value, "__name__", type(value).__name__)
+                raise Unsupported(f"function `{name}` cannot be passed to a graph op")
+            if isinstance(value, slice) or is_constant_value(value) or isinstance(value, type):
                 return value, value
         if isinstance(v, OpaqueConstantVariable):
             return v.value, v.value

@@ -12,8 +12,10 @@ This module imports nothing from ember.dynamo: everything else may read it.
 from __future__ import annotations
 
 import os
+import sys
 import sysconfig
 import types
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -129,3 +131,43 @@ def is_library_code(code: types.CodeType) -> bool:
 
 def is_disabled_code(code: types.CodeType) -> bool:
     return DISABLED_CODES.get(id(code)) is code
+
+
+class GraphCallable:
+    """A callable made while tracing, as an FX ``call_function`` target.
+
+    FX prints a target whose ``__module__`` is torch's by its qualified name
+    (``torch.sum``), which for ``vmap(torch.sum)`` -- ``functools.wraps`` copies
+    the name -- would call ``torch.sum`` itself. This wrapper is ember's, so FX
+    keeps the object and calls it.
+    """
+
+    def __init__(self, fn: Callable[..., Any], label: str) -> None:
+        self.fn = fn
+        self.__name__ = label.replace("(", "_").replace(")", "").replace(".", "_")
+        self.__qualname__ = self.__name__
+        self.label = label
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<ember graph callable {self.label}>"
+
+
+def names_itself(fn: Any) -> bool:
+    """Whether ``fn`` is what its ``__module__`` and ``__qualname__`` name (a
+    ``functools.wraps`` wrapper of a torch function is not)."""
+    obj: Any = sys.modules.get(getattr(fn, "__module__", None) or "")
+    for part in str(getattr(fn, "__qualname__", "<>")).split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return False
+    return obj is fn
+
+
+def as_graph_target(fn: Any) -> Any:
+    """``fn`` as a node target FX calls as itself (see ``GraphCallable``)."""
+    if str(getattr(fn, "__module__", "")).split(".")[0] == "torch" and not names_itself(fn):
+        return GraphCallable(fn, str(getattr(fn, "__name__", "fn")))
+    return fn

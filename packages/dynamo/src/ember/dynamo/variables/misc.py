@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Unsupported
+from ..trace_rules import as_graph_target
 from .base import VariableTracker
 from .constant import ConstantVariable
 
@@ -78,7 +79,13 @@ class ControlFunctionVariable(VariableTracker):
         if self.kind == "disabled":
             raise Unsupported(f"{self.describe()} is marked with ember.dynamo.disable")
         if self.kind == "allowed":
-            return tx.output.create_op("call_function", self.value, args, kwargs)
+            target = as_graph_target(self.value)
+            return tx.output.create_op("call_function", target, args, kwargs)
+        if self.kind == "allow_in_graph":
+            # ``allow_in_graph(fn)`` called in the frame: ``fn`` goes in the graph as it is
+            if len(args) != 1 or kwargs or not args[0].is_python_constant():
+                raise Unsupported("`allow_in_graph` of a value made while tracing")
+            return ControlFunctionVariable(args[0].as_python_constant(), "allowed")
         raise Unsupported(f"{self.describe()} is marked with ember.dynamo.disallow_in_graph")
 
 

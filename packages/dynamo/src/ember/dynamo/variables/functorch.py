@@ -1,0 +1,146 @@
+"""torch.func transforms (``vmap``, ``grad``, ...) and other opaque callables as one graph node.
+
+``torch.vmap(f)(x)`` is captured as a call of the transformed function, built
+while tracing: ``vmap(f)`` is a ``GraphCallable`` node target, run on fake
+tensors for its result and by the backend like any op (aotgrad's ATen tracer
+sees the operations functorch decomposes it into). That is sound only for an
+``f`` whose behaviour the guards pin, so ``f`` must be a torch function or a
+Python function without closure cells, defaults or nested functions whose
+globals are modules, torch functions or builtins (each guarded by identity).
+Anything else is a graph break that says why.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..errors import Unsupported
+from ..trace_rules import GraphCallable
+from .base import VariableTracker
+from .builtins import BuiltinVariable
+from .classes import PythonModuleVariable
+from .functions import NestedFunctionVariable, UserFunctionVariable
+from .torch import TorchFunctionVariable
+
+if TYPE_CHECKING:
+    from ..codegen import PyCodegen
+    from ..translator_core import TranslatorCore as Tx
+
+
+def _transforms() -> dict[Any, str]:
+    found: dict[Any, str] = {torch.vmap: "vmap"}
+    for name in ("vmap", "grad", "grad_and_value", "jacrev", "jacfwd", "hessian"):
+        fn = getattr(torch.func, name, None)
+        if fn is not None:
+            found[fn] = name
+    return found
+
+
+#: torch.func transforms captured as one node: the function -> its name
+TRANSFORMS: dict[Any, str] = _transforms()
+TRANSFORM_FUNCTIONS: frozenset[Any] = frozenset(TRANSFORMS)
+
+
+class GraphCallableVariable(VariableTracker):
+    """A ``GraphCallable`` (a transformed function): calling it is one graph node."""
+
+    def __init__(self, value: GraphCallable) -> None:
+        super().__init__(None)
+        self.value = value
+
+    def describe(self) -> str:
+        return f"`{self.value.label}`"
+
+    def as_python_constant(self) -> Any:
+        return self.value
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        return tx.output.create_op("call_function", self.value, args, kwargs)
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        cg.load_const(self.value)
+
+
+class TransformVariable(TorchFunctionVariable):
+    """``torch.vmap``, ``torch.func.grad``, ...: calling one makes the transformed
+    function now (``transform_call``)."""
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        return transform_call(tx, self.value, args, kwargs)
+
+
+def transform_call(
+    tx: Tx, transform: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+) -> VariableTracker:
+    """``transform(f, *consts, **consts)`` (``torch.vmap(f, in_dims=1)``) made now."""
+    name = TRANSFORMS[transform]
+    if not args:
+        raise Unsupported(f"torch.func.{name} without a function to transform")
+    fn, label = pure_function(tx, args[0], name)
+    rest = [*args[1:], *kwargs.values()]
+    if not all(a.is_python_constant() for a in rest):
+        raise Unsupported(f"torch.func.{name} with arguments other than constants")
+    made = transform(
+        fn,
+        *[a.as_python_constant() for a in args[1:]],
+        **{k: v.as_python_constant() for k, v in kwargs.items()},
+    )
+    return GraphCallableVariable(GraphCallable(made, f"{name}({label})"))
+
+
+def pure_function(tx: Tx, var: VariableTracker, why: str) -> tuple[Callable[..., Any], str]:
+    """The function ``var`` stands for, if a graph may call it as is (module doc)."""
+    if isinstance(var, GraphCallableVariable):
+        return var.value, var.value.label
+    if isinstance(var, TorchFunctionVariable):
+        return var.value, str(getattr(var.value, "__name__", var.value))
+    if isinstance(var, UserFunctionVariable):
+        fn = var.fn
+        if fn.__closure__ or fn.__defaults__ or fn.__kwdefaults__:
+            raise Unsupported(
+                f"torch.func.{why} of `{fn.__name__}`, which has closure cells or defaults "
+                "(only functions of their arguments are captured)"
+            )
+        code, f_globals = fn.__code__, fn.__globals__
+    elif isinstance(var, NestedFunctionVariable):
+        defaults, kwdefaults = var.defaults(tx)
+        if var.closure or defaults or kwdefaults or var.attrs.value:
+            raise Unsupported(
+                f"torch.func.{why} of `{var.fn_name()}`, which has closure cells or defaults "
+                "(only functions of their arguments are captured)"
+            )
+        code, f_globals = var.code, var.f_globals
+        fn = types.FunctionType(code, f_globals, code.co_name)
+    else:
+        raise Unsupported(f"torch.func.{why} of {var.describe()}")
+    if any(isinstance(c, types.CodeType) for c in code.co_consts):
+        raise Unsupported(f"torch.func.{why} of `{code.co_name}`, which defines functions inside")
+    _guard_globals(tx, code, f_globals, why)
+    return fn, code.co_name
+
+
+def _guard_globals(tx: Tx, code: types.CodeType, f_globals: dict[str, Any], why: str) -> None:
+    """Pin the globals ``code`` may read: each must be a module, a torch function or a
+    builtin, read (and so guarded) through the frame's own globals."""
+    for name in code.co_names:
+        if name not in f_globals:
+            continue  # an attribute name, or a builtin
+        if f_globals is not tx.f_globals:
+            raise Unsupported(
+                f"torch.func.{why} of `{code.co_name}`, a function of another module that "
+                f"reads its global `{name}`"
+            )
+        value = tx.load_global(name)
+        if not isinstance(value, (PythonModuleVariable, TorchFunctionVariable, BuiltinVariable)):
+            raise Unsupported(
+                f"torch.func.{why} of `{code.co_name}`, which reads the global `{name}` "
+                f"({value.describe()}); only modules, torch functions and builtins are captured"
+            )
