@@ -482,8 +482,6 @@ def test_disallow_in_graph_keeps_an_operator_out_of_graphs() -> None:
     assert all(torch.sub not in [n.target for n in g.graph.nodes] for g in counter.graphs)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17: the functions a disable(recursive=False) "
-                   "function calls run eagerly instead of being captured")
 def test_disable_not_recursive_still_captures_the_callees() -> None:
     def aa_fn(x):
         return x.sin() + 1

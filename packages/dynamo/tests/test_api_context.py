@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import operator
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -154,3 +156,30 @@ def test_toy_example_in_a_block_compiles_each_graph_once() -> None:
     for (a, b), out in zip(inputs, outs, strict=True):
         torch.testing.assert_close(out, toy_example(a, b))
     assert cnt.frame_count == 3
+
+
+def test_disable_not_recursive_runs_its_frame_eagerly_and_captures_its_callees() -> None:
+    def inner(x: torch.Tensor) -> torch.Tensor:
+        return x.sin() + 1
+
+    @ember.dynamo.disable(recursive=False)
+    def middle(x: torch.Tensor) -> torch.Tensor:
+        return inner(x) * inner(x + 1)
+
+    @ember.dynamo.disable
+    def middle_recursive(x: torch.Tensor) -> torch.Tensor:
+        return inner(x) * inner(x + 1)
+
+    def top(x: torch.Tensor, m: Any) -> torch.Tensor:
+        return m(x.cos()) - 1
+
+    x = torch.randn(4)
+    for m, captured_inner in ((middle, True), (middle_recursive, False)):
+        cnt = CompileCounter()
+        torch.testing.assert_close(ember.dynamo.compile(top, backend=cnt)(x, m), top(x, m))
+        sins = sum(n.target == "sin" for g in cnt.graphs for n in g.graph.nodes)
+        assert (sins > 0) == captured_inner
+        # the disabled frame itself: its multiply is in no graph
+        assert not any(n.target is operator.mul for g in cnt.graphs for n in g.graph.nodes)
+        ember.dynamo.reset()
+    assert api.STATE.hook_runtimes == []

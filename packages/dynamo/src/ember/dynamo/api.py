@@ -419,8 +419,9 @@ class FrozenCallable:
 def disable(fn: Any = None, recursive: bool = True) -> Any:
     """Never capture ``fn``: it runs eagerly, even when called from compiled code.
 
-    ``recursive=False`` skips only ``fn``'s own frame; capture may still compile
-    functions it calls when they are themselves compiled callables. Usable as
+    ``recursive=False`` skips only ``fn``'s own frame: called from captured code
+    (a graph break), it runs with the caller's PEP 523 hook on, so the functions
+    it calls are captured with the caller's backend and cache. Usable as
     ``@disable`` or ``@disable(recursive=False)``.
     """
     if fn is None:
@@ -445,7 +446,8 @@ def disable(fn: Any = None, recursive: bool = True) -> Any:
         def disabled(*args: Any, **kwargs: Any) -> Any:
             return fn(*args, **kwargs)
 
-    disabled._ember_disabled = True  # type: ignore[attr-defined]
+    # "frame": a graph break calls it with the PEP 523 hook on, so its callees are captured
+    disabled._ember_disabled = True if recursive else "frame"  # type: ignore[attr-defined]
     return disabled
 
 

@@ -86,6 +86,12 @@ class FrameHooks(Protocol):
         """
         ...
 
+    def run_hooked(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` run with the runtime's PEP 523 hook on (``fn``'s own frame is
+        disabled, so only the functions it calls are captured): how a graph
+        break calls a ``disable(recursive=False)`` function."""
+        ...
+
     @property
     def resume_codes(self) -> ResumeCodes:
         """The runtime's resume functions, made once per break site and reused

@@ -180,6 +180,20 @@ class Runtime:
     def resume_codes(self) -> ResumeCodes:
         return self.table.resume_codes
 
+    def run_hooked(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        if frame_hook.unavailable() is not None:
+            return fn  # no PEP 523 hook here: the callees run eagerly too
+
+        @functools.wraps(fn)
+        def hooked(*args: Any, **kwargs: Any) -> Any:
+            self.state.enter_hook(self)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.state.exit_hook(self)
+
+        return hooked
+
     def frame_wrapper(self, func: types.FunctionType) -> CompiledFunction:
         """The wrapper the PEP 523 path runs ``func``'s frames through (one per function)."""
         found = self.frame_wrappers.get(id(func))

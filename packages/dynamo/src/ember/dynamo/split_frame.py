@@ -27,11 +27,12 @@ from .errors import Unsupported
 from .frame import CapturedGraph, CompilerFn, FrameHooks
 from .instructions import COND_JUMPS, native_stack_effect, replay_arg
 from .resume import live_locals
+from .trace_rules import is_frame_disabled
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable
 from .variables.functions import UserFunctionVariable, UserMethodVariable
 from .variables.lists import ListIteratorVariable
-from .variables.misc import BoundCallVariable, NullVariable
+from .variables.misc import BoundCallVariable, ControlFunctionVariable, NullVariable
 from .variables.nn_module import NNModuleVariable, has_hooks, is_leaf_module
 from .variables.objects import ObjectVariable
 from .variables.torch import AutocastVariable, ContextMethodVariable, GradModeVariable
@@ -252,6 +253,9 @@ def rewrite_call(
         return stack, n
     target = callee_function(tx, second)
     if target is None:
+        value = second.value if isinstance(second, ControlFunctionVariable) else None
+        if callable(value) and is_frame_disabled(value):
+            return [*stack[: -n - 1], ConstantVariable(hooks.run_hooked(value)), *stack[-n:]], n
         return stack, n
     fn, bound_self = target
     head = stack[: -n - 1]

@@ -71,6 +71,11 @@ def disable_code(code: types.CodeType) -> None:
     DISABLED_CODES[id(code)] = code
 
 
+def is_frame_disabled(fn: Any) -> bool:
+    """Whether ``fn`` is ``disable(recursive=False)``'s: only its own frame runs eagerly."""
+    return getattr(fn, "_ember_disabled", None) == "frame"
+
+
 def is_disabled(fn: Any) -> bool:
     """Whether capture must leave ``fn`` alone (``disable`` was applied to it)."""
     return bool(getattr(fn, "_ember_disabled", False))
