@@ -21,8 +21,11 @@ from .fresh_process import run_example
 # -- TorchDynamo Errors --------------------------------------------------------------
 
 
-def test_verbose_gives_the_full_stack_of_an_internal_error(caplog: pytest.LogCaptureFixture) -> None:
+def test_verbose_gives_the_full_stack_of_an_internal_error(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # "a full stack trace to both the error in torchdynamo and the user code"
+    monkeypatch.delenv("EMBER_STRICT")  # the tests' EMBER_STRICT=1 would win over suppress_errors
     ember.dynamo.config.verbose = True
     ember.dynamo.config.suppress_errors = True
 
@@ -35,8 +38,8 @@ def test_verbose_gives_the_full_stack_of_an_internal_error(caplog: pytest.LogCap
     x = torch.randn(3)
     with caplog.at_level(logging.WARNING, logger="ember.dynamo"):
         torch.testing.assert_close(ember.dynamo.compile(user_code, backend=broken_backend)(x), user_code(x))
-    record = next(r for r in caplog.records if "running it eagerly" in r.getMessage())
-    assert "`user_code`" in record.getMessage()
+    record = next(r for r in caplog.records if "eagerly" in r.getMessage())
+    assert "user_code" in record.getMessage()
     assert record.exc_info is not None
     text = logging.Formatter().formatException(record.exc_info)
     assert "broken_backend" in text and "backend bug" in text and "ember/dynamo" in text

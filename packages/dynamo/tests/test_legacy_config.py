@@ -115,3 +115,11 @@ def test_debug_function_runs_other_functions_eagerly() -> None:
     assert counter.frame_count == 0
     torch.testing.assert_close(ember.dynamo.compile(suspect, backend=counter)(x), x + 1)
     assert counter.frame_count == 1
+
+
+def test_suppress_errors_is_strict_inverted() -> None:
+    assert config.suppress_errors is True and config.strict is False
+    config.suppress_errors = False
+    assert config.strict is True and config.suppress_errors is False
+    config.suppress_errors = True
+    assert config.strict is False

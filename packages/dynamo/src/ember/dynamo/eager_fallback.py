@@ -34,8 +34,10 @@ def compile_or_eager(
     example_inputs: list[Any],
     *,
     strict: bool,
+    verbose: bool = False,
 ) -> Callable[..., Any]:
-    """``backend(gm, example_inputs)``, guarded; ``gm`` itself if the backend fails."""
+    """``backend(gm, example_inputs)``, guarded; ``gm`` itself if the backend fails
+    (the traceback logged with ``verbose``, TorchDynamo's ``config.verbose``)."""
     name = type(gm).__name__
     try:
         compiled = backend(gm, example_inputs)
@@ -48,7 +50,7 @@ def compile_or_eager(
             name,
             type(exc).__name__,
             exc,
-            exc_info=log_dynamo.isEnabledFor(10),
+            exc_info=exc if verbose or log_dynamo.isEnabledFor(10) else None,
         )
         return gm.forward
     if strict:

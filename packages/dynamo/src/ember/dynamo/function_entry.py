@@ -221,7 +221,11 @@ class Runtime:
         start = time.perf_counter()
         try:
             compiled = compile_or_eager(
-                self.backend, gm, example_inputs, strict=self.options.strict
+                self.backend,
+                gm,
+                example_inputs,
+                strict=self.options.strict,
+                verbose=self.options.verbose,
             )
             if self.state.hook_runtimes:
                 compiled = frame_hook.run_uncaptured(compiled)
