@@ -207,3 +207,13 @@ def test_dynamic_true_does_not_warn() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ed.compile(lambda x: x, backend="eager", dynamic=True)
+
+
+def test_constant_tuple_plus_a_symbolic_shape() -> None:
+    # GPT-2's `output_shape = (-1,) + input_shape[1:] + (hidden_states.size(-1),)`
+    def f(x: torch.Tensor) -> torch.Tensor:
+        shape = (-1,) + x.shape[1:] + (x.size(-1),)
+        return x.unsqueeze(-1).expand(*x.shape, x.size(-1)).reshape(shape) * 2
+
+    cnt, _ = run_sizes(f, lambda n: (torch.randn(2, n, 3),), [4, 5, 7], dynamic=True)
+    assert cnt.frame_count == 1 and len(cnt.graphs) == 1

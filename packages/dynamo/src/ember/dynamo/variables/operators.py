@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import Unsupported
 from .base import VariableTracker
 from .constant import ConstantVariable
-from .lists import BaseListVariable, ListVariable
+from .lists import BaseListVariable, ListVariable, TupleVariable
 from .objects import MISSING, ObjectVariable
 from .sets import SetVariable
 from .sym import SymNodeVariable
@@ -189,7 +189,7 @@ def sequence_operator(tx: Tx, fn: Any, args: Args) -> VariableTracker | None:
     is Python work even when the items are tensors; None for other operands."""
     if len(args) != 2:
         return None
-    a, b = args
+    a, b = _as_sequence(args[0], args[1]), _as_sequence(args[1], args[0])
     if fn is operator.mul and isinstance(b, BaseListVariable) and not isinstance(a, BaseListVariable):
         a, b = b, a  # 3 * [x]
     if not isinstance(a, BaseListVariable):
@@ -203,6 +203,20 @@ def sequence_operator(tx: Tx, fn: Any, args: Args) -> VariableTracker | None:
     if base is operator.mul and b.is_python_constant() and isinstance(b.as_python_constant(), int):
         return a.new(a.items * b.as_python_constant())
     return None
+
+
+def _as_sequence(v: VariableTracker, other: VariableTracker) -> VariableTracker:
+    """A constant tuple/list as a tracker of its items when ``other`` is a sequence
+    tracker of that kind (``(-1,) + x.shape[1:]`` with a symbolic size in the shape)."""
+    if not isinstance(other, BaseListVariable) or isinstance(v, BaseListVariable):
+        return v
+    if not v.is_python_constant():
+        return v
+    value = v.as_python_constant()
+    if type(value) is not other.kind or not isinstance(value, (tuple, list)):
+        return v
+    items = [ConstantVariable(x) for x in value]
+    return TupleVariable(items) if isinstance(value, tuple) else ListVariable(items)
 
 
 def same_value(a: VariableTracker, b: VariableTracker) -> bool | None:

@@ -1,0 +1,155 @@
+"""Dynamic shapes: compiles over varying shapes, symbolic vs static kernels, amortized time.
+
+Three figures per workload (a transformer block, an MLP, a CNN; inference):
+
+1. compiles over 20 varying shapes: ember (``dynamic=None``, backend inductor)
+   and torch.compile (``dynamic=None``, counted with torch's counting backend:
+   how many times torch's frontend compiles does not depend on its backend);
+2. the compiled graph's time per call at one shape, ember with ``dynamic=False``
+   (static kernels) and with ``dynamic=True`` (symbolic kernels), as a ratio;
+3. amortized time per step over ``--steps`` steps from cold, the shape changing
+   every step (cycling over the 20 shapes): eager, ember ``dynamic=None``,
+   ember ``dynamic=False`` (and torch.compile with ``--torch``), compile time
+   included.
+
+Each measurement runs in this process one after the other (caches are reset
+between compilers with ``reset()``; ember's on-disk caches are pointed at a
+fresh temporary folder). The machine is shared: print ``uptime`` beside the
+figures. ``.venv/bin/python tools/bench_dynamic.py [--steps 1000] [--torch]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+os.environ.setdefault("EMBER_CACHE_DIR", tempfile.mkdtemp(prefix="ember-bench-dynamic-"))
+
+import ember.dynamo as ed
+from ember.dynamo.testing import CompileCounterWithBackend
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "integration_tests"))
+from test_dynamic_shapes import Block, cnn, mlp
+
+
+@dataclass
+class Workload:
+    name: str
+    make: Callable[[], nn.Module]
+    shape: Callable[[int], tuple[int, ...]]
+
+
+SHAPES = 20
+WORKLOADS = [
+    Workload("block", Block, lambda i: (2 + i % 5, 8 + 3 * i, 32)),
+    Workload("mlp", mlp, lambda i: (4 + 7 * i, 16)),
+    Workload("cnn", cnn, lambda i: (2 + i % 6, 3, 16 + 2 * (i % 8), 16 + 2 * (i % 8))),
+]
+
+
+def inputs(w: Workload) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(*w.shape(i), generator=g) for i in range(SHAPES)]
+
+
+def compiles(w: Workload) -> tuple[int, int]:
+    import torch._dynamo
+    import torch._dynamo.testing
+
+    xs = inputs(w)
+    model = w.make().eval()
+    ed.reset()
+    cnt = CompileCounterWithBackend("inductor")
+    ember_fn = ed.compile(model, backend=cnt)
+    torch._dynamo.reset()
+    tcnt = torch._dynamo.testing.CompileCounter()
+    torch_fn = torch.compile(model, backend=tcnt)
+    with torch.no_grad():
+        for x in xs:
+            want = model(x)
+            torch.testing.assert_close(ember_fn(x), want, rtol=1e-4, atol=1e-4)
+            torch_fn(x)
+    return cnt.frame_count, tcnt.frame_count
+
+
+def call_time(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn(x)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(sorted(times)[: max(1, reps // 2)])
+
+
+def kernel_ratio(w: Workload, reps: int) -> tuple[float, float]:
+    x = inputs(w)[3]
+    model = w.make().eval()
+    with torch.no_grad():
+        ed.reset()
+        static = ed.compile(model, backend="inductor", dynamic=False)
+        dynamic = ed.compile(model, backend="inductor", dynamic=True)
+        static(x), dynamic(x)
+        s = d = 0.0
+        for _ in range(5):  # interleaved, so load changes hit both alike
+            s += call_time(static, x, reps)
+            d += call_time(dynamic, x, reps)
+    return s / 5, d / 5
+
+
+def amortized(w: Workload, steps: int, compiler: str) -> float:
+    xs = inputs(w)
+    model = w.make().eval()
+    ed.reset()
+    if compiler == "eager":
+        fn: Callable[[torch.Tensor], torch.Tensor] = model
+    elif compiler == "torch":
+        import torch._dynamo
+
+        torch._dynamo.reset()
+        fn = torch.compile(model)
+    else:
+        fn = ed.compile(model, backend="inductor", dynamic={"ember": None, "ember-static": False}[compiler])
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for i in range(steps):
+            fn(xs[i % SHAPES])
+    return (time.perf_counter() - t0) / steps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--torch", action="store_true", help="also time torch.compile (inductor)")
+    ap.add_argument("--workloads", default=",".join(w.name for w in WORKLOADS))
+    args = ap.parse_args()
+    chosen = [w for w in WORKLOADS if w.name in args.workloads.split(",")]
+    print(f"load: {os.getloadavg()}")
+    print("| workload | compiles/20 shapes ember | torch.compile | static us/call | symbolic us/call "
+          "| symbolic/static |")
+    print("|---|---|---|---|---|---|")
+    for w in chosen:
+        e, t = compiles(w)
+        s, d = kernel_ratio(w, args.reps)
+        print(f"| {w.name} | {e} | {t} | {s * 1e6:.0f} | {d * 1e6:.0f} | {d / s:.2f} |", flush=True)
+    compilers = ["eager", "ember", "ember-static"] + (["torch"] if args.torch else [])
+    print(f"\namortized ms/step over {args.steps} steps from cold (shape changes every step)")
+    print("| workload | " + " | ".join(compilers) + " |")
+    print("|---|" + "---|" * len(compilers))
+    for w in chosen:
+        row = [amortized(w, args.steps, c) * 1e3 for c in compilers]
+        print(f"| {w.name} | " + " | ".join(f"{v:.2f}" for v in row) + " |", flush=True)
+    print(f"load: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
