@@ -18,9 +18,11 @@ import torch
 import torch.fx
 
 from ember.ir.debug import debug_dir_of, set_debug_dir
+from ember.ir.shape_env import SymNode
 
 from .compile_fx import compile_graph
 from .errors import InductorError
+from .logs import perf_hints
 from .options import InductorOptions, default_cache_dir
 from .torch_options import configure_options
 
@@ -44,6 +46,23 @@ def _graph_compiler(
         return compile_graph(gm, list(example_inputs), options)
 
     return compile_fn
+
+
+def _symbolic(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> bool:
+    """Whether the frontend traced ``gm`` with symbolic sizes (ember's size symbols in its
+    placeholders' example values, or ``SymInt`` inputs): the compiled graph must then
+    serve every size its guards admit, not only the example inputs' sizes."""
+    if any(not isinstance(x, torch.Tensor) for x in example_inputs):
+        return True
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        value = node.meta.get("example_value", node.meta.get("val"))
+        if isinstance(value, torch.Tensor) and any(
+            isinstance(getattr(s, "node", None), SymNode) for s in (*value.shape, *value.stride())
+        ):
+            return True
+    return False
 
 
 def _needs_grad(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> bool:
@@ -116,9 +135,13 @@ def make_backend(
         if mode is not None or options:  # torch.compile(backend=..., mode=..., options=...)
             return configure(mode, options)(gm, example_inputs)
         opts = base
-        symbolic = any(not isinstance(x, torch.Tensor) for x in example_inputs)
-        if _needs_grad(gm, list(example_inputs)) or (symbolic and training is not None):
+        symbolic = _symbolic(gm, list(example_inputs))
+        if _needs_grad(gm, list(example_inputs)) or symbolic:
             if training is None:
+                if symbolic:  # the ATen tracer below traces static sizes only
+                    perf_hints.info("running a graph with symbolic sizes eagerly: "
+                                    "ember.inductor traces them through ember-aotgrad")
+                    return gm.forward
                 raise InductorError(
                     "the inductor backend needs ember-aotgrad to compile graphs that need gradients; "
                     "install ember-inductor[training], or run under torch.no_grad()"
