@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch._dynamo
+import torch._dynamo.testing
 from torch import nn
 
 os.environ.setdefault("EMBER_CACHE_DIR", tempfile.mkdtemp(prefix="ember-bench-dynamic-"))
@@ -62,9 +64,6 @@ def inputs(w: Workload) -> list[torch.Tensor]:
 
 
 def compiles(w: Workload) -> tuple[int, int]:
-    import torch._dynamo
-    import torch._dynamo.testing
-
     xs = inputs(w)
     model = w.make().eval()
     ed.reset()
@@ -112,8 +111,6 @@ def amortized(w: Workload, steps: int, compiler: str) -> float:
     if compiler == "eager":
         fn: Callable[[torch.Tensor], torch.Tensor] = model
     elif compiler == "torch":
-        import torch._dynamo
-
         torch._dynamo.reset()
         fn = torch.compile(model)
     else:
@@ -131,9 +128,13 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--torch", action="store_true", help="also time torch.compile (inductor)")
     ap.add_argument("--workloads", default=",".join(w.name for w in WORKLOADS))
+    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: default)")
+    ap.add_argument("--skip-amortized", action="store_true")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     chosen = [w for w in WORKLOADS if w.name in args.workloads.split(",")]
-    print(f"load: {os.getloadavg()}")
+    print(f"load: {os.getloadavg()}, threads: {torch.get_num_threads()}")
     print("| workload | compiles/20 shapes ember | torch.compile | static us/call | symbolic us/call "
           "| symbolic/static |")
     print("|---|---|---|---|---|---|")
@@ -141,6 +142,8 @@ def main() -> None:
         e, t = compiles(w)
         s, d = kernel_ratio(w, args.reps)
         print(f"| {w.name} | {e} | {t} | {s * 1e6:.0f} | {d * 1e6:.0f} | {d / s:.2f} |", flush=True)
+    if args.skip_amortized:
+        return
     compilers = ["eager", "ember", "ember-static"] + (["torch"] if args.torch else [])
     print(f"\namortized ms/step over {args.steps} steps from cold (shape changes every step)")
     print("| workload | " + " | ".join(compilers) + " |")

@@ -34,6 +34,7 @@ import torch.fx as fx
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ember.aotgrad.errors import TraceError
+from ember.ir.shape_env import python_value
 
 if TYPE_CHECKING:
     from ember.aotgrad.partition import Partition
@@ -144,7 +145,7 @@ class _Binder:
     def value(self, value: Any) -> Any:
         expr = expr_of(value)
         if expr is None:
-            return _plain(value)
+            return python_value(value)  # a constant: its expression is a number
         return self.node(expr, type(value))
 
     def node(self, expr: sympy.Basic, kind: type) -> Any:
@@ -220,17 +221,6 @@ class _Binder:
             acc = self.graph.call_function(fn, (acc, self.node(a, kind)))
             self._meta(acc, acc_expr, kind)
         return self.graph.call_function(fn, (acc, self.node(args[-1], kind)))
-
-
-def _plain(value: Any) -> Any:
-    """A constant SymInt (its expression is a number) as a plain Python number."""
-    if isinstance(value, torch.SymBool):
-        return bool(value)
-    if isinstance(value, torch.SymInt):
-        return int(value)
-    if isinstance(value, torch.SymFloat):
-        return float(value)
-    return value
 
 
 def has_symbolic_args(gm: fx.GraphModule) -> bool:

@@ -620,4 +620,17 @@ def symint_expr(value: object) -> Expr | None:
     return None
 
 
-__all__ = ["MIN_SIZE", "ShapeEnv", "ShapeGuard", "SymNode", "size_relation", "symint_expr"]
+def python_value(value: Any) -> Any:
+    """A SymBool/SymInt/SymFloat as a Python number (a symbolic one is specialized to its
+    value, guarded); any other value as it is."""
+    if isinstance(value, torch.SymBool):
+        return bool(value)
+    if isinstance(value, torch.SymInt):
+        return int(value)
+    if isinstance(value, torch.SymFloat):
+        return float(value)
+    return value
+
+
+__all__ = ["MIN_SIZE", "ShapeEnv", "ShapeGuard", "SymNode", "python_value", "size_relation",
+           "symint_expr"]

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.fx
 
+from ember.ir.shape_env import python_value
+
 from ..errors import Unsupported
 from .base import VariableTracker
 from .constant import ConstantVariable
@@ -36,17 +38,6 @@ def is_symbolic(value: object) -> bool:
         return False
     expr = value.node.expr
     return not (getattr(expr, "is_number", False) or expr in (True, False))
-
-
-def concrete(value: Any) -> Any:
-    """``value`` as a Python number, guarding symbolic ones (``int(s0)`` specializes ``s0``)."""
-    if isinstance(value, torch.SymBool):
-        return bool(value)
-    if isinstance(value, torch.SymInt):
-        return int(value)
-    if isinstance(value, torch.SymFloat):
-        return float(value)
-    return value
 
 
 class SymNodeVariable(VariableTracker):
@@ -73,7 +64,7 @@ class SymNodeVariable(VariableTracker):
 
     def as_python_constant(self) -> Any:
         """The value now, specialized: the graph is guarded to this value from here on."""
-        value = concrete(self.example)
+        value = python_value(self.example)  # guards: ``int(s0)`` specializes ``s0``
         log.debug("specializing %s to %r", self.example, value)
         return value
 
@@ -128,4 +119,4 @@ def make_slice(parts: list[VariableTracker]) -> VariableTracker:
     return ConstantVariable(slice(*[p.as_python_constant() for p in parts]))
 
 
-__all__ = ["SYM_TYPES", "SliceVariable", "SymNodeVariable", "concrete", "is_symbolic", "make_slice"]
+__all__ = ["SYM_TYPES", "SliceVariable", "SymNodeVariable", "is_symbolic", "make_slice"]
