@@ -20,6 +20,7 @@ from ember import guards
 from ember.ir import Local
 
 from .bytecode_transform import assemble
+from .bytecode_verify import verify
 from .codegen import PyCodegen
 from .config import DynamoOptions
 from .errors import Unsupported
@@ -151,6 +152,7 @@ def finish(
     output.shapes.env.site = backend_site
     head, graphs = output.call_graph(code, cg, compiler, state.fn_name)
     new_code = assemble(code, head + cg.instrs)
+    verify(new_code)
     guard_set, check_fn = finish_guards(state, output)
     return guarded_code(new_code, check_fn, guard_set, graphs, [], output)
 

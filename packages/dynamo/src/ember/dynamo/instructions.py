@@ -22,10 +22,18 @@ replay_arg = running.replay_arg
 native_stack_effect = running.native_stack_effect
 COND_JUMPS = running.COND_JUMPS
 GRAPH_BREAK_OPCODES = running.GRAPH_BREAK_OPCODES
+NULL_AFTER_CALLABLE = running.NULL_AFTER_CALLABLE
+UNCHECKED_LOAD_FAST = running.UNCHECKED_LOAD_FAST
+EXACT_BOOL_JUMPS = running.EXACT_BOOL_JUMPS
+COMPARE_TO_BOOL = running.COMPARE_TO_BOOL
 
 __all__ = [
+    "COMPARE_TO_BOOL",
     "COND_JUMPS",
+    "EXACT_BOOL_JUMPS",
     "GRAPH_BREAK_OPCODES",
+    "NULL_AFTER_CALLABLE",
+    "UNCHECKED_LOAD_FAST",
     "VersionInstructions",
     "emit_call",
     "load_attr_arg",

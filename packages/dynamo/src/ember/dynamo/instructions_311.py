@@ -145,6 +145,18 @@ COND_JUMPS: dict[str, str] = {
     "POP_JUMP_BACKWARD_IF_TRUE": "POP_JUMP_FORWARD_IF_TRUE",
 }
 
+# -- what any code object must respect on this version (``bytecode_verify``) --------------
+
+#: ``CALL`` takes ``[NULL or callable, callable or self, args...]``: the NULL a
+#: ``LOAD_GLOBAL``/``LOAD_ATTR`` pushes for a call goes *below* the callable.
+NULL_AFTER_CALLABLE = False
+#: ``LOAD_FAST`` itself checks that the local is bound.
+UNCHECKED_LOAD_FAST = False
+#: Conditional jumps and ``UNARY_NOT`` take any object (they call ``bool()``).
+EXACT_BOOL_JUMPS = False
+#: The ``COMPARE_OP`` argument bit that makes its result an exact bool (0: none).
+COMPARE_TO_BOOL = 0
+
 # -- which opcodes are not traced, and why -------------------------------------------------
 
 _GENERATORS = "generators and coroutines are not traced"

@@ -178,6 +178,15 @@ COND_JUMPS: dict[str, str] = {
     "POP_JUMP_IF_TRUE": "POP_JUMP_IF_TRUE",
 }
 
+# -- what any code object must respect on this version (``bytecode_verify``) --------------
+
+NULL_AFTER_CALLABLE = previous.NULL_AFTER_CALLABLE
+#: ``LOAD_FAST`` reads the local unchecked (a NULL crashes); the compiler emits
+#: ``LOAD_FAST_CHECK`` where a local may be unbound.
+UNCHECKED_LOAD_FAST = True
+EXACT_BOOL_JUMPS = previous.EXACT_BOOL_JUMPS
+COMPARE_TO_BOOL = previous.COMPARE_TO_BOOL
+
 # -- which opcodes are not traced, and why -------------------------------------------------
 
 _REMOVED_IN_312 = ("ASYNC_GEN_WRAP", "IMPORT_STAR", "LOAD_CLASSDEREF", "PREP_RERAISE_STAR", "PRINT_EXPR")

@@ -23,6 +23,16 @@ replay_arg = previous.replay_arg
 native_stack_effect = previous.native_stack_effect
 COND_JUMPS = previous.COND_JUMPS
 
+#: ``CALL`` takes ``[callable, self or NULL, args...]``: the NULL goes *after*
+#: the callable (``LOAD_GLOBAL``/``LOAD_ATTR`` with the low bit push it there).
+NULL_AFTER_CALLABLE = True
+UNCHECKED_LOAD_FAST = previous.UNCHECKED_LOAD_FAST
+#: ``POP_JUMP_IF_TRUE/FALSE`` and ``UNARY_NOT`` want an exact bool (a release
+#: build does not check: any other object reads as false), so the compiler
+#: puts ``TO_BOOL`` (or a ``COMPARE_OP`` with this bit) before them.
+EXACT_BOOL_JUMPS = True
+COMPARE_TO_BOOL = 16
+
 
 class VersionInstructions(previous.VersionInstructions):
     """Handlers whose meaning is specific to 3.13 (mixed in before ``CommonInstructions``)."""

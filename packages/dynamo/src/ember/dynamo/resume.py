@@ -183,6 +183,27 @@ def exact_handler_depths(orig: types.CodeType, bc: Bytecode) -> bool:
     return True
 
 
+READS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "DELETE_FAST"})
+
+
+def local_access(inst: dis.Instruction) -> tuple[set[str], set[str]]:
+    """The fast locals ``inst`` reads (before it writes any) and writes. The
+    3.13 superinstructions name two locals (``argval`` is a pair)."""
+    name = inst.opname
+    if name in READS:
+        return {inst.argval}, set()
+    if name == "STORE_FAST":
+        return set(), {inst.argval}
+    if name == "LOAD_FAST_LOAD_FAST":
+        return set(inst.argval), set()
+    if name == "STORE_FAST_STORE_FAST":
+        return set(), set(inst.argval)
+    if name == "STORE_FAST_LOAD_FAST":  # stores the first, then loads the second
+        stored, loaded = inst.argval
+        return ({loaded} if loaded != stored else set()), {stored}
+    return set(), set()
+
+
 def live_locals(code: types.CodeType, offsets: list[int]) -> set[str]:
     """Locals that may be read, before being written, from any of ``offsets``."""
     insts = real_instructions(code)
@@ -212,9 +233,9 @@ def live_locals(code: types.CodeType, offsets: list[int]) -> set[str]:
     uses: list[set[str]] = []
     defs: list[set[str]] = []
     for inst in insts:
-        reads = inst.opname in ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "DELETE_FAST")
-        uses.append({inst.argval} if reads else set())
-        defs.append({inst.argval} if inst.opname == "STORE_FAST" else set())
+        read, written = local_access(inst)
+        uses.append(read)
+        defs.append(written)
     succ = [successors(i) for i in range(len(insts))]
     live_in: list[set[str]] = [set() for _ in insts]
     changed = True

@@ -22,6 +22,7 @@ from bytecode import Instr, Label
 from bytecode.instr import CellVar, FreeVar
 
 from .bytecode_transform import arg, assemble
+from .bytecode_verify import verify
 from .codegen import PyCodegen
 from .errors import Unsupported
 from .frame import CapturedGraph, CompilerFn, FrameHooks
@@ -146,6 +147,7 @@ def compile_break(
         rcode, rname = hooks.resume_codes.resume_code(
             orig, orig_offset, stack_after, tuple(live), iter_slots, null_slots
         )
+        verify(rcode)
         # (re)installed on every split: the wrapper belongs to the runtime
         # (backend, cache table) that is capturing now
         cg.emit("BUILD_TUPLE", stack_after)
@@ -188,7 +190,9 @@ def compile_break(
         call_resume(targets[0])
 
     head, graphs = tx.output.call_graph(code, cg, compiler, fn_name)
-    return BreakResult(assemble(code, head + cg.instrs), graphs)
+    new_code = assemble(code, head + cg.instrs)
+    verify(new_code)
+    return BreakResult(new_code, graphs)
 
 
 #: Opcodes whose ``bytecode`` library argument is the raw integer.
