@@ -114,6 +114,39 @@ def test_nested_blocks_use_the_innermost_backend() -> None:
     assert (a.frame_count, b.frame_count) == (1, 1)
 
 
+def test_captured_frames_at_every_stack_depth() -> None:
+    """A frame the hook replaces is disposed of by the hook on 3.12+ (the
+    default evaluator would pop it); at some depth it is the first frame of
+    a new data-stack chunk, which must be freed and unlinked exactly."""
+
+    def descend(n: int, x: torch.Tensor) -> torch.Tensor:
+        a, b, c, d, e, f, g, h, i, j, k, m = (n,) * 12  # a bigger frame per level
+        if n == 0:
+            return cos_sin(x, x)
+        return descend(n - 1, x) + 0 * (a + b + c + d + e + f + g + h + i + j + k + m)
+
+    frame_hook.mark_skip(descend.__code__)  # the hook runs these frames as they are
+
+    cnt = CompileCounter()
+    x = torch.randn(4)
+    want = torch.cos(x) + torch.sin(x)
+    with ember.dynamo.optimize(cnt):
+        for depth in range(400):
+            torch.testing.assert_close(descend(depth, x), want)
+    assert cnt.frame_count == 1
+
+
+def test_a_failing_capture_disposes_of_the_frame() -> None:
+    def fails(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> object:
+        raise RuntimeError("backend exploded")
+
+    x = torch.randn(4)
+    for _ in range(3):
+        with pytest.raises(Exception, match="backend exploded"), ember.dynamo.optimize(fails):
+            cos_sin(x, x)
+    torch.testing.assert_close(cos_sin(x, x), torch.cos(x) + torch.sin(x))
+
+
 def test_generators_run_normally() -> None:
     def gen(n: int) -> Iterator[int]:
         yield from range(n)
@@ -134,7 +167,7 @@ def test_unavailable_hook_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(frame_hook, "load", lambda: None)
     monkeypatch.setattr(frame_hook, "unavailable", lambda: "RuntimeError: no compiler")
     with (
-        pytest.raises(TypeError, match="no compiler.*decorate the function instead"),
+        pytest.raises(TypeError, match="cannot capture the functions called inside the block.*no compiler.*Compile the function instead"),
         ember.dynamo.optimize("eager"),
     ):
         pass

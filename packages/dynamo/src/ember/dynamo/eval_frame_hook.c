@@ -1,4 +1,4 @@
-/* PEP 523 frame hook for ember.dynamo (CPython 3.11 only).
+/* PEP 523 frame hook for ember.dynamo (CPython 3.11, 3.12, 3.13).
  *
  * While a callback is installed, every call of a Python function whose code
  * is not marked "skip" asks the callback first:
@@ -9,20 +9,83 @@
  * them (positional, keyword-only, *args tuple, **kwargs dict; defaults
  * applied). ``runner()`` is called and its result returned to the caller
  * in place of running the frame; SKIP runs the frame as usual. While the
- * callback itself runs, no frame is intercepted. In 3.11 the caller of the eval
- * function (_PyEval_Vector) clears and pops the frame afterwards, so a frame
- * we do not evaluate needs no cleanup here. Generators, coroutines, class
- * bodies and module code always run as usual.
+ * callback itself runs, no frame is intercepted. Generators, coroutines,
+ * class bodies and module code always run as usual.
  *
- * Built at runtime by eval_frame_hook.py with the system C compiler.
+ * What differs per version is kept to the macros below: where the frame
+ * keeps its code and function, and who disposes of a frame the hook does not
+ * evaluate. On 3.11 the caller (_PyEval_Vector) clears and pops it after the
+ * eval function returns. From 3.12 the eval function owns it (the default
+ * one clears and pops the frame when it returns), so discard_frame() does
+ * that for a frame replaced by a runner: the frame never ran, so it holds
+ * only its locals (the bound arguments), its function and its code, and it
+ * was never linked into the thread's frame chain.
+ *
+ * Built at runtime by frame_hook.py with the system C compiler.
  */
 #define PY_SSIZE_T_CLEAN
 #define Py_BUILD_CORE 1
 #include <Python.h>
 #include <internal/pycore_frame.h>
 
-#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030C0000
-#error "ember's frame hook supports CPython 3.11 only"
+#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030E0000
+#error "ember's frame hook supports CPython 3.11 to 3.13"
+#endif
+
+#if PY_VERSION_HEX >= 0x030D0000
+#define FRAME_CODE(f) ((PyCodeObject *)(f)->f_executable)
+#define FRAME_FUNC(f) ((f)->f_funcobj)
+#elif PY_VERSION_HEX >= 0x030C0000
+#define FRAME_CODE(f) ((f)->f_code)
+#define FRAME_FUNC(f) ((f)->f_funcobj)
+#else
+#define FRAME_CODE(f) ((f)->f_code)
+#define FRAME_FUNC(f) ((PyObject *)(f)->f_func)
+#endif
+
+#if PY_VERSION_HEX >= 0x030C0000
+#define EVAL_FUNCTION_OWNS_FRAME 1
+
+#if PY_VERSION_HEX < 0x030D0000
+/* _PyThreadState_PopFrame, which 3.12 does not export (3.13 does). */
+static void
+pop_frame(PyThreadState *tstate, struct _PyInterpreterFrame *frame)
+{
+    PyObject **base = (PyObject **)frame;
+    _PyStackChunk *chunk = tstate->datastack_chunk;
+    if (base == &chunk->data[0]) {
+        /* the frame opened this chunk: free it (CPython never pops the root chunk) */
+        _PyStackChunk *previous = chunk->previous;
+        tstate->datastack_top = &previous->data[previous->top];
+        tstate->datastack_chunk = previous;
+        tstate->datastack_limit = (PyObject **)(((char *)previous) + previous->size);
+        PyObjectArenaAllocator arena;
+        PyObject_GetArenaAllocator(&arena);  /* what allocated the chunk */
+        arena.free(arena.ctx, chunk, chunk->size);
+    }
+    else {
+        tstate->datastack_top = base;
+    }
+}
+#else
+#define pop_frame _PyThreadState_PopFrame
+#endif
+
+static void
+discard_frame(PyThreadState *tstate, struct _PyInterpreterFrame *frame)
+{
+    PyCodeObject *code = FRAME_CODE(frame);
+    for (int i = 0; i < frame->stacktop; i++) {
+        Py_CLEAR(frame->localsplus[i]);
+    }
+    frame->stacktop = 0;
+    Py_CLEAR(frame->f_locals);
+    Py_DECREF(frame->f_funcobj);
+    Py_DECREF(code);
+    pop_frame(tstate, frame);
+}
+#else
+#define EVAL_FUNCTION_OWNS_FRAME 0
 #endif
 
 static PyObject *callback = NULL;   /* strong reference, or NULL when off */
@@ -40,8 +103,9 @@ static PyObject *
 ember_eval_frame(PyThreadState *tstate, struct _PyInterpreterFrame *frame, int throwflag)
 {
     PyObject *cb = callback;
-    PyCodeObject *code = frame->f_code;
-    if (cb == NULL || in_callback || throwflag || frame->f_func == NULL
+    PyCodeObject *code = FRAME_CODE(frame);
+    if (cb == NULL || in_callback || throwflag || FRAME_FUNC(frame) == NULL
+        || frame->frame_obj != NULL || !PyCode_Check(code)
         || !(code->co_flags & CO_OPTIMIZED) || (code->co_flags & UNCAPTURED_FLAGS)) {
         return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
     }
@@ -58,6 +122,9 @@ ember_eval_frame(PyThreadState *tstate, struct _PyInterpreterFrame *frame, int t
         + ((code->co_flags & CO_VARKEYWORDS) ? 1 : 0);
     PyObject *args = PyTuple_New(nargs);
     if (args == NULL) {
+#if EVAL_FUNCTION_OWNS_FRAME
+        discard_frame(tstate, frame);
+#endif
         return NULL;
     }
     for (int i = 0; i < nargs; i++) {
@@ -71,18 +138,24 @@ ember_eval_frame(PyThreadState *tstate, struct _PyInterpreterFrame *frame, int t
     /* Deciding (cache lookup, capture, the backend compile) runs with the hook
      * off; running what was decided runs with it on, so frames the transformed
      * code calls (resume functions, callees at graph breaks) are captured too. */
+    PyObject *func = FRAME_FUNC(frame);
     Py_INCREF(cb);
+    Py_INCREF(func);
     in_callback = 1;
-    PyObject *runner = PyObject_CallFunctionObjArgs(cb, (PyObject *)frame->f_func, args, NULL);
+    PyObject *runner = PyObject_CallFunctionObjArgs(cb, func, args, NULL);
     in_callback = 0;
+    Py_DECREF(func);
     Py_DECREF(cb);
     Py_DECREF(args);
-    if (runner == NULL) {
-        return NULL;  /* the exception propagates to the caller */
-    }
     if (runner == skip_sentinel) {
         Py_DECREF(runner);
         return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+    }
+#if EVAL_FUNCTION_OWNS_FRAME
+    discard_frame(tstate, frame);
+#endif
+    if (runner == NULL) {
+        return NULL;  /* the exception propagates to the caller */
     }
     PyObject *result = PyObject_CallNoArgs(runner);
     Py_DECREF(runner);
@@ -162,7 +235,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "ember_eval_frame_hook", NULL, -1, methods,
+    PyModuleDef_HEAD_INIT, "ember_eval_frame_hook", NULL, -1, methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC

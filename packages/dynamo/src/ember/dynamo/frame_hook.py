@@ -10,8 +10,8 @@ module only builds the extension and switches it.
 The extension is compiled on first use with the system C compiler and
 cached (``EMBER_CACHE_DIR``, default ``~/.cache/ember``), keyed by a hash of
 its source and the Python build, then imported into ``sys.modules`` under
-``ember_eval_frame_hook``. It supports CPython 3.11; elsewhere (or without a
-compiler) :func:`load` returns ``None`` and :func:`unavailable` says why,
+``ember_eval_frame_hook``. It supports CPython 3.11 to 3.13; elsewhere (or
+without a compiler) :func:`load` returns ``None`` and :func:`unavailable` says why,
 and the function-level path keeps working.
 """
 
@@ -38,6 +38,9 @@ log = get_logger("dynamo")
 _SOURCE = Path(__file__).with_name("eval_frame_hook.c")
 _MODULE_NAME = "ember_eval_frame_hook"
 
+#: The CPython versions whose frame layout ``eval_frame_hook.c`` knows.
+SUPPORTED = ((3, 11), (3, 12), (3, 13))
+
 #: ``callback(func, bound_args) -> runner | module.SKIP``
 FrameCallback = Callable[[types.FunctionType, tuple[Any, ...]], Any]
 
@@ -48,8 +51,11 @@ def _cache_dir() -> Path:
 
 
 def _build() -> types.ModuleType:
-    if sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 11):
-        raise RuntimeError(f"the PEP 523 hook supports CPython 3.11 only, this is {sys.version.split()[0]}")
+    if sys.implementation.name != "cpython" or sys.version_info[:2] not in SUPPORTED:
+        raise RuntimeError(
+            f"the PEP 523 hook supports CPython 3.11 to 3.13 (the frame layout it reads), "
+            f"this is {sys.implementation.name} {sys.version.split()[0]}"
+        )
     source = _SOURCE.read_bytes()
     key = hashlib.sha256(source + sys.version.encode() + sys.executable.encode()).hexdigest()[:16]
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]

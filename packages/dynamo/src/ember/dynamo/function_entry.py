@@ -85,9 +85,11 @@ class RuntimeState:
         """Start capturing every user frame with ``runtime`` (``with optimize():``)."""
         if frame_hook.load() is None:
             raise TypeError(
-                "`with ember.dynamo.optimize(...):` needs the PEP 523 frame hook, which is "
-                f"unavailable here ({frame_hook.unavailable()}); decorate the function instead: "
-                "fn = ember.dynamo.optimize(backend)(fn)"
+                "`with ember.dynamo.optimize(...):` cannot capture the functions called inside "
+                "the block here: that needs ember's PEP 523 frame hook, which is unavailable "
+                f"({frame_hook.unavailable()}). Compile the function instead, which works on "
+                "every supported Python: fn = ember.dynamo.optimize(backend)(fn) or "
+                "ember.dynamo.compile(fn)"
             )
         self.hook_runtimes.append(runtime)
         frame_hook.install(self.on_frame)
