@@ -20,7 +20,7 @@ from bytecode.instr import CellVar, FreeVar
 from ember.ir import Attr, Global, Item, Local, Source
 
 from .errors import Unsupported
-from .instructions import emit_call, load_attr_arg
+from .instructions import NULL_AFTER_CALLABLE, SET_FUNCTION_ATTRIBUTE, emit_call, load_attr_arg
 
 if TYPE_CHECKING:
     from .variables.base import VariableTracker
@@ -97,9 +97,37 @@ class PyCodegen:
     def push_null(self) -> None:
         self.emit("PUSH_NULL")
 
+    def load_closure(self, name: str) -> None:
+        """Push the cell object of this frame's cell or free variable ``name``
+        (3.13 spells ``LOAD_CLOSURE`` as ``LOAD_FAST`` of the cell's slot)."""
+        ref = CellVar(name) if name in self.cellvars else FreeVar(name)
+        self.emit("LOAD_FAST" if SET_FUNCTION_ATTRIBUTE else "LOAD_CLOSURE", ref)
+
+    def before_callable(self) -> None:
+        """Emitted before loading a callable for :meth:`call`: its NULL on 3.11/3.12."""
+        if not NULL_AFTER_CALLABLE:
+            self.emit("PUSH_NULL")
+
+    def after_callable(self) -> None:
+        """Emitted after loading a callable for :meth:`call`: its NULL on 3.13+."""
+        if NULL_AFTER_CALLABLE:
+            self.emit("PUSH_NULL")
+
+    def make_function(self, flags: int) -> None:
+        """``MAKE_FUNCTION`` of the code object on top, with the attributes
+        ``flags`` names below it (in ``MAKE_FUNCTION``'s order)."""
+        if not SET_FUNCTION_ATTRIBUTE:
+            self.emit("MAKE_FUNCTION", flags)
+            return
+        self.emit("MAKE_FUNCTION")
+        for flag in (0x08, 0x04, 0x02, 0x01):
+            if flags & flag:
+                self.emit("SET_FUNCTION_ATTRIBUTE", flag)
+
     def call(self, nargs: int, kw_names: tuple[str, ...] = ()) -> None:
-        """Call with ``[NULL, callable, *args]`` on the stack (``kw_names``: the
-        names of the last ``len(kw_names)`` arguments)."""
+        """Call with the callable (between :meth:`before_callable` and
+        :meth:`after_callable`) and the arguments on the stack (``kw_names``:
+        the names of the last ``len(kw_names)`` arguments)."""
         emit_call(self, nargs, kw_names)
 
     def pop_top(self) -> None:
@@ -192,9 +220,10 @@ class PyCodegen:
         return name
 
     def call_method_on_local(self, obj: str, method: str, args: list[str]) -> None:
-        self.push_null()
+        self.before_callable()
         self.load_local(obj)
         self.load_attr(method)
+        self.after_callable()
         for a in args:
             self.load_local(a)
         self.call(len(args))

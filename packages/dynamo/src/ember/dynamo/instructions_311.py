@@ -156,6 +156,8 @@ UNCHECKED_LOAD_FAST = False
 EXACT_BOOL_JUMPS = False
 #: The ``COMPARE_OP`` argument bit that makes its result an exact bool (0: none).
 COMPARE_TO_BOOL = 0
+#: ``MAKE_FUNCTION`` takes no flags; ``SET_FUNCTION_ATTRIBUTE`` sets each attribute.
+SET_FUNCTION_ATTRIBUTE = False
 
 # -- which opcodes are not traced, and why -------------------------------------------------
 

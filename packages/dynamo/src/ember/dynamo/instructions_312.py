@@ -3,7 +3,7 @@
 3.12 dropped PRECALL, folded LOAD_METHOD into LOAD_ATTR (low bit of the
 argument), renamed the conditional jumps, inlined comprehensions
 (LOAD_FAST_AND_CLEAR) and added RETURN_CONST, BINARY_SLICE, STORE_SLICE,
-END_FOR and CALL_INTRINSIC_1. The parts of this module are described in
+END_FOR, CALL_INTRINSIC_1 and LOAD_SUPER_ATTR (``super().name``). The parts of this module are described in
 ``instructions_311``.
 """
 
@@ -17,7 +17,10 @@ from bytecode import Compare
 from . import instructions_311 as previous
 from .bytecode_transform import arg
 from .errors import Unsupported
+from .variables.base import VariableTracker
+from .variables.classes import SuperVariable
 from .variables.constant import ConstantVariable
+from .variables.lazy import LazyVariable
 from .variables.lists import ListIteratorVariable, TupleVariable
 from .variables.misc import BoundCallVariable, NullVariable
 
@@ -39,16 +42,35 @@ class VersionInstructions(Handlers):
     def global_pushes_null(self, inst: Inst) -> bool:
         return bool(arg(inst) & 1)
 
+    def push_for_call(self, callee: VariableTracker) -> None:
+        """What a method load pushes for ``CALL``: ``[NULL, callee]``."""
+        self.push(NullVariable())
+        self.push(callee)
+
     def LOAD_ATTR(self, inst: Inst) -> None:
         obj = self.pop()
         if arg(inst) & 1:
-            self.push(NullVariable())
-            self.push(BoundCallVariable(obj, inst.argval))
+            self.push_for_call(BoundCallVariable(obj, inst.argval))
         else:
             self.push(self.getattr_deferred(obj, inst.argval))
 
     def LOAD_SUPER_ATTR(self, inst: Inst) -> None:
-        raise Unsupported("`super()` inside a compiled region")
+        """``super().name`` (and ``super(cls, obj).name``): ``[super, cls, obj]``
+        on the stack; the low bit of the argument loads a method for a call."""
+        obj = self.pop()
+        cls = self.pop()
+        global_super = self.pop()
+        if not (global_super.is_python_constant() and global_super.as_python_constant() is super):
+            raise Unsupported(f"`super()` where `super` is {global_super.describe()}")
+        if not cls.is_python_constant() or not isinstance(cls.as_python_constant(), type):
+            raise Unsupported(f"`super()` over the class {cls.describe()}")
+        if isinstance(obj, LazyVariable):
+            obj = obj.realize(self)
+        attr = SuperVariable(cls.as_python_constant(), obj).var_getattr(self, inst.argval)
+        if arg(inst) & 1:
+            self.push_for_call(attr)
+        else:
+            self.push(attr)
 
     def CALL(self, inst: Inst) -> None:
         self.call_n(arg(inst))
@@ -186,6 +208,7 @@ NULL_AFTER_CALLABLE = previous.NULL_AFTER_CALLABLE
 UNCHECKED_LOAD_FAST = True
 EXACT_BOOL_JUMPS = previous.EXACT_BOOL_JUMPS
 COMPARE_TO_BOOL = previous.COMPARE_TO_BOOL
+SET_FUNCTION_ATTRIBUTE = previous.SET_FUNCTION_ATTRIBUTE
 
 # -- which opcodes are not traced, and why -------------------------------------------------
 

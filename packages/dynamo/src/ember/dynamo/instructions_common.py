@@ -353,20 +353,29 @@ class CommonInstructions(TranslatorCore):
 
     # --- functions ----------------------------------------------------------------------------------
     def MAKE_FUNCTION(self, inst: Inst) -> None:
+        """3.11 and 3.12: the attributes the flags name sit below the code object
+        (3.13 sets them with ``SET_FUNCTION_ATTRIBUTE``)."""
         flags = arg(inst) or 0
         code_var = self.pop()
+        attrs = {flag: self.pop() for flag in (0x08, 0x04, 0x02, 0x01) if flags & flag}
+        self.push(self.make_nested_function(code_var, attrs))
+
+    def make_nested_function(
+        self, code_var: VariableTracker, attrs: dict[int, VariableTracker]
+    ) -> NestedFunctionVariable:
+        """A function of ``code_var``; ``attrs`` by ``MAKE_FUNCTION`` flag: 0x01
+        defaults, 0x02 keyword-only defaults, 0x04 annotations (dropped), 0x08
+        the closure."""
         code = code_var.as_python_constant()
         qualname = code.co_qualname if hasattr(code, "co_qualname") else code.co_name
-        closure = self.pop() if flags & 0x08 else None
-        if flags & 0x04:
-            self.pop()  # annotations
-        kwdefaults = self.pop() if flags & 0x02 else None
-        defaults = self.pop() if flags & 0x01 else None
+        closure = attrs.get(0x08)
+        kwdefaults = attrs.get(0x02)
+        defaults = attrs.get(0x01)
         cells: list[CellVariable] = []
         if closure is not None:
             assert isinstance(closure, TupleVariable)
             cells = [c for c in closure.items if isinstance(c, CellVariable)]
-        fn = NestedFunctionVariable(
+        return NestedFunctionVariable(
             code,
             self.f_globals,
             qualname,
@@ -374,10 +383,10 @@ class CommonInstructions(TranslatorCore):
             dict(kwdefaults.items) if isinstance(kwdefaults, DictVariable) else {},
             cells,
         )
-        self.push(fn)
 
     def call_n(self, nargs: int) -> None:
-        """CALL with ``[NULL|callable, callable|self, *args]`` (3.11 and 3.12)."""
+        """CALL with ``[NULL|callable, callable|self, *args]`` (3.11 and 3.12)
+        or ``[callable, self|NULL, *args]`` (3.13)."""
         kw_names = self.kw_names
         self.kw_names = ()
         args = self.popn(nargs)
@@ -385,6 +394,8 @@ class CommonInstructions(TranslatorCore):
         first = self.pop()
         if isinstance(first, NullVariable):
             fn = second
+        elif isinstance(second, NullVariable):
+            fn = first
         else:
             fn = first
             args = [second, *args]
@@ -398,9 +409,13 @@ class CommonInstructions(TranslatorCore):
     def CALL_FUNCTION_EX(self, inst: Inst) -> None:
         kwargs_var = self.pop() if arg(inst) & 1 else None
         args_var = self.pop()
-        fn = self.pop()
-        if self.stack and isinstance(self.stack[-1], NullVariable):
+        if isinstance(self.stack[-1], NullVariable):  # 3.13: [callable, NULL, args]
             self.pop()
+            fn = self.pop()
+        else:  # 3.11, 3.12: [NULL, callable, args]
+            fn = self.pop()
+            if self.stack and isinstance(self.stack[-1], NullVariable):
+                self.pop()
         args = args_var.unpack(self)
         kwargs: dict[str, VariableTracker] = {}
         if kwargs_var is not None:

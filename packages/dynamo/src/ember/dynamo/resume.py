@@ -124,6 +124,9 @@ def resume_code(
             if isinstance(item.arg, CellVar):
                 # the frame's cells arrive as part of the resume function's closure
                 item = Instr(item.name, FreeVar(item.arg.name), location=item.location)
+            elif item.name == "LOAD_FAST" and isinstance(item.arg, str) and item.arg in orig.co_cellvars:
+                # 3.13's LOAD_CLOSURE of a cell that is also an argument
+                item = Instr(item.name, FreeVar(item.arg), location=item.location)
         body.append(item)
     closure_names = list(orig.co_freevars) + list(orig.co_cellvars)
     stack_names = tuple(f"___stack{i}" for i in range(nstack))

@@ -19,14 +19,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bytecode import Instr, Label
-from bytecode.instr import CellVar, FreeVar
+from bytecode.instr import CellVar
 
 from .bytecode_transform import arg, assemble
 from .bytecode_verify import verify
 from .codegen import PyCodegen
 from .errors import Unsupported
 from .frame import CapturedGraph, CompilerFn, FrameHooks
-from .instructions import COND_JUMPS, native_stack_effect, replay_arg
+from .instructions import (
+    COND_JUMPS,
+    EXACT_BOOL_JUMPS,
+    NULL_AFTER_CALLABLE,
+    native_stack_effect,
+    replay_arg,
+)
 from .resume import live_locals
 from .trace_rules import is_frame_disabled
 from .variables.base import VariableTracker
@@ -48,6 +54,7 @@ REPLAYABLE = {
     "IS_OP", "UNARY_NOT", "UNARY_NEGATIVE", "UNARY_INVERT", "UNARY_POSITIVE",
     "FORMAT_VALUE", "BUILD_STRING", "GET_ITER", "UNPACK_SEQUENCE", "UNPACK_EX",
     "IMPORT_NAME", "IMPORT_FROM", "STORE_GLOBAL", "BINARY_SLICE", "STORE_SLICE",
+    "CALL_KW", "CONVERT_VALUE", "FORMAT_SIMPLE", "FORMAT_WITH_SPEC", "TO_BOOL",
 }
 
 
@@ -154,17 +161,17 @@ def compile_break(
         if code.co_freevars or code.co_cellvars:
             # A closure: the resume function shares this frame's cells, so
             # it is made (and handed to the runtime) on each call.
-            cg.push_null()
-            cg.push_null()
+            cg.before_callable()  # of the resume function's own call
+            cg.before_callable()
             cg.load_const(hooks.wrap_function)
-            for name in code.co_freevars:
-                cg.emit("LOAD_CLOSURE", FreeVar(name))
-            for name in code.co_cellvars:
-                cg.emit("LOAD_CLOSURE", CellVar(name))
+            cg.after_callable()
+            for name in code.co_freevars + code.co_cellvars:
+                cg.load_closure(name)
             cg.emit("BUILD_TUPLE", len(code.co_freevars) + len(code.co_cellvars))
             cg.load_const(rcode)
-            cg.emit("MAKE_FUNCTION", 0x08)
+            cg.make_function(0x08)
             cg.call(1)
+            cg.after_callable()
         else:
             fn = types.FunctionType(rcode, tx.f_globals, rname)
             tx.f_globals[rname] = hooks.wrap_function(fn)
@@ -181,6 +188,8 @@ def compile_break(
     cg.lineno = lineno
     if inst.opname in COND_JUMPS:
         taken = Label()
+        if EXACT_BOOL_JUMPS:
+            cg.emit("TO_BOOL")  # the traced TO_BOOL left the value as it was
         cg.instrs.append(Instr(COND_JUMPS[inst.opname], taken, lineno=lineno))
         call_resume(targets[0])
         cg.instrs.append(taken)  # type: ignore[arg-type]
@@ -207,6 +216,7 @@ CONSUMES = {
     "UNARY_NOT": 1, "UNARY_NEGATIVE": 1, "UNARY_INVERT": 1, "UNARY_POSITIVE": 1,
     "GET_ITER": 1, "UNPACK_SEQUENCE": 1, "UNPACK_EX": 1, "IMPORT_NAME": 2, "STORE_GLOBAL": 1,
     "BINARY_SLICE": 3, "STORE_SLICE": 4,
+    "CONVERT_VALUE": 1, "FORMAT_SIMPLE": 1, "FORMAT_WITH_SPEC": 2, "TO_BOOL": 1,
 }
 
 
@@ -214,6 +224,8 @@ def consumed(inst: dis.Instruction) -> int:
     """Stack entries the instruction pops (0 when unsure: check everything)."""
     if inst.opname == "CALL":
         return arg(inst) + 2
+    if inst.opname == "CALL_KW":
+        return arg(inst) + 3
     if inst.opname == "CALL_FUNCTION_EX":
         return 4 if arg(inst) & 1 else 3
     if inst.opname in COND_JUMPS:
@@ -240,34 +252,44 @@ def rewrite_call(
     the stack to rebuild and the call's argument count."""
     stack = list(tx.stack)
     if inst.opname == "CALL_FUNCTION_EX":
-        # f(*args, **kwargs): [NULL, f, args(, kwargs)] on 3.11 and 3.12
-        n_in = 3 if (arg(inst) or 0) & 1 else 2
-        if len(stack) < n_in + 1 or not isinstance(stack[-n_in - 1], NullVariable):
+        # f(*args, **kwargs): [NULL, f, args(, kwargs)] on 3.11 and 3.12,
+        # [f, NULL, args(, kwargs)] on 3.13
+        n_in = 3 if (arg(inst) or 0) & 1 else 2  # the slots above NULL and f together
+        at, null_at = (-n_in - 1, -n_in) if NULL_AFTER_CALLABLE else (-n_in, -n_in - 1)
+        if len(stack) < n_in + 1 or not isinstance(stack[null_at], NullVariable):
             return stack, arg(inst) or 0
-        target = callee_function(tx, stack[-n_in])
+        target = callee_function(tx, stack[at])
         if target is None or target[1] is not None:
             return stack, arg(inst) or 0
-        stack[-n_in] = CalleeThroughRuntime(stack[-n_in], hooks.wrap_function)
+        stack[at] = CalleeThroughRuntime(stack[at], hooks.wrap_function)
         return stack, arg(inst) or 0
-    if inst.opname != "CALL":
+    if inst.opname not in ("CALL", "CALL_KW"):
         return stack, arg(inst) or 0
     n = arg(inst)
-    first, second = stack[-n - 2], stack[-n - 1]
-    if not isinstance(first, NullVariable):
+    # the arguments, and on 3.13 CALL_KW's tuple of keyword names after them
+    n_top = n + (1 if inst.opname == "CALL_KW" else 0)
+    first, second = stack[-n_top - 2], stack[-n_top - 1]
+    null, callee = (second, first) if NULL_AFTER_CALLABLE else (first, second)
+    if not isinstance(null, NullVariable):
         return stack, n
-    target = callee_function(tx, second)
+    target = callee_function(tx, callee)
     if target is None:
         value = second.value if isinstance(second, ControlFunctionVariable) else None
         if callable(value) and is_frame_disabled(value):
             return [*stack[: -n - 1], ConstantVariable(hooks.run_hooked(value)), *stack[-n:]], n
         return stack, n
     fn, bound_self = target
-    head = stack[: -n - 1]
-    args = stack[len(stack) - n :]
+    head = stack[: -n_top - 2]
+    args = stack[len(stack) - n_top :]
+
+    def call_pair(wrapped: VariableTracker) -> list[VariableTracker]:
+        return [wrapped, null] if NULL_AFTER_CALLABLE else [null, wrapped]
+
     if bound_self is None:
-        return [*head, CalleeThroughRuntime(second, hooks.wrap_function), *args], n
+        return [*head, *call_pair(CalleeThroughRuntime(callee, hooks.wrap_function)), *args], n
     # a function read from the object's class, which its guards pin
-    return [*head, ConstantVariable(hooks.wrap_function(fn)), bound_self, *args], n + 1
+    wrapped = ConstantVariable(hooks.wrap_function(fn))
+    return [*head, *call_pair(wrapped), bound_self, *args], n + 1
 
 
 class CalleeThroughRuntime(VariableTracker):
@@ -282,8 +304,9 @@ class CalleeThroughRuntime(VariableTracker):
         self.wrap = wrap
 
     def reconstruct(self, cg: PyCodegen) -> None:
-        cg.push_null()
+        cg.before_callable()
         cg.load_const(self.wrap)
+        cg.after_callable()
         self.fn.reconstruct(cg)
         cg.call(1)
 
@@ -335,6 +358,11 @@ def replay(
     if inst.opname == "CALL":
         cg.call(call_args, tuple(tx.kw_names))
         return
+    if inst.opname == "CALL_KW":  # 3.13: the names are on the stack already
+        cg.emit("CALL_KW", call_args)
+        return
+    if inst.opname == "UNARY_NOT" and EXACT_BOOL_JUMPS:
+        cg.emit("TO_BOOL")  # the traced TO_BOOL left the value as it was
     value: Any = inst.argval
     if inst.opname in INT_ARG_OPS:
         value = arg(inst)

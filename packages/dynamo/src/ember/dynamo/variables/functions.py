@@ -7,8 +7,6 @@ import inspect
 import types
 from typing import TYPE_CHECKING, Any
 
-from bytecode.instr import CellVar, FreeVar
-
 from ember.ir import Attr, Item, Source
 
 from ..errors import Unsupported
@@ -292,12 +290,11 @@ class NestedFunctionVariable(BaseFunctionVariable):
             flags |= 0x01
         if self.closure:
             for cell in self.closure:
-                ref = CellVar(cell.name) if cell.name in cg.cellvars else FreeVar(cell.name)
-                cg.emit("LOAD_CLOSURE", ref)
+                cg.load_closure(cell.name)
             cg.build(tuple, len(self.closure))
             flags |= 0x08
         cg.load_const(self.code)
-        cg.emit("MAKE_FUNCTION", flags)
+        cg.make_function(flags)
         for name, value in self.attrs.value.items():
             cg.emit("COPY", 1)
             value.reconstruct(cg)

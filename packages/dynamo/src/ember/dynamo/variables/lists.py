@@ -156,8 +156,9 @@ class NamedTupleVariable(TupleVariable):
         return TupleVariable(items)
 
     def reconstruct_items(self, cg: PyCodegen) -> None:
-        cg.push_null()
+        cg.before_callable()
         cg.load_const(self.tuple_type)
+        cg.after_callable()
         super().reconstruct_items(cg)
         if hasattr(self.tuple_type, "_fields"):
             cg.emit("CALL_FUNCTION_EX", 0)
