@@ -25,6 +25,7 @@ from .codegen import PyCodegen
 from .config import DynamoOptions
 from .errors import Unsupported
 from .frame import CapturedGraph, CompilerFn, FrameHooks, FrameState, GraphBreak, GuardedCode
+from .instructions import UNSUPPORTED_PYTHON
 from .mutable import TrailDict
 from .output_graph import OutputGraph
 from .shapes import ShapePolicy
@@ -81,6 +82,8 @@ def convert_frame(
 ) -> GuardedCode:
     """Capture ``state`` into a graph; raise ``Unsupported`` if it cannot."""
     code = state.code
+    if UNSUPPORTED_PYTHON is not None:
+        raise Unsupported(UNSUPPORTED_PYTHON)
     if code.co_flags & UNSUPPORTED_FLAGS:
         raise Unsupported(f"`{code.co_name}` is a generator or coroutine")
     output = OutputGraph(state.f_globals, ShapePolicy(options.dynamic, state.seen_sizes))

@@ -8,6 +8,16 @@ from __future__ import annotations
 
 import sys
 
+#: Why capture refuses to run on this interpreter (``None``: it is supported).
+#: A newer CPython changes the bytecode again; its frames run eagerly, with
+#: this reason logged, until it has its own ``instructions_3xx``.
+UNSUPPORTED_PYTHON: str | None = None
+if sys.implementation.name != "cpython" or not (3, 11) <= sys.version_info[:2] <= (3, 13):
+    UNSUPPORTED_PYTHON = (
+        f"ember.dynamo reads the bytecode of CPython 3.11 to 3.13; this is "
+        f"{sys.implementation.name} {sys.version.split()[0]}"
+    )
+
 if sys.version_info >= (3, 13):
     from . import instructions_313 as running
 elif sys.version_info >= (3, 12):
@@ -29,6 +39,7 @@ COMPARE_TO_BOOL = running.COMPARE_TO_BOOL
 SET_FUNCTION_ATTRIBUTE = running.SET_FUNCTION_ATTRIBUTE
 
 __all__ = [
+    "UNSUPPORTED_PYTHON",
     "COMPARE_TO_BOOL",
     "COND_JUMPS",
     "EXACT_BOOL_JUMPS",

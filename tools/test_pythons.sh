@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The tests that depend on the Python version, on every other CPython ember supports:
+# ember.dynamo's tests (bytecode interpreter, resume functions, generated-code
+# verification, guards, the PEP 523 frame hook) and the integration tests, on 3.12 and
+# 3.13. `bash tools/test.sh` runs everything on 3.11; `.ci/run` runs both scripts.
+#
+# Each version gets its own environment (.venv312, .venv313; tools/setup.sh with
+# PYTHON and EMBER_VENV): torch for these versions comes from the package registry
+# through pip (the CUDA build, which runs on CPU; ~2 minutes the first time).
+# EMBER_PYTHONS picks the versions ("3.12 3.13" by default); an interpreter is found
+# as pythonX.Y on PATH or under ~/.pyenv/versions. A version that cannot be found is
+# an error. Extra arguments go to pytest; slow tests run with EMBER_SLOW=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+find_python() {
+    local v=$1 p
+    if p=$(command -v "python$v" 2>/dev/null); then
+        echo "$p"
+        return 0
+    fi
+    for p in "$HOME"/.pyenv/versions/"$v".*/bin/python; do
+        if [ -x "$p" ]; then
+            echo "$p"
+            return 0
+        fi
+    done
+    return 1
+}
+
+marker="not slow"
+[ "${EMBER_SLOW:-0}" = 1 ] && marker=""
+export TRITON_INTERPRET=1  # as in tools/test.sh (ADR 0012)
+status=0
+for v in ${EMBER_PYTHONS:-3.12 3.13}; do
+    if ! py=$(find_python "$v"); then
+        echo "[test_pythons] no Python $v found (pythonX.Y on PATH or ~/.pyenv/versions/$v.*)" >&2
+        exit 2
+    fi
+    venv=".venv${v/./}"
+    echo "[test_pythons] Python $v ($py) in $venv"
+    PYTHON="$py" EMBER_VENV="$venv" bash tools/setup.sh --no-demo
+    if ! "$venv/bin/python" -m pytest -n "${EMBER_TEST_WORKERS:-2}" -m "$marker" \
+        packages/dynamo/tests integration_tests "$@"; then
+        status=1
+    fi
+done
+exit $status
