@@ -95,7 +95,16 @@ class PyCodegen:
         self.emit("BINARY_SUBSCR")
 
     def push_null(self) -> None:
+        """A NULL stack slot, as it is. For a call, use :meth:`load_callable_const`
+        or :meth:`before_callable` / :meth:`after_callable`: where the NULL goes
+        differs between versions."""
         self.emit("PUSH_NULL")
+
+    def load_callable_const(self, fn: object) -> None:
+        """Load the constant ``fn`` to be called by :meth:`call`."""
+        self.before_callable()
+        self.load_const(fn)
+        self.after_callable()
 
     def load_closure(self, name: str) -> None:
         """Push the cell object of this frame's cell or free variable ``name``

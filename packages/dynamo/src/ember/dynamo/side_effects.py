@@ -164,8 +164,7 @@ class SideEffects:
                 cg.load_local(value_tmp)
                 cg.store_global(name)
         for fn, arg_tmps, kwarg_tmps in calls:
-            cg.push_null()
-            cg.load_const(fn)
+            cg.load_callable_const(fn)
             for tmp in [*arg_tmps, *kwarg_tmps.values()]:
                 cg.load_local(tmp)
             cg.call(len(arg_tmps) + len(kwarg_tmps), tuple(kwarg_tmps))

@@ -365,8 +365,7 @@ class PartialVariable(VariableTracker):
         if self.source is not None:
             cg.load_source(self.source)
             return
-        cg.push_null()
-        cg.load_const(functools.partial)
+        cg.load_callable_const(functools.partial)
         self.fn.reconstruct(cg)
         for a in self.args:
             a.reconstruct(cg)

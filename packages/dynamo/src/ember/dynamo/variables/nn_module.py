@@ -252,8 +252,7 @@ class NewModuleVariable(NNModuleVariable):
 
     def reconstruct(self, cg: PyCodegen) -> None:
         def build() -> None:
-            cg.push_null()
-            cg.load_const(rebuild_module)
+            cg.load_callable_const(rebuild_module)
             cg.load_const(type(self.value))
             cg.load_const(self.args)
             cg.load_const(self.kwargs)

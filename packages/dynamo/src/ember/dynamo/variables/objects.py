@@ -470,8 +470,7 @@ class NewObjectVariable(ObjectVariable):
         cg.reconstruct_once(self, lambda: self._build(cg))
 
     def _build(self, cg: PyCodegen) -> None:
-        cg.push_null()
-        cg.load_const(rebuild_object)
+        cg.load_callable_const(rebuild_object)
         cg.load_const(self.cls)
         cg.load_const(self.dict_base)
         pairs = self.items.items if self.items is not None else {}
@@ -516,8 +515,7 @@ class ExceptionVariable(VariableTracker):
 
     def reconstruct(self, cg: PyCodegen) -> None:
         def build() -> None:
-            cg.push_null()
-            cg.load_const(self.cls)
+            cg.load_callable_const(self.cls)
             for a in self.args:
                 a.reconstruct(cg)
             cg.call(len(self.args))

@@ -141,8 +141,7 @@ class SetVariable(VariableTracker):
 
     def _build(self, cg: PyCodegen) -> None:
         if self.frozen:
-            cg.push_null()
-            cg.load_const(frozenset)
+            cg.load_callable_const(frozenset)
         for v in self.items.values():
             v.reconstruct(cg)
         cg.emit("BUILD_SET", len(self.items))

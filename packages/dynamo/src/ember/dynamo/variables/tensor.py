@@ -139,8 +139,7 @@ class SizeVariable(TupleVariable):
         return SizeVariable(list(items))
 
     def reconstruct_items(self, cg: PyCodegen) -> None:
-        cg.push_null()
-        cg.load_const(torch.Size)
+        cg.load_callable_const(torch.Size)
         super().reconstruct_items(cg)
         cg.call(1)
 
