@@ -119,20 +119,15 @@ class VersionInstructions(previous.VersionInstructions):
 
     # -- f-strings -------------------------------------------------------------------------------
     def CONVERT_VALUE(self, inst: Inst) -> None:
-        value = self.constant_to_format(self.pop())
+        value = self.value_to_format(self.pop())
         self.push(ConstantVariable(CONVERSIONS[arg(inst)](value)))
 
     def FORMAT_SIMPLE(self, inst: Inst) -> None:
-        self.push(ConstantVariable(format(self.constant_to_format(self.pop()), "")))
+        self.push(ConstantVariable(format(self.value_to_format(self.pop()), "")))
 
     def FORMAT_WITH_SPEC(self, inst: Inst) -> None:
         spec = self.pop().as_python_constant()
-        self.push(ConstantVariable(format(self.constant_to_format(self.pop()), spec)))
-
-    def constant_to_format(self, value: Any) -> Any:
-        if not value.is_python_constant():
-            raise Unsupported(f"formatting {value.describe()} into a string")
-        return value.as_python_constant()
+        self.push(ConstantVariable(format(self.value_to_format(self.pop()), spec)))
 
     # -- loops ----------------------------------------------------------------------------------------
     def FOR_ITER(self, inst: Inst) -> None:

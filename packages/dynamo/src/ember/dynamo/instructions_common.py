@@ -209,11 +209,7 @@ class CommonInstructions(TranslatorCore):
     def FORMAT_VALUE(self, inst: Inst) -> None:
         flags = arg(inst) or 0
         spec = self.pop().as_python_constant() if flags & 0x04 else ""
-        value = self.pop()
-        try:
-            v = value.as_python_constant()  # a symbolic size is specialized to its value
-        except NotConstant as e:
-            raise Unsupported(f"formatting {value.describe()} into a string") from e
+        v = self.value_to_format(self.pop())
         conv = flags & 0x03
         if conv == 1:
             v = str(v)
@@ -222,6 +218,13 @@ class CommonInstructions(TranslatorCore):
         elif conv == 3:
             v = ascii(v)
         self.push(ConstantVariable(format(v, spec)))
+
+    def value_to_format(self, value: VariableTracker) -> Any:
+        """The Python value an f-string formats (3.13 splits ``FORMAT_VALUE``)."""
+        try:
+            return value.as_python_constant()  # a symbolic size is specialized to its value
+        except NotConstant as e:
+            raise Unsupported(f"formatting {value.describe()} into a string") from e
 
     def LIST_APPEND(self, inst: Inst) -> None:
         v = self.pop()
