@@ -34,8 +34,11 @@ from . import frame_hook, trace_rules
 from .backends import backend_name, lookup_backend, with_repro_hook
 from .config import OPTION_NAMES, DynamoOptions, config, warn_not_implemented
 from .debug_dir import debug_dir_from_env
+from .distributed import FULLGRAPH_MESSAGE, DDPForward, is_ddp, wrapped_module
+from .errors import Unsupported
 from .frame import CompilerFn, FrameHooks, FrameState, GuardedCode
 from .function_entry import CompiledFunction, CompiledMethod, Runtime, RuntimeState
+from .optimizer import CompiledOptimizerStep, is_optimizer_step
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -173,9 +176,15 @@ def wrap_target(target: Any, runtime: Runtime) -> Any:
     if isinstance(target, OptimizedModule):
         target = target._orig_mod
     if isinstance(target, torch.nn.Module):
+        if is_ddp(target) and runtime.options.fullgraph:
+            raise Unsupported(FULLGRAPH_MESSAGE)
         return OptimizedModule(target, runtime)
     if isinstance(target, CompiledMethod):
         return CompiledMethod(target.__wrapped__, runtime, target.__self__)
+    if isinstance(target, CompiledOptimizerStep):
+        return CompiledOptimizerStep(target.optimizer, runtime.compiler, runtime.options.cache_size_limit)
+    if is_optimizer_step(target):
+        return CompiledOptimizerStep(target.__self__, runtime.compiler, runtime.options.cache_size_limit)
     if isinstance(target, CompiledFunction):
         target = target.__wrapped__
     if getattr(target, "_ember_disabled", False):
@@ -289,6 +298,10 @@ class OptimizedModule(torch.nn.Module):
     over either module's ``parameters()`` update both, and hooks registered
     on either run. Other attribute reads fall through to the original module;
     ``train()``/``eval()`` switch both. ``_orig_mod`` is the original.
+
+    A ``DistributedDataParallel`` module keeps its own forward (buffer
+    broadcast, bucket preparation) running eagerly around its wrapped
+    module's forward, which is the one compiled.
     """
 
     def __init__(self, mod: torch.nn.Module, runtime: Runtime) -> None:
@@ -298,15 +311,17 @@ class OptimizedModule(torch.nn.Module):
                 self.__dict__[key] = mod.__dict__[key]
         self.__dict__["_orig_mod"] = mod
         self.__dict__["training"] = mod.training
-        forward = mod.forward
+        inner = wrapped_module(mod)
+        forward = inner.forward
         if not isinstance(forward, types.MethodType) or not isinstance(
             forward.__func__, types.FunctionType
         ):
             raise TypeError(
-                f"ember.dynamo.compile: {type(mod).__name__}.forward is not a Python method "
+                f"ember.dynamo.compile: {type(inner).__name__}.forward is not a Python method "
                 "and cannot be captured"
             )
-        self.__dict__["forward"] = CompiledMethod(forward.__func__, runtime, mod)
+        compiled = CompiledMethod(forward.__func__, runtime, inner)
+        self.__dict__["forward"] = DDPForward(mod, compiled) if inner is not mod else compiled
 
     def __getattr__(self, name: str) -> Any:
         try:

@@ -42,6 +42,7 @@ from . import frame_hook, trace_rules
 from .cache import CacheTable, CodeCache, RecompileError, first_failure
 from .config import DynamoOptions
 from .debug_dir import frame_folder, name_backend_folder, write_frame
+from .distributed import split_at_ddp_buckets
 from .eager_fallback import compile_or_eager
 from .errors import Unsupported
 from .frame import CompilerFn, ConvertFn, FrameState, GuardedCode
@@ -219,11 +220,13 @@ class Runtime:
         return compile_in_folder
 
     def compiler(self, gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
-        """The backend, timed."""
+        """The backend, timed; inside a DDP forward, once per gradient bucket
+        (``distributed.split_at_ddp_buckets``)."""
         start = time.perf_counter()
         try:
+            backend = split_at_ddp_buckets(self.backend, fullgraph=self.options.fullgraph)
             compiled = compile_or_eager(
-                self.backend,
+                backend,
                 gm,
                 example_inputs,
                 strict=self.options.strict,
