@@ -59,8 +59,6 @@ def test_training_backward_runs_the_compiled_backward_graph(backend: str) -> Non
     assert counter.frame_count == 1
 
 
-@pytest.mark.xfail(strict=True, reason="issue 18: optimizer.step() compiles no graph (ember "
-                   "captures no optimizer step yet)")
 def test_training_optimizer_step_is_captured() -> None:
     # 1.: "The .forward() graph and optimizer.step() is captured by TorchDynamo"
     model = MLP()
@@ -74,9 +72,6 @@ def test_training_optimizer_step_is_captured() -> None:
 # -- Do you support Distributed code? ------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 18: DistributedDataParallel.forward opens a "
-                   "`record_function` block, which ember cannot trace, so the whole forward "
-                   "runs eagerly (0 graphs)")
 def test_ddp_model_is_captured(monkeypatch: pytest.MonkeyPatch) -> None:
     # CPU rendering: one gloo process; the seed's point is that DDP models compile.
     import torch.distributed as dist

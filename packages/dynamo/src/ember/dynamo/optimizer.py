@@ -18,9 +18,9 @@ hyperparameters other than ``lr``) guards the compiled step: a change
 recaptures (up to ``cache_size_limit`` entries, then runs eagerly). ``lr``
 is an input, so schedulers change it without recompiling (ADR 0024).
 
-Steps run eagerly (with the reason logged under ``dynamo``) when a parameter
-with a gradient has no state yet (the first step initializes it), with a
-``closure``, with ``differentiable=True``, or when the step cannot be traced.
+Steps run eagerly (with the reason logged under ``dynamo``) when the recorded
+step would create optimizer state (a first step: Adam's moments, SGD's momentum
+buffers), with a ``closure``, with ``differentiable=True``, or when the step cannot be traced.
 Optimizer step hooks and the profiler label run as in eager, around the
 compiled step.
 """
@@ -61,6 +61,10 @@ _SCALED = ("add", "sub", "addcdiv", "addcmul")
 
 class StepNotTraceable(Exception):
     """The step did something the recorder cannot put in a graph."""
+
+
+class StateInitialization(Exception):
+    """The recorded step created optimizer state: a first step, which runs eagerly."""
 
 
 class _Recorder(TorchFunctionMode):
@@ -254,8 +258,6 @@ class _Plan:
             lr = group.get("lr")
             key.append((_hyper_key(group), isinstance(lr, torch.Tensor), tuple(rows)))
         self.key = tuple(key)
-        #: parameters with a gradient and no state: a first step may create it
-        self.stateless = [p for p in self.params if not optimizer.state.get(p)]
 
     def inputs(self, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
         flat: list[torch.Tensor] = []
@@ -332,6 +334,8 @@ def trace_step(optimizer: torch.optim.Optimizer, plan: _Plan) -> tuple[torch.fx.
         core_step(optimizer)(shadow)
     for sp, state in shadow.state.items():
         old = before.get(id(sp))
+        if not old and state:
+            raise StateInitialization()
         if old is None or any(state.get(k) is not v for k, v in old.items()) or set(state) != set(old):
             raise StepNotTraceable("the step replaced optimizer state objects instead of updating them")
     graph.output(())
@@ -378,8 +382,6 @@ class CompiledOptimizerStep:
         #: plan key -> compiled step (``None``: this layout runs eagerly)
         self.entries: dict[Any, Callable[..., Any] | None] = {}
         self.compiles = 0
-        #: ids of parameters an eager step has seen: whatever state they need exists
-        self._stepped: set[int] = set()
         hooked = torch.optim.Optimizer.profile_hook_step(self._core)
         self._step = hooked
 
@@ -408,11 +410,11 @@ class CompiledOptimizerStep:
         plan = _Plan(optimizer)
         if not plan.params:
             return self._eager("no parameter has a gradient", closure)
-        if any(id(p) not in self._stepped for p in plan.stateless):
-            self._stepped.update(id(p) for p in plan.params)
-            return self._eager("the first step initializes the optimizer state", closure)
         if plan.key not in self.entries:
-            self.entries[plan.key] = self._compile(plan)
+            try:
+                self.entries[plan.key] = self._compile(plan)
+            except StateInitialization:
+                return self._eager("the first step initializes the optimizer state", closure)
         compiled = self.entries[plan.key]
         if compiled is None:
             return self._eager("this layout could not be compiled (logged when it was tried)", closure)
@@ -429,6 +431,8 @@ class CompiledOptimizerStep:
             return None
         try:
             gm, inputs = trace_step(self.optimizer, plan)
+        except StateInitialization:
+            raise
         except Exception as e:  # ember's limitation, not the user's error: run eagerly
             log.warning(
                 "optimizer step of %s is not compiled, it runs eagerly: %s: %s",
