@@ -77,7 +77,12 @@ def test_ddp_model_is_captured(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch.distributed as dist
 
     monkeypatch.setenv("MASTER_ADDR", "localhost")
-    monkeypatch.setenv("MASTER_PORT", "29517")
+    import socket
+
+    with socket.socket() as probe:  # a free port: other test processes run this test too
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("MASTER_PORT", str(port))
     dist.init_process_group("gloo", rank=0, world_size=1)
     try:
         model = torch.nn.parallel.DistributedDataParallel(MLP())
