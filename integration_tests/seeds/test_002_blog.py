@@ -442,11 +442,21 @@ def test_compile_cache_dir_makes_a_second_process_warm(tmp_path) -> None:
     assert second == first  # nothing new compiled
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError, reason="issue 19: no portable cache "
-                   "artifacts (torch.compiler.save_cache_artifacts / load_cache_artifacts)")
-def test_save_and_load_cache_artifacts() -> None:
+def test_save_and_load_cache_artifacts(tmp_path, monkeypatch) -> None:
+    # Mega-Cache: torch.compiler.save_cache_artifacts / load_cache_artifacts, same shapes
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "cache"))
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU())
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        ember.dynamo.compile(model, backend="eager")(x)
     artifact_bytes, cache_info = ember.dynamo.save_cache_artifacts()
-    ember.dynamo.load_cache_artifacts(artifact_bytes)
+    assert isinstance(artifact_bytes, bytes) and len(cache_info.frames) == 1
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "fresh"))
+    restored = ember.dynamo.load_cache_artifacts(artifact_bytes)
+    assert restored.frames == cache_info.frames
+    assert {p.name for p in (tmp_path / "fresh" / "frames").rglob("*.json")} == {
+        p.name for p in (tmp_path / "cache" / "frames").rglob("*.json")
+    }
 
 
 # -- The training step ------------------------------------------------------------------------

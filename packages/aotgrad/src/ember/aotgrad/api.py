@@ -39,6 +39,7 @@ from ember.aotgrad.partition import (
 from ember.aotgrad.plan_cache import StoredPlan
 from ember.aotgrad.runtime import Compiled, CompiledPlan
 from ember.aotgrad.sizes import bind_sizes, expr_of, pass_sizes, symint_args
+from ember.ir.cache_entry import default_cache_dir
 from ember.ir.debug import debug_dir_of, set_debug_dir
 from ember.ir.logs import get_logger
 
@@ -336,7 +337,7 @@ class AotFunction:
         )
 
     def _cache_dir(self) -> str:
-        return self.options.cache_dir or plan_cache.default_cache_dir()
+        return self.options.cache_dir or default_cache_dir()
 
     def _persistent_key(
         self, flat: list[Any], positions: list[tuple[int, int]], in_spec: TreeSpec,

@@ -24,7 +24,6 @@ import functools
 import hashlib
 import json
 import logging
-import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -52,12 +51,6 @@ LOG = logging.getLogger("ember.aotgrad")
 FORMAT = 2
 
 
-def default_cache_dir() -> str:
-    """``$EMBER_CACHE_DIR`` or ``$XDG_CACHE_HOME/ember`` (``~/.cache/ember``), as ember.inductor."""
-    env = os.environ.get("EMBER_CACHE_DIR")
-    if env:
-        return env
-    return str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ember")
 
 
 @dataclass
@@ -120,7 +113,29 @@ def _graph_text(gm: fx.GraphModule) -> str:
     return ir.dumps(graph_ir)
 
 
-def _load_graph(text: str, mode: FakeTensorMode) -> fx.GraphModule:
+class _Placeholders:
+    """Example values for a loaded graph's placeholders.
+
+    On the CPU they are real tensors that are never written or read: the
+    allocation is uninitialised (pages untouched), and creating them needs no
+    ``FakeTensorMode``, whose first use imports all of TorchDynamo (1-2 s of a
+    warm start). Other devices get fake tensors (the mode made on first need).
+    """
+
+    def __init__(self) -> None:
+        self._mode: FakeTensorMode | None = None
+
+    def value(self, meta: ir.TensorMeta) -> torch.Tensor:
+        shape, stride = meta.shape, meta.stride
+        if meta.device.type == "cpu":
+            return torch.empty_strided(shape, stride, dtype=meta.dtype, device=meta.device)  # type: ignore[arg-type]
+        if self._mode is None:
+            self._mode = FakeTensorMode(allow_non_fake_inputs=True)
+        with self._mode:
+            return torch.empty_strided(shape, stride, dtype=meta.dtype, device=meta.device)  # type: ignore[arg-type]
+
+
+def _load_graph(text: str, placeholders: _Placeholders) -> fx.GraphModule:
     gm = ir.to_fx(ir.loads(text))
     for node in gm.graph.nodes:
         if node.op != "placeholder":
@@ -128,10 +143,7 @@ def _load_graph(text: str, mode: FakeTensorMode) -> fx.GraphModule:
         meta = node.meta.get("ember_meta")
         if not isinstance(meta, ir.TensorMeta) or not meta.is_static:
             raise ValueError(f"placeholder {node.name} has no static tensor metadata")
-        with mode:
-            node.meta["val"] = torch.empty_strided(
-                meta.shape, meta.stride, dtype=meta.dtype, device=meta.device  # type: ignore[arg-type]
-            )
+        node.meta["val"] = placeholders.value(meta)
     return gm
 
 
@@ -167,7 +179,7 @@ def _load(text: str) -> StoredPlan:
     d = json.loads(text)
     if d.get("format") != FORMAT:
         raise ValueError(f"entry format {d.get('format')!r}, expected {FORMAT}")
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    mode = _Placeholders()
     return StoredPlan(
         forward=_load_graph(d["forward"], mode),
         backward=None if d["backward"] is None else _load_graph(d["backward"], mode),

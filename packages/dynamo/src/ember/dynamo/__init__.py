@@ -25,6 +25,7 @@ from .api import (
     run,
     set_stance,
 )
+from .artifacts import load_cache_artifacts, save_cache_artifacts
 from .backends import (
     BACKENDS,
     InvalidBackendError,
@@ -70,6 +71,7 @@ __all__ = [
     "graph_break",
     "is_compiling",
     "list_backends",
+    "load_cache_artifacts",
     "lookup_backend",
     "mark_dynamic",
     "mark_static",
@@ -79,6 +81,7 @@ __all__ = [
     "register_backend",
     "reset",
     "run",
+    "save_cache_artifacts",
     "set_logs",
     "set_stance",
 ]

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import torch
 
 from . import cache as cache_mod
-from . import frame_hook, trace_rules
+from . import frame_cache, frame_hook, trace_rules
 from .backends import backend_name, lookup_backend, with_repro_hook
 from .config import OPTION_NAMES, DynamoOptions, config, warn_not_implemented
 from .debug_dir import debug_dir_from_env
@@ -62,9 +62,29 @@ def capture(state: FrameState, compiler: CompilerFn, options: Any, hooks: FrameH
     return convert_frame(state, compiler, options, hooks)
 
 
-def new_runtime(backend: CompilerFn, options: DynamoOptions) -> Runtime:
+def new_runtime(
+    backend: CompilerFn, options: DynamoOptions, frames: frame_cache.FrameStore | None = None
+) -> Runtime:
     """A runtime over ``backend`` with this process's state and ember's capture."""
-    return Runtime(backend, options, convert=capture, state=STATE)
+    return Runtime(backend, options, convert=capture, state=STATE, frames=frames)
+
+
+def frame_store(
+    backend: str | CompilerFn, mode: str | None, options: dict[str, Any], snapshot: DynamoOptions
+) -> frame_cache.FrameStore | None:
+    """The disk-backed frame store of a backend given by its registered name (None otherwise:
+    a backend object may hold state, so its frames are kept in memory only; so are they
+    under ``EMBER_COMPILE_DEBUG``)."""
+    if not isinstance(backend, str) or snapshot.debug_dir is not None:
+        return None  # with EMBER_COMPILE_DEBUG the user wants to see this process compile
+    folder = frame_cache.store_dir_from_env()
+    if folder is None:
+        return None
+    what = snapshot.replace(
+        debug_dir=None, run_only=False, fail_on_recompile=False, cache_size_limit=0, suppress_errors=False
+    )
+    key = repr((backend, mode, sorted(options.items(), key=lambda kv: kv[0]), what))
+    return frame_cache.FrameStore(key, folder)
 
 
 class CompileOptionsError(ValueError):
@@ -147,7 +167,7 @@ def make_runtime(
     compiler = with_repro_hook(compiler)
     snapshot = snapshot_options(fullgraph=fullgraph, dynamic=dynamic, **dynamo_opts)
     warn_not_implemented(snapshot, stacklevel=user_stacklevel())
-    return new_runtime(compiler, snapshot)
+    return new_runtime(compiler, snapshot, frame_store(backend, mode, opts, snapshot))
 
 
 def snapshot_options(**overrides: Any) -> DynamoOptions:
@@ -175,6 +195,10 @@ def wrap_target(target: Any, runtime: Runtime) -> Any:
     """``target`` (function, method, module, callable object) compiled with ``runtime``."""
     if isinstance(target, OptimizedModule):
         target = target._orig_mod
+    if isinstance(target, torch.nn.ModuleList):
+        return compile_regions(target, runtime)
+    if isinstance(target, type) and issubclass(target, torch.nn.Module):
+        return compile_class(target, runtime)
     if isinstance(target, torch.nn.Module):
         if is_ddp(target) and runtime.options.fullgraph:
             raise Unsupported(FULLGRAPH_MESSAGE)
@@ -201,6 +225,45 @@ def wrap_target(target: Any, runtime: Runtime) -> Any:
         f"{type(target).__name__} ({target!r}); builtins and C functions have no bytecode "
         "to capture"
     )
+
+
+def _python_forward(cls: type[torch.nn.Module]) -> types.FunctionType:
+    forward: Any = cls.forward
+    if isinstance(forward, CompiledFunction):
+        forward = forward.__wrapped__
+    if not isinstance(forward, types.FunctionType) or forward is torch.nn.Module.forward:
+        raise TypeError(
+            f"ember.dynamo.compile: {cls.__name__}.forward is not a Python function and cannot be captured"
+        )
+    return forward
+
+
+def compile_class(cls: type[torch.nn.Module], runtime: Runtime) -> type[torch.nn.Module]:
+    """Regional compilation: every instance of ``cls`` runs one compiled ``forward``.
+
+    ``cls.forward`` is replaced (in place) by a compiled function with one
+    cache: the first instance called is captured and compiled; another
+    instance reuses that capture, bound to its own parameters (its guards
+    name the class and parameter metadata, not the instance).
+    """
+    cls.forward = CompiledFunction(_python_forward(cls), runtime)
+    return cls
+
+
+def compile_regions(blocks: torch.nn.ModuleList, runtime: Runtime) -> torch.nn.ModuleList:
+    """Regional compilation of a ``ModuleList`` (in place; the list is returned).
+
+    Each block's ``forward`` becomes a compiled method sharing one runtime, so
+    identical blocks (same class, same parameter shapes) are captured and
+    compiled once and the others reuse that graph with their own
+    parameters. ``state_dict`` keys and the parameters are unchanged.
+    """
+    for block in blocks:
+        if isinstance(block, OptimizedModule):
+            block = block._orig_mod
+        forward = _python_forward(type(block))
+        block.__dict__["forward"] = CompiledMethod(forward, runtime, block)
+    return blocks
 
 
 def compile(

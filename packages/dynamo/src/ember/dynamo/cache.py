@@ -48,9 +48,13 @@ class CodeCache:
     #: Tensor sizes the captures so far saw per input source, ``None`` for a
     #: dimension whose size differed between them (automatic dynamic shapes).
     seen_sizes: dict[str, tuple[int | None, ...]] = field(default_factory=dict)
+    #: Entries bound from a stored frame (another instance, another process): not
+    #: recompiles, so they do not count toward ``cache_size_limit``.
+    loaded: int = 0
 
-    def add(self, guarded: Any) -> None:
+    def add(self, guarded: Any, *, loaded: bool = False) -> None:
         self.entries.append(guarded)
+        self.loaded += loaded
         self.version += 1
 
     def merge_sizes(self, sizes: dict[str, tuple[int, ...]]) -> None:
@@ -64,6 +68,10 @@ class CodeCache:
                     a if a == b else None for a, b in zip(before, shape, strict=True)
                 )
 
+    def captured(self) -> int:
+        """How many entries capture made (the ones ``cache_size_limit`` counts)."""
+        return len(self.entries) - self.loaded
+
     def mark_eager(self, reason: str) -> None:
         self.eager_reason = reason
         self.version += 1
@@ -71,6 +79,7 @@ class CodeCache:
     def clear(self) -> None:
         self.entries.clear()
         self.seen_sizes.clear()
+        self.loaded = 0
         self.eager_reason = None
         self.warned = False
         self.version += 1
@@ -86,6 +95,8 @@ class CacheTable:
     def __init__(self) -> None:
         self._caches: dict[int, CodeCache] = {}
         self.resume_codes = ResumeCodes()
+        #: The runtime's stored frames (``frame_cache.FrameStore``), set by the runtime.
+        self.frames: Any = None
         _ALL_TABLES.add(self)
 
     def get(self, code: types.CodeType) -> CodeCache:
@@ -103,6 +114,8 @@ class CacheTable:
         for cache in self._caches.values():
             cache.clear()
         self.resume_codes.clear()
+        if self.frames is not None:
+            self.frames.clear()
 
 
 #: Every live table (a registry of weak references), so ``reset()`` reaches them all.

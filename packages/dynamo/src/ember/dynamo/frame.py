@@ -11,6 +11,7 @@ through ``FrameHooks``.
 
 from __future__ import annotations
 
+import itertools
 import traceback
 import types
 from collections.abc import Callable, Mapping
@@ -20,6 +21,16 @@ from typing import Any, Protocol
 import torch
 
 from .resume import ResumeCodes
+
+#: Numbers the globals compiled graphs are installed under (``__compiled_fn_<n>``);
+#: process-wide so two runtimes never reuse a name in one module's globals.
+_graph_ids = itertools.count()
+
+
+def next_graph_name() -> str:
+    """A fresh global name for a compiled graph."""
+    return f"__compiled_fn_{next(_graph_ids)}"
+
 
 #: A backend: ``backend(gm, example_inputs) -> compiled callable`` (torch.compile's signature).
 CompilerFn = Callable[[torch.fx.GraphModule, list[torch.Tensor]], Callable[..., Any]]
@@ -47,6 +58,12 @@ class CapturedGraph:
     gm: torch.fx.GraphModule
     example_inputs: list[torch.Tensor]
     compiled: Callable[..., Any]
+    #: Where each graph input is read from in the frame (``ember.ir`` sources), in order.
+    input_sources: list[Any] = field(default_factory=list)
+    #: Each top-level attribute of ``gm`` (a parameter, buffer or leaf module) and the
+    #: frame source it was read from (``None``: made while tracing). The frame cache
+    #: rebuilds ``gm`` from these in another process or for another module instance.
+    attr_sources: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from . import frame_hook, trace_rules
+from . import frame_cache, frame_hook, trace_rules
 from .cache import CacheTable, CodeCache, RecompileError, first_failure
 from .config import DynamoOptions
 from .debug_dir import frame_folder, name_backend_folder, write_frame
@@ -150,11 +150,18 @@ class Runtime:
         convert: ConvertFn,
         state: RuntimeState,
         table: CacheTable | None = None,
+        frames: frame_cache.FrameStore | None = None,
     ) -> None:
         self.backend = backend
         self.options = options
         self.state = state
         self.table = table if table is not None else CacheTable()
+        if frames is not None:
+            self.table.frames = frames
+        elif self.table.frames is None:
+            # In memory only: other instances of a captured block reuse its frame.
+            self.table.frames = frame_cache.FrameStore(f"in-process {id(self.table)}", None)
+        self.frames: frame_cache.FrameStore = self.table.frames
         self._convert = convert
         #: Hear this runtime's captures (``explain``); global ones are in ``state``.
         self.listeners: list[CaptureListener] = []
@@ -299,6 +306,29 @@ class Runtime:
             source = getattr(guarded.check_fn, "code", None)
             log_guards.debug("check function of %s:\n%s", cache.where(), source)
         self.emit("capture", cache.code, guarded, None)
+        frame_cache.remember(self.frames, cache.code, guarded, f_locals, fn.__globals__, cache.where())
+        return guarded
+
+    def load(
+        self, fn: types.FunctionType, cache: CodeCache, f_locals: dict[str, Any]
+    ) -> GuardedCode | None:
+        """A stored frame of ``fn`` bound to this call (no bytecode interpreted), or None."""
+        self.state.compiling += 1
+        start = time.perf_counter()
+        try:
+            with frame_hook.suspended():
+                guarded = frame_cache.attempt(
+                    self.frames, cache.code, f_locals, fn.__globals__, self.compiler, cache.where()
+                )
+        finally:
+            self.state.compiling -= 1
+            self.state.record_time("frame_cache_load", time.perf_counter() - start)
+        if guarded is None:
+            return None
+        cache.add(guarded, loaded=True)
+        frame_hook.mark_skip(guarded.code)
+        log_capture(cache.where(), cache.code, guarded)
+        self.emit("capture", cache.code, guarded, "frame cache")
         return guarded
 
 
@@ -537,6 +567,10 @@ class CompiledFunction:
             cache.mark_eager(reason)
             self._runtime.emit("skip", cache.code, None, reason)
             return None
+        loaded = self._runtime.load(self._fn, cache, f_locals)
+        if loaded is not None:
+            self._sync()
+            return _transformed(self._fn, loaded.code)
         if cache.entries:
             reason = first_failure(cache.entries, f_locals, self._globals)
             if options.fail_on_recompile or state.stance == "fail_on_recompile":
@@ -548,7 +582,7 @@ class CompiledFunction:
                 )
             if state.stance == "eager_on_recompile":
                 return None
-            if len(cache.entries) >= options.cache_size_limit:
+            if cache.captured() >= options.cache_size_limit:
                 self._hit_limit(cache, reason, options.cache_size_limit)
                 return None
             log_recompiles.info("recompiling %s because %s", cache.where(), reason)

@@ -30,7 +30,7 @@ from ember.ir import Attr, Global, Item, Local, Source
 from .builder import wrap_constant_result
 from .codegen import OUT_LOCAL, PyCodegen
 from .errors import Unsupported
-from .frame import CapturedGraph, CompilerFn
+from .frame import CapturedGraph, CompilerFn, next_graph_name
 from .guard_collector import GuardCollector
 from .mutable import Trail
 from .shapes import ShapePolicy
@@ -42,10 +42,6 @@ from .variables.lazy import LazyVariable
 from .variables.lists import BaseListVariable, ListVariable, NamedTupleVariable, TupleVariable
 from .variables.sym import SYM_TYPES, SliceVariable, SymNodeVariable, is_symbolic
 from .variables.tensor import TensorVariable
-
-#: Numbers the globals compiled graphs are installed under (``__compiled_fn_<n>``);
-#: process-wide so two runtimes never reuse a name in one module's globals.
-_graph_ids = itertools.count()
 
 
 @dataclass
@@ -93,6 +89,8 @@ class OutputGraph:
         self.inputs: dict[str, GraphInput] = {}
         self.attrs: dict[int, TensorVariable] = {}
         self.modules: dict[int, str] = {}
+        #: root attribute name -> the frame source it was read from (None: no source)
+        self.attr_sources: dict[str, Source | None] = {}
         self.fake_params: dict[int, torch.Tensor] = {}
         #: undo actions for process state entered while tracing (autocast)
         self.cleanups: list[Callable[[], Any]] = []
@@ -147,6 +145,7 @@ class OutputGraph:
             self.root.register_parameter(name, value)
         else:
             self.root.register_buffer(name, value)
+        self.attr_sources[name] = source
         node = self.graph.get_attr(name)
         example = self._fake(value)
         node.meta["example_value"] = example
@@ -161,6 +160,7 @@ class OutputGraph:
         name = self._unique_attr(name_hint(source) if source else "_module")
         self.root.add_module(name, module)
         self.modules[id(module)] = name
+        self.attr_sources[name] = source
         return name
 
     def size_of(self, tensor: TensorVariable, dim: int) -> SymNodeVariable:
@@ -322,9 +322,17 @@ class OutputGraph:
         inputs.sort(key=lambda i: order[i.node])
         example_inputs = [i.value for i in inputs]
         compiled = compiler(gm, example_inputs)
-        name = f"__compiled_fn_{next(_graph_ids)}"
+        name = next_graph_name()
         self.f_globals[name] = compiled
-        return name, CapturedGraph(name, gm, example_inputs, compiled), inputs
+        captured = CapturedGraph(
+            name,
+            gm,
+            example_inputs,
+            compiled,
+            [i.source for i in inputs],
+            {k: v for k, v in self.attr_sources.items() if hasattr(gm, k)},
+        )
+        return name, captured, inputs
 
     def call_graph(
         self, code: types.CodeType, body: PyCodegen, compiler: CompilerFn, fn_name: str

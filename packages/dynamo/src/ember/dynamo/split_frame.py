@@ -26,6 +26,7 @@ from .bytecode_verify import verify
 from .codegen import PyCodegen
 from .errors import Unsupported
 from .frame import CapturedGraph, CompilerFn, FrameHooks
+from .frame_cache import has_hooks
 from .instructions import (
     COND_JUMPS,
     EXACT_BOOL_JUMPS,
@@ -40,7 +41,7 @@ from .variables.constant import ConstantVariable
 from .variables.functions import UserFunctionVariable, UserMethodVariable
 from .variables.lists import ListIteratorVariable
 from .variables.misc import BoundCallVariable, ControlFunctionVariable, NullVariable
-from .variables.nn_module import NNModuleVariable, has_hooks, is_leaf_module
+from .variables.nn_module import NNModuleVariable, is_leaf_module
 from .variables.objects import ObjectVariable
 from .variables.torch import AutocastVariable, ContextMethodVariable, GradModeVariable
 

@@ -23,7 +23,7 @@ from ember.ir.shape_env import SymNode
 from .compile_fx import compile_graph
 from .errors import InductorError
 from .logs import perf_hints
-from .options import InductorOptions, default_cache_dir
+from .options import InductorOptions, default_cache_dir, options_from_env
 from .torch_options import configure_options
 
 

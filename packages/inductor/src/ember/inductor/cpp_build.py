@@ -13,11 +13,12 @@ import ctypes
 import ctypes.util
 import functools
 import hashlib
-import platform
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from ember.ir.cache_entry import host_cpu
 
 from .cache import KernelCache
 from .codegen.backend import BuildStats
@@ -47,18 +48,6 @@ def _flags(options: InductorOptions) -> list[str]:
     if has_libmvec():
         flags.append("-lmvec")
     return flags
-
-
-@functools.cache
-def host_cpu() -> str:
-    """The CPU's model and feature flags: ``-march=native`` builds differ per CPU, and a
-    library built for one must never load on another (a cache directory can be shared)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.machine() + " " + platform.processor()
-    keep = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags", "Features", "CPU part"))]
-    return hashlib.sha256("\n".join(sorted(set(keep))).encode()).hexdigest()
 
 
 def cache_key(source: str, options: InductorOptions) -> str:

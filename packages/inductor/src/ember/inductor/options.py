@@ -4,19 +4,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
+from ember.ir.cache_entry import default_cache_dir
 from ember.ir.debug import package_folder
 
-
-def default_cache_dir() -> str:
-    """``$EMBER_CACHE_DIR`` or ``$XDG_CACHE_HOME/ember`` (``~/.cache/ember``)."""
-    env = os.environ.get("EMBER_CACHE_DIR")
-    if env:
-        return env
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return str(Path(base) / "ember")
+__all__ = ["CppOptions", "InductorOptions", "default_cache_dir", "options_from_env"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,9 @@
 * :func:`source_fingerprint`: a sha256 over a package's ``.py`` files, so a
   cache entry made by other compiler code is never reused; :func:`code_digest`
   the same for one function (a user's lowering or decomposition).
+* :func:`default_cache_dir` (``$EMBER_CACHE_DIR``, else ``~/.cache/ember``) and
+  :func:`host_cpu` (the CPU's model and feature flags, hashed): where every
+  stage's cache lives, and what makes a ``-march=native`` artifact foreign.
 * :func:`store_entry` / :func:`load_entry`: one file per entry, its first line
   the sha256 of the rest, written under a temporary name and moved into place
   (atomic). An entry that is damaged, truncated or unparsable is deleted with
@@ -22,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+import platform
 import tempfile
 import types
 from collections.abc import Callable
@@ -92,6 +96,27 @@ def _hash_code(code: types.CodeType, h: hashlib._Hash) -> None:
         else:
             h.update(repr(const).encode())
         h.update(b"\0")
+
+
+def default_cache_dir() -> str:
+    """``$EMBER_CACHE_DIR`` or ``$XDG_CACHE_HOME/ember`` (``~/.cache/ember``)."""
+    env = os.environ.get("EMBER_CACHE_DIR")
+    if env:
+        return env
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "ember")
+
+
+@functools.cache
+def host_cpu() -> str:
+    """The CPU's model and feature flags, hashed: ``-march=native`` builds differ per CPU, and
+    a library built for one must never load on another (a cache directory can be shared)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.machine() + " " + platform.processor()
+    keep = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags", "Features", "CPU part"))]
+    return hashlib.sha256("\n".join(sorted(set(keep))).encode()).hexdigest()
 
 
 def entry_path(cache_dir: str | os.PathLike[str], kind: str, key: str) -> Path:

@@ -34,6 +34,7 @@ AREAS: dict[str, str] = {
     "graph_breaks": "dynamo: each graph break with the user's line and the reason",
     "recompiles": "dynamo: why a cached entry was rejected",
     "guards": "dynamo: the guards of each capture (+guards: the generated check function)",
+    "frame_cache": "dynamo: frames stored on disk, loaded from it, or kept in this process (and why)",
     "bytecode": "dynamo: original and transformed bytecode side by side",
     "graph_code": "dynamo: each captured graph's Python code",
     "graph": "dynamo: each captured graph as a node table",

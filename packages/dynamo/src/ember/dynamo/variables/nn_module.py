@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from torch.nn.modules import module as module_globals
 
 from ember.ir import Attr, Item, Source
 
 from ..errors import Unsupported
+from ..frame_cache import has_hooks
+from ..function_entry import CompiledFunction
 from ..rebuild import rebuild_module
 from .base import VariableTracker
 from .constant import ConstantVariable
@@ -40,22 +41,6 @@ def is_leaf_module(module: nn.Module, inline_inbuilt: bool) -> bool:
     if isinstance(module, CONTAINERS) or inline_inbuilt:
         return False
     return type(module).__module__.startswith("torch.nn.")
-
-
-def has_hooks(module: nn.Module) -> bool:
-    mod = module_globals
-    own = (
-        module._forward_hooks,
-        module._forward_pre_hooks,
-        module._backward_hooks,
-        getattr(module, "_backward_pre_hooks", {}),
-    )
-    glob = (
-        mod._global_forward_hooks,
-        mod._global_forward_pre_hooks,
-        mod._global_backward_hooks,
-    )
-    return any(len(h) for h in own) or any(len(h) for h in glob)
 
 
 class NNModuleVariable(VariableTracker):
@@ -224,6 +209,7 @@ class NNModuleVariable(VariableTracker):
         self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
     ) -> VariableTracker:
         fwd = type(self.value).forward
+        fwd = getattr(fwd, "__wrapped__", fwd) if isinstance(fwd, CompiledFunction) else fwd
         if not isinstance(fwd, types.FunctionType):
             raise Unsupported(f"forward of {self.describe()} is not a Python function")
         if fwd is nn.Module.forward:

@@ -1,0 +1,388 @@
+"""Whole compiled frames as data: kept for other module instances, and on disk for other processes.
+
+After a capture, :func:`to_stored` turns the :class:`GuardedCode` into a
+:class:`StoredFrame`: the guard IR with stable names beside every address
+(``portable.py``) and a ``TENSOR_MATCH`` per parameter or buffer the graphs
+read (their metadata, not their identity), the transformed bytecode
+(``marshal``), and per graph its ember.ir serialization (no weights), the
+frame sources of its inputs and of its top-level attributes. A frame that
+cannot be written this way (a graph break, an object guarded by identity
+alone, a graph the IR cannot hold) stays in its process, and the
+``frame_cache`` log says why.
+
+:func:`instantiate` is the other direction, for a call no cached entry
+matches: bind the stored guards to the live frame (``portable.bind``), check
+them, rebuild each graph with the frame's own parameters (``ember.ir.to_fx``)
+and hand it to the backend, whose own caches (aotgrad's plans, inductor's
+graphs and kernels) then hit. No bytecode is interpreted. The same path
+serves every instance of a block class in one process (regional
+compilation: one capture, one backend compile, the other instances bound)
+and a new process (warm start).
+
+:class:`FrameStore` holds the stored frames of one runtime in memory and,
+when the runtime names its backend by a registered name, in
+``$EMBER_CACHE_DIR/frames`` (one checksummed file per frame key: damage is
+a warning and a new capture, never a run). The key is the code's content,
+the Python version, torch's version, ember's own source (``ember.ir``,
+``ember.guards``, ``ember.dynamo``) and the runtime's backend and options.
+``EMBER_FRAME_CACHE=0`` keeps frames in memory only.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import marshal
+import os
+import sys
+import types
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.modules import module as module_globals
+
+from ember import guards, ir
+from ember.ir.cache_entry import (
+    default_cache_dir,
+    entry_path,
+    load_entry,
+    source_fingerprint,
+    store_entry,
+)
+from ember.ir.modules import module_spec
+
+from .frame import CapturedGraph, CompilerFn, GuardedCode, next_graph_name
+from .logs import get_logger
+from .portable import bind, code_digest, make_portable
+
+log = get_logger("frame_cache")
+
+#: Bumped when the stored layout changes.
+FORMAT = 1
+
+
+def has_hooks(module: torch.nn.Module) -> bool:
+    """Whether ``module`` (or every module, globally) has forward/backward hooks."""
+    mod = module_globals
+    own = (
+        module._forward_hooks,
+        module._forward_pre_hooks,
+        module._backward_hooks,
+        getattr(module, "_backward_pre_hooks", {}),
+    )
+    glob = (mod._global_forward_hooks, mod._global_forward_pre_hooks, mod._global_backward_hooks)
+    return any(len(h) for h in own) or any(len(h) for h in glob)
+
+
+def ember_fingerprint() -> str:
+    """ember's own version: the source of the packages a stored frame depends on."""
+    here = Path(__file__).resolve().parent
+    parts = [source_fingerprint(here)]
+    for module in (ir, guards):
+        parts.append(source_fingerprint(Path(module.__file__ or "").resolve().parent))
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
+
+
+def environment() -> dict[str, str]:
+    """What makes stored frames and compiled artifacts foreign when it differs."""
+    return {
+        "python": sys.implementation.cache_tag or f"py{sys.version_info[0]}{sys.version_info[1]}",
+        "torch": torch.__version__,
+        "ember": ember_fingerprint(),
+    }
+
+
+def frame_key(code: types.CodeType, runtime_key: str) -> str:
+    env = environment()
+    text = "|".join([f"frame {FORMAT}", code_digest(code), env["python"], env["torch"], env["ember"], runtime_key])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class StoredGraph:
+    name: str  # the global the transformed code calls
+    ir: str  # ember.ir JSON, no weights
+    inputs: tuple[str, ...]  # source of each graph input
+    attrs: dict[str, str]  # top-level attribute of the graph module -> its source
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "ir": self.ir, "inputs": list(self.inputs), "attrs": self.attrs}
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> StoredGraph:
+        return StoredGraph(str(data["name"]), str(data["ir"]), tuple(map(str, data["inputs"])), dict(data["attrs"]))
+
+
+@dataclass(frozen=True)
+class StoredFrame:
+    guards: str  # GuardSet.dumps() with stable names (portable.py)
+    code: bytes  # marshal of the transformed code
+    graphs: tuple[StoredGraph, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "guards": self.guards,
+            "code": base64.b64encode(self.code).decode(),
+            "graphs": [g.to_json() for g in self.graphs],
+        }
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> StoredFrame:
+        return StoredFrame(
+            str(data["guards"]),
+            base64.b64decode(data["code"]),
+            tuple(StoredGraph.from_json(g) for g in data["graphs"]),
+        )
+
+
+def _dump(frames: list[StoredFrame]) -> str:
+    return json.dumps({"format": FORMAT, "frames": [f.to_json() for f in frames]}, separators=(",", ":"))
+
+
+def _load(text: str) -> list[StoredFrame]:
+    data = json.loads(text)
+    if data.get("format") != FORMAT:
+        raise ValueError(f"frame cache format {data.get('format')!r}, this ember writes {FORMAT}")
+    frames = [StoredFrame.from_json(f) for f in data["frames"]]
+    for frame in frames:  # everything must parse now, so a damaged entry never half-runs
+        ir.GuardSet.loads(frame.guards)
+        for g in frame.graphs:
+            ir.loads(g.ir)
+            for src in (*g.inputs, *g.attrs.values()):
+                ir.parse_source(src)
+    return frames
+
+
+class FrameStore:
+    """Stored frames of one runtime: in memory, and on disk when ``cache_dir`` is given."""
+
+    def __init__(self, runtime_key: str, cache_dir: str | None) -> None:
+        self.runtime_key = runtime_key
+        self.cache_dir = cache_dir
+        self._frames: dict[str, list[StoredFrame]] = {}
+        self._keys: dict[types.CodeType, str] = {}
+        _ALL_STORES.add(self)
+
+    def key(self, code: types.CodeType) -> str:
+        found = self._keys.get(code)
+        if found is None:
+            found = self._keys[code] = frame_key(code, self.runtime_key)
+        return found
+
+    def _path(self, key: str) -> Path | None:
+        return entry_path(self.cache_dir, "frames", key) if self.cache_dir is not None else None
+
+    def frames(self, code: types.CodeType) -> list[StoredFrame]:
+        key = self.key(code)
+        found = self._frames.get(key)
+        if found is None:
+            path = self._path(key)
+            loaded = load_entry(path, _load, log) if path is not None else None
+            found = self._frames[key] = loaded or []
+        return found
+
+    def add(self, code: types.CodeType, stored: StoredFrame) -> None:
+        frames = self.frames(code)
+        if stored in frames:
+            return
+        frames.append(stored)
+        path = self._path(self.key(code))
+        if path is not None:
+            try:
+                store_entry(path, _dump(frames), _load, log)
+            except OSError as exc:
+                log.info("frame of `%s` not written to %s: %s", code.co_name, path, exc)
+
+    def drop(self, code: types.CodeType, stored: StoredFrame) -> None:
+        frames = self.frames(code)
+        if stored in frames:
+            frames.remove(stored)
+        path = self._path(self.key(code))
+        if path is not None and path.exists():
+            try:
+                if frames:
+                    store_entry(path, _dump(frames), _load, log)
+                else:
+                    path.unlink()
+            except OSError:
+                pass
+
+    def clear(self) -> None:
+        self._frames.clear()
+
+    def forget_misses(self) -> None:
+        """Look at the disk again for keys it had nothing for (new files arrived)."""
+        for key in [k for k, v in self._frames.items() if not v]:
+            del self._frames[key]
+
+
+_ALL_STORES: weakref.WeakSet[FrameStore] = weakref.WeakSet()
+
+
+def forget_misses() -> None:
+    """After ``load_cache_artifacts``: every store looks at the disk again."""
+    for store in list(_ALL_STORES):
+        store.forget_misses()
+
+
+def store_dir_from_env() -> str | None:
+    """The disk store's folder (under the compile cache), or None with ``EMBER_FRAME_CACHE=0``."""
+    if os.environ.get("EMBER_FRAME_CACHE", "1") == "0":
+        return None
+    return default_cache_dir()
+
+
+# -- capture -> stored --------------------------------------------------------------------------
+
+
+def _tensor_source(graph: StoredGraph, name: str) -> ir.Source:
+    """The frame source of a graph tensor named ``a.b.c`` (attribute ``a`` of the graph module)."""
+    root, _, rest = name.partition(".")
+    source = ir.parse_source(graph.attrs[root])
+    for part in rest.split(".") if rest else ():
+        source = ir.Attr(source, part)
+    return source
+
+
+def to_stored(
+    guarded: GuardedCode, f_locals: dict[str, Any], f_globals: dict[str, Any]
+) -> tuple[StoredFrame | None, str]:
+    """``guarded`` as data that outlives the process, or ``(None, why it cannot)``."""
+    if guarded.graph_breaks:
+        return None, "the frame has a graph break (its resume functions are not stored)"
+    try:
+        code = marshal.dumps(guarded.code)
+    except ValueError as exc:
+        return None, f"the transformed code holds a constant marshal cannot write ({exc})"
+    graphs: list[StoredGraph] = []
+    extra: list[ir.Guard] = []
+    for captured in guarded.graphs:
+        stored, why = _stored_graph(captured)
+        if stored is None:
+            return None, why
+        graphs.append(stored)
+        for name in ir.loads(stored.ir).tensor_metas():
+            source = _tensor_source(stored, name)
+            value = guards.eval_source(source, f_locals, f_globals)
+            extra.append(ir.Guard(source, ir.GuardKind.TENSOR_MATCH, ir.tensor_payload(value)))
+    guard_set = ir.GuardSet(tuple(dict.fromkeys((*guarded.guard_set.guards, *extra))))
+    portable, why = make_portable(guard_set, f_locals, f_globals)
+    if portable is None:
+        return None, why
+    return StoredFrame(portable.dumps(), code, tuple(graphs)), ""
+
+
+def _stored_graph(captured: CapturedGraph) -> tuple[StoredGraph | None, str]:
+    missing = [name for name, src in captured.attr_sources.items() if src is None]
+    if missing:
+        return None, f"graph attribute {missing[0]!r} was made while tracing (it has no frame source)"
+    try:
+        graph_ir = ir.from_fx(captured.gm)
+    except ir.FormatError as exc:
+        return None, f"the graph IR cannot hold graph {captured.name}: {exc}"
+    attrs = {name: src.expr() for name, src in captured.attr_sources.items()}
+    inputs = tuple(src.expr() for src in captured.input_sources)
+    return StoredGraph(captured.name, ir.dumps(graph_ir), inputs, attrs), ""
+
+
+# -- stored -> a runnable entry --------------------------------------------------------------------
+
+
+def instantiate(
+    stored: StoredFrame,
+    f_locals: dict[str, Any],
+    f_globals: dict[str, Any],
+    compiler: CompilerFn,
+) -> GuardedCode | None:
+    """``stored`` bound to this frame, or None when its guards do not hold here.
+
+    Raises on an entry that parses but cannot be rebuilt (the caller drops it).
+    """
+    bound = bind(ir.GuardSet.loads(stored.guards), f_locals, f_globals)
+    if bound is None:
+        return None
+    check_fn = guards.compile(bound, f_locals, f_globals)
+    if not check_fn(f_locals, f_globals):
+        return None
+    parsed = [(g, ir.loads(g.ir)) for g in stored.graphs]
+    for graph, graph_ir in parsed:
+        if not _modules_match(graph, graph_ir, f_locals, f_globals):
+            return None
+    names: dict[str, str] = {}
+    graphs: list[CapturedGraph] = []
+    for graph, graph_ir in parsed:
+        tensors = {
+            name: guards.eval_source(_tensor_source(graph, name), f_locals, f_globals)
+            for name in graph_ir.tensor_metas()
+        }
+        gm = ir.to_fx(graph_ir.with_tensors(tensors))
+        sources = [ir.parse_source(s) for s in graph.inputs]
+        example_inputs = [guards.eval_source(s, f_locals, f_globals) for s in sources]
+        compiled = compiler(gm, example_inputs)
+        name = next_graph_name()
+        f_globals[name] = compiled
+        names[graph.name] = name
+        attrs = {k: ir.parse_source(v) for k, v in graph.attrs.items()}
+        graphs.append(CapturedGraph(name, gm, example_inputs, compiled, sources, attrs))
+    code = marshal.loads(stored.code)
+    code = code.replace(co_names=tuple(names.get(n, n) for n in code.co_names))
+    return GuardedCode(code, check_fn, bound, graphs, [])
+
+
+def _modules_match(
+    graph: StoredGraph, graph_ir: ir.GraphIR, f_locals: dict[str, Any], f_globals: dict[str, Any]
+) -> bool:
+    """Each leaf module the graph calls is configured here as it was when captured, without hooks."""
+    for path, spec in graph_ir.modules.items():
+        live = guards.eval_source(ir.parse_source(graph.attrs[path]), f_locals, f_globals)
+        if not isinstance(live, torch.nn.Module) or has_hooks(live):
+            return False
+        if module_spec(live, path, {}, {}, {}) != spec:
+            return False
+    return True
+
+
+def attempt(
+    store: FrameStore,
+    code: types.CodeType,
+    f_locals: dict[str, Any],
+    f_globals: dict[str, Any],
+    compiler: CompilerFn,
+    where: str,
+) -> GuardedCode | None:
+    """The first stored frame of ``code`` that binds to this call, or None."""
+    for stored in list(store.frames(code)):
+        try:
+            guarded = instantiate(stored, f_locals, f_globals, compiler)
+        except Exception as exc:  # a stored frame that cannot be rebuilt is dropped, never run
+            log.warning("stored frame of %s could not be rebuilt (%s: %s); capturing it again", where, type(exc).__name__, exc)
+            store.drop(code, stored)
+            continue
+        if guarded is not None:
+            return guarded
+    return None
+
+
+def remember(
+    store: FrameStore,
+    code: types.CodeType,
+    guarded: GuardedCode,
+    f_locals: dict[str, Any],
+    f_globals: dict[str, Any],
+    where: str,
+) -> None:
+    """Store a fresh capture if it can outlive its process; log which it is."""
+    try:
+        stored, why = to_stored(guarded, f_locals, f_globals)
+    except Exception as exc:  # storing is an optimisation: it never fails a compile
+        stored, why = None, f"{type(exc).__name__}: {exc}"
+    if stored is None:
+        log.info("frame %s stays in this process: %s", where, why)
+        return
+    store.add(code, stored)
+    log.info("frame %s stored%s", where, " on disk" if store.cache_dir is not None else " for other instances")
+

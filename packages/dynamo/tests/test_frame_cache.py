@@ -1,0 +1,330 @@
+"""The frame cache: compiled frames reused by a new process (warm start), by other
+instances of a block (regional compilation), and carried as one blob (artifacts).
+
+The cross-process tests run real subprocesses over a private ``EMBER_CACHE_DIR``.
+In the warm process capture is made impossible (``ember.dynamo.convert_frame``
+is set to None in ``sys.modules``, so importing the bytecode interpreter
+raises): a hit must run without interpreting bytecode. Results are compared
+with eager PyTorch in the same process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import ember.dynamo as ed
+from ember.dynamo import api, artifacts, frame_cache
+
+MODEL = textwrap.dedent(
+    """
+    import torch
+
+    SCALE = {scale}
+
+    class Block(torch.nn.Module):
+        def __init__(self, hidden={hidden}):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, hidden)
+            self.ln = torch.nn.LayerNorm(hidden)
+            self.act = torch.nn.functional.gelu
+
+        def forward(self, x):
+            return self.act(self.ln(self.fc(x))) * SCALE {extra}
+    """
+)
+
+DRIVER = textwrap.dedent(
+    """
+    import json, sys, importlib.util
+    import torch
+    import ember.dynamo as ed
+    from ember.dynamo import api, frame_cache
+
+    events = []
+    api.STATE.listeners.append(lambda e: events.append(e.reason or "captured"))
+
+    def load(path, name):
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        return mod
+
+    def run(path, block_capture=False):
+        mod = load(path, "warm_model")
+        torch.manual_seed(0)
+        m = mod.Block()
+        x = torch.randn(3, 8)
+        if block_capture:
+            sys.modules["ember.dynamo.convert_frame"] = None
+        events.clear()
+        out = ed.compile(m, backend="eager")(x)
+        sys.modules.pop("ember.dynamo.convert_frame", None) if block_capture else None
+        return {"equal": bool(torch.allclose(out, m(x))), "events": list(events)}
+
+    result = {}
+    for step in json.loads(sys.argv[1]):
+        kind, path = step[0], step[1]
+        if kind == "new_version":
+            frame_cache.ember_fingerprint = lambda: "another ember"
+            continue
+        if kind == "save":
+            blob, info = ed.save_cache_artifacts()
+            open(path, "wb").write(blob)
+            continue
+        if kind == "load":
+            result["loaded_frames"] = len(ed.load_cache_artifacts(open(path, "rb").read()).frames)
+            continue
+        result[kind] = run(path, block_capture=(kind == "hit"))
+    result["modules"] = {
+        name: name in sys.modules
+        for name in ("ember.dynamo.symbolic_convert", "ember.dynamo.convert_frame", "torch._dynamo")
+    }
+    print(json.dumps(result))
+    """
+)
+
+
+def _model(tmp_path: Path, name: str, scale: float = 2.0, hidden: int = 16, extra: str = "") -> str:
+    (tmp_path / "models").mkdir(exist_ok=True)
+    path = tmp_path / "models" / f"model_{name}.py"
+    path.write_text(MODEL.format(scale=scale, hidden=hidden, extra=extra))
+    return str(path)
+
+
+def _run(tmp_path: Path, cache: Path, steps: list[list[str]]) -> tuple[dict[str, Any], str]:
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    env = dict(os.environ, EMBER_CACHE_DIR=str(cache), EMBER_FRAME_CACHE="1")
+    env.pop("EMBER_COMPILE_DEBUG", None)
+    proc = subprocess.run(
+        [sys.executable, str(driver), json.dumps(steps)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def test_second_process_runs_the_stored_frame_and_misses_on_changes(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    base = _model(tmp_path, "base")
+    first, _ = _run(tmp_path, cache, [["cold", base]])
+    assert first["cold"] == {"equal": True, "events": ["captured"]}
+    assert list((cache / "frames").rglob("*.json")), "the frame was not stored"
+
+    steps = [
+        ["hit", base],
+        ["code", _model(tmp_path, "code", extra="+ 1.0")],
+        ["global", _model(tmp_path, "glob", scale=3.0)],
+        ["shape", _model(tmp_path, "shape", hidden=24)],
+        ["new_version", ""],
+        ["version", base],
+    ]
+    second, _ = _run(tmp_path, cache, steps)
+    # A hit: no bytecode interpreted (capture cannot even be imported), results as eager.
+    assert second["hit"] == {"equal": True, "events": ["frame cache"]}
+    for change in ("code", "global", "shape", "version"):
+        assert second[change] == {"equal": True, "events": ["captured"]}, change
+
+
+def test_warm_hit_imports_neither_capture_nor_torchdynamo(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    base = _model(tmp_path, "base")
+    _run(tmp_path, cache, [["cold", base]])
+    warm, _ = _run(tmp_path, cache, [["hit", base]])
+    assert warm["hit"]["events"] == ["frame cache"]
+    assert warm["modules"]["ember.dynamo.symbolic_convert"] is False
+    assert warm["modules"]["torch._dynamo"] is False
+
+
+def test_corrupted_or_truncated_entry_is_rebuilt_with_a_warning(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    base = _model(tmp_path, "base")
+    _run(tmp_path, cache, [["cold", base]])
+    (entry,) = (cache / "frames").rglob("*.json")
+    good = entry.read_bytes()
+    for damage in (good[: len(good) // 2], good.replace(b'"code":"', b'"code":"AAAA', 1)):
+        entry.write_bytes(damage)
+        result, stderr = _run(tmp_path, cache, [["again", base]])
+        assert result["again"] == {"equal": True, "events": ["captured"]}
+        assert "corrupted or unreadable" in stderr
+        assert entry.read_bytes() != damage  # written again by the new capture
+
+
+def test_artifacts_saved_in_one_process_load_in_another(tmp_path: Path) -> None:
+    base = _model(tmp_path, "base")
+    blob = tmp_path / "artifacts.bin"
+    _run(tmp_path, tmp_path / "cache1", [["cold", base], ["save", str(blob)]])
+    fresh = tmp_path / "cache2"
+    result, _ = _run(tmp_path, fresh, [["load", str(blob)], ["hit", base]])
+    assert result["loaded_frames"] == 1
+    assert result["hit"] == {"equal": True, "events": ["frame cache"]}
+
+
+# -- in process -------------------------------------------------------------------------------------
+
+
+class Block(torch.nn.Module):
+    def __init__(self, width: int = 8) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(width, width)
+        self.ln = torch.nn.LayerNorm(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.ln(self.fc(x))) + x
+
+
+class Tower(torch.nn.Module):
+    def __init__(self, depth: int = 12, width: int = 8) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(Block(width) for _ in range(depth))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.graphs: list[str] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        self.graphs.append(gm.code)
+        return gm.forward
+
+
+def _captures() -> tuple[list[str], Any]:
+    events: list[str] = []
+
+    def listen(e: Any) -> None:
+        if e.kind == "capture":
+            events.append(e.reason or "captured")
+
+    api.STATE.listeners.append(listen)
+    return events, listen
+
+
+def test_regional_compilation_of_a_module_list_captures_one_block() -> None:
+    torch.manual_seed(0)
+    model = Tower(depth=12)
+    x = torch.randn(4, 8, requires_grad=True)  # as every later block's input
+    expected = model(x)
+    counter = Counter()
+    events, listen = _captures()
+    try:
+        blocks = ed.compile(model.blocks, backend=counter)
+        assert blocks is model.blocks
+        out = model(x)
+        again = model(x)
+    finally:
+        api.STATE.listeners.remove(listen)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(again, expected)
+    # One capture (one block graph); the other 11 blocks reuse it with their own weights.
+    assert events == ["captured"] + ["frame cache"] * 11
+    assert len(set(counter.graphs)) == 1
+    assert list(model.state_dict()) == list(Tower(depth=12).state_dict())
+
+
+class Local(Block):
+    pass
+
+
+def test_compile_applied_to_a_block_class() -> None:
+    original = Local.forward
+    torch.manual_seed(0)
+    blocks = [Local() for _ in range(3)]
+    x = torch.randn(2, 8)
+    expected = [b(x) for b in blocks]
+    events, listen = _captures()
+    try:
+        ed.compile(Local, backend="eager")
+        outs = [b(x) for b in blocks]
+    finally:
+        api.STATE.listeners.remove(listen)
+        Local.forward = original  # type: ignore[method-assign]
+    for out, want in zip(outs, expected, strict=True):
+        torch.testing.assert_close(out, want)
+    assert events == ["captured", "frame cache", "frame cache"]
+
+
+def test_a_block_with_other_weights_shape_is_captured_again() -> None:
+    torch.manual_seed(0)
+    blocks = torch.nn.ModuleList([Block(8), Block(8), Block(4)])
+    events, listen = _captures()
+    try:
+        ed.compile(blocks, backend="eager")
+        for b, width in zip(blocks, (8, 8, 4), strict=True):
+            x = torch.randn(2, width)
+            torch.testing.assert_close(b(x), b.forward.__wrapped__(b, x))
+    finally:
+        api.STATE.listeners.remove(listen)
+    assert events == ["captured", "frame cache", "captured"]
+
+
+LOCAL_TYPES: list[type] = []
+
+
+def test_identity_only_guard_keeps_the_frame_in_its_process(caplog: pytest.LogCaptureFixture) -> None:
+    class Marker:
+        pass
+
+    LOCAL_TYPES.append(Marker)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        if LOCAL_TYPES[0] is Marker:
+            return x + 1
+        return x - 1
+
+    caplog.set_level("INFO", logger="ember.frame_cache")
+    try:
+        out = ed.compile(fn, backend="eager")(torch.ones(2))
+    finally:
+        LOCAL_TYPES.clear()
+    torch.testing.assert_close(out, torch.full((2,), 2.0))
+    assert any("stays in this process" in r.getMessage() for r in caplog.records)
+
+
+def test_corrupted_artifacts_are_rejected_with_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "src"))
+    (tmp_path / "src" / "frames" / "ab").mkdir(parents=True)
+    (tmp_path / "src" / "frames" / "ab" / "abc.json").write_text("x\n{}")
+    blob, info = artifacts.save_cache_artifacts()
+    assert info.frames == ["ab/abc.json"]
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "dst"))
+    with pytest.warns(RuntimeWarning, match="corrupted or truncated"):
+        assert len(ed.load_cache_artifacts(blob[:-10])) == 0
+    with pytest.warns(RuntimeWarning, match="not an ember cache artifact"):
+        assert len(ed.load_cache_artifacts(b"garbage")) == 0
+    assert not (tmp_path / "dst").exists()
+    assert ed.load_cache_artifacts(blob).frames == ["ab/abc.json"]
+    assert (tmp_path / "dst" / "frames" / "ab" / "abc.json").read_text() == "x\n{}"
+
+
+def test_foreign_artifacts_are_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "src"))
+    (tmp_path / "src" / "kernels" / "00").mkdir(parents=True)
+    (tmp_path / "src" / "kernels" / "00" / "k.so").write_bytes(b"\x7fELF")
+    blob, info = artifacts.save_cache_artifacts()
+    assert info.kernels == ["00/k.so"]
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "dst"))
+    monkeypatch.setattr(artifacts, "host_cpu", lambda: "another cpu")
+    assert len(ed.load_cache_artifacts(blob)) == 0
+    monkeypatch.undo()
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "dst"))
+    monkeypatch.setattr(frame_cache, "ember_fingerprint", lambda: "another ember")
+    assert len(ed.load_cache_artifacts(blob)) == 0
+    assert not (tmp_path / "dst").exists()
