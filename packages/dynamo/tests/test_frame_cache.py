@@ -176,6 +176,12 @@ def test_artifacts_saved_in_one_process_load_in_another(tmp_path: Path) -> None:
 # -- in process -------------------------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames stored by earlier runs must not answer these tests' first calls."""
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "private-cache"))
+
+
 class Block(torch.nn.Module):
     def __init__(self, width: int = 8) -> None:
         super().__init__()

@@ -6,9 +6,10 @@ keeps the bytes (object storage, a container layer); a fresh machine calls
 signatures are ``torch.compiler``'s (bytes plus a :class:`CacheInfo` saying
 what is inside; loading returns the ``CacheInfo`` of what was installed). The
 blob holds the compile cache's folders (``$EMBER_CACHE_DIR``): ``frames``
-(ember.dynamo's stored frames), ``aot`` (ember.aotgrad's plans), ``graphs``
-and ``kernels`` (ember.inductor's compiled graphs, C++ libraries and Triton
-kernels), each file with its sha256.
+(ember.dynamo's stored frames), ``aot`` (ember.aotgrad's plans), ``aten``,
+``graphs``, ``kernels``, ``triton`` and ``triton_tune`` (ember.inductor's
+traced inference graphs, compiled graphs, C++ libraries, Triton kernels and
+autotuning winners), each file with its sha256.
 
 Layout: a magic line, a line with the sha256 of the rest, then zlib-compressed
 JSON ``{"format", "environment", "files": [{"path", "sha256", "data"}]}``.
@@ -45,7 +46,7 @@ log = get_logger("frame_cache")
 MAGIC = b"ember-cache-artifacts\n"
 FORMAT = 1
 #: The cache folders a warm start reads (not ``debug`` output or the frame hook's build).
-FOLDERS = ("frames", "aot", "graphs", "kernels")
+FOLDERS = ("frames", "aot", "aten", "graphs", "kernels", "triton", "triton_tune")
 PACKAGES = ("ir", "guards", "dynamo", "aotgrad", "inductor", "minifier")
 
 
@@ -55,15 +56,18 @@ class CacheInfo:
 
     frames: list[str] = field(default_factory=list)
     aot: list[str] = field(default_factory=list)
+    aten: list[str] = field(default_factory=list)
     graphs: list[str] = field(default_factory=list)
     kernels: list[str] = field(default_factory=list)
+    triton: list[str] = field(default_factory=list)
+    triton_tune: list[str] = field(default_factory=list)
 
     def add(self, rel: str) -> None:
         folder, _, rest = rel.partition("/")
         getattr(self, folder).append(rest)
 
     def __len__(self) -> int:
-        return len(self.frames) + len(self.aot) + len(self.graphs) + len(self.kernels)
+        return sum(len(getattr(self, name)) for name in FOLDERS)
 
 
 def _ember_sources() -> dict[str, str]:

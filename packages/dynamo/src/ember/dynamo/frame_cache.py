@@ -302,15 +302,18 @@ def instantiate(
 
     Raises on an entry that parses but cannot be rebuilt (the caller drops it).
     """
-    bound = bind(ir.GuardSet.loads(stored.guards), f_locals, f_globals)
+    bound, why = bind(ir.GuardSet.loads(stored.guards), f_locals, f_globals)
     if bound is None:
+        log.debug("stored frame does not bind: %s", why)
         return None
     check_fn = guards.compile(bound, f_locals, f_globals)
     if not check_fn(f_locals, f_globals):
+        log.debug("stored frame does not apply: %s", check_fn.explain(f_locals, f_globals))
         return None
     parsed = [(g, ir.loads(g.ir)) for g in stored.graphs]
     for graph, graph_ir in parsed:
         if not _modules_match(graph, graph_ir, f_locals, f_globals):
+            log.debug("stored frame does not apply: a leaf module differs or has hooks")
             return None
     names: dict[str, str] = {}
     graphs: list[CapturedGraph] = []
@@ -320,6 +323,10 @@ def instantiate(
             for name in graph_ir.tensor_metas()
         }
         gm = ir.to_fx(graph_ir.with_tensors(tensors))
+        for path in graph_ir.modules:
+            # The live leaf module itself, as capture registers it (its spec was checked
+            # equal above): same object, same parameter order for the backend's caches.
+            gm._modules[path] = guards.eval_source(ir.parse_source(graph.attrs[path]), f_locals, f_globals)
         sources = [ir.parse_source(s) for s in graph.inputs]
         example_inputs = [guards.eval_source(s, f_locals, f_globals) for s in sources]
         compiled = compiler(gm, example_inputs)

@@ -156,8 +156,10 @@ def make_portable(
     return GuardSet(tuple(out)), ""
 
 
-def bind(guard_set: GuardSet, f_locals: dict[str, Any], f_globals: dict[str, Any]) -> GuardSet | None:
-    """The guard set with the live frame's ids, or None if a stable name does not match."""
+def bind(
+    guard_set: GuardSet, f_locals: dict[str, Any], f_globals: dict[str, Any]
+) -> tuple[GuardSet | None, str]:
+    """The guard set with the live frame's ids, or ``(None, why)`` if a stable name does not match."""
     out: list[Guard] = []
     for g in guard_set.guards:
         name = g.payload.get("portable")
@@ -165,14 +167,16 @@ def bind(guard_set: GuardSet, f_locals: dict[str, Any], f_globals: dict[str, Any
         if field is None or g.source is None:
             out.append(g)
             continue
+        where = f"{g.kind.value} on {g.source.expr()}"
         if name is None:
-            return None  # an address from another process: never trusted
+            return None, f"{where} holds an address from another process"  # never trusted
         try:
             value = guards.eval_source(g.source, f_locals, f_globals)
-        except Exception:
-            return None
-        if fingerprint(g.kind, value) != name:
-            return None
+        except Exception as exc:
+            return None, f"{where}: the value cannot be read ({type(exc).__name__})"
+        got = fingerprint(g.kind, value)
+        if got != name:
+            return None, f"{where} was {got}, the stored frame assumed {name}"
         live = id(type(value)) if g.kind in (GuardKind.TYPE_MATCH, GuardKind.TENSOR_MATCH) else id(value)
         out.append(Guard(g.source, g.kind, {**g.payload, field: live}))
-    return GuardSet(tuple(out))
+    return GuardSet(tuple(out)), ""

@@ -9,7 +9,7 @@ the inputs and of the weights, torch's version and ember.inductor's source,
 so a second process rebuilds the ATen graph with ``ember.ir.to_fx`` and no
 fake tensor. Weights are never stored: the traced graph reads them as
 ``_param<k>`` constants, bound again from the live module in the same order
-``trace_to_aten`` uses. Entries follow ADR 0007 (checksummed, atomic,
+``trace_to_aten`` uses (the entry names the weight behind each). Entries follow ADR 0007 (checksummed, atomic,
 rebuilt with a warning when damaged); ``graph_cache=False`` or
 ``EMBER_GRAPH_CACHE=0`` turn it off with the graph cache.
 """
@@ -17,6 +17,7 @@ rebuilt with a warning when damaged); ``graph_cache=False`` or
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -41,9 +42,11 @@ log = logging.getLogger("ember.inductor")
 FORMAT = 1
 
 
-def _weights(gm: torch.fx.GraphModule) -> list[torch.Tensor]:
-    """The weights in the order ``trace_to_aten`` numbers them (``_param<k>``)."""
-    return [*(p.detach() for _, p in gm.named_parameters()), *(b.detach() for _, b in gm.named_buffers())]
+def _weights(gm: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
+    """The weights by name, in the order ``trace_to_aten`` numbers them (``_param<k>``)."""
+    out = {n: p.detach() for n, p in gm.named_parameters()}
+    out.update({n: b.detach() for n, b in gm.named_buffers()})
+    return out
 
 
 def _layout(x: torch.Tensor) -> tuple[Any, ...]:
@@ -62,7 +65,7 @@ def aten_key(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> str | None:
         source_fingerprint(Path(__file__).resolve().parent),
         torch.__version__,
         repr([_layout(x) for x in example_inputs]),
-        repr([_layout(w) for w in _weights(gm)]),
+        repr(sorted((n, _layout(w)) for n, w in _weights(gm).items())),
         graph,
     ):
         h.update(part.encode())
@@ -70,8 +73,11 @@ def aten_key(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> str | None:
     return h.hexdigest()
 
 
-def _parse(text: str) -> ir.GraphIR:
-    return ir.loads(text)
+def _parse(text: str) -> tuple[ir.GraphIR, list[str]]:
+    data = json.loads(text)
+    if data.get("format") != FORMAT:
+        raise ValueError(f"entry format {data.get('format')!r}, expected {FORMAT}")
+    return ir.loads(data["graph"]), [str(n) for n in data["weights"]]
 
 
 def cached_trace_to_aten(
@@ -84,14 +90,22 @@ def cached_trace_to_aten(
     path = entry_path(cache_dir, "aten", key)
     stored = load_entry(path, _parse, log)
     if stored is not None:
-        weights = {f"_param{k}": w for k, w in enumerate(_weights(gm))}
+        graph_ir, names = stored
+        live = _weights(gm)
         try:
-            return ir.to_fx(stored.with_tensors({name: weights[name] for name in stored.tensor_metas()}))
+            # ``_param<k>`` of the stored trace is the weight named ``names[k]`` (module
+            # rebuilding may register a module's tensors in another order).
+            weights = {f"_param{k}": live[name] for k, name in enumerate(names)}
+            return ir.to_fx(graph_ir.with_tensors({name: weights[name] for name in graph_ir.tensor_metas()}))
         except (ir.FormatError, KeyError) as e:
             log.warning("aten trace cache entry %s does not fit this graph (%s); tracing again", path, e)
     aten_gm = trace_to_aten(gm, example_inputs)
     try:
-        text = ir.dumps(ir.from_fx(aten_gm, dialect="aten"))
+        text = json.dumps({
+            "format": FORMAT,
+            "graph": ir.dumps(ir.from_fx(aten_gm, dialect="aten")),
+            "weights": list(_weights(gm)),
+        })
     except (ir.FormatError, TypeError, ValueError) as e:
         log.debug("aten trace not cached (%s: %s)", type(e).__name__, e)
         return aten_gm

@@ -164,9 +164,11 @@ def make_backend(
                 decomposition_table(),
                 aot_options,
             )
-        from .aten_trace import trace_to_aten
+        from .aten_cache import cached_trace_to_aten
 
-        aten_gm = trace_to_aten(gm, list(example_inputs))
+        resolved = options_from_env(opts)
+        cache = resolved.cache_dir if resolved.graph_cache else None
+        aten_gm = cached_trace_to_aten(gm, list(example_inputs), cache)
         set_debug_dir(aten_gm, debug_dir_of(gm))  # the frontend's debug folder for this graph
         return compile_guarded(aten_gm, list(example_inputs))
 

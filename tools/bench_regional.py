@@ -1,0 +1,123 @@
+"""Regional compilation vs compiling the whole model: cold compile time of a 12-layer transformer.
+
+    python tools/bench_regional.py [--layers 12] [--repeats 3] [--train]
+
+Each measurement is a fresh interpreter with an empty ``EMBER_CACHE_DIR`` (nothing
+cached: capture, tracing, lowering and the C++ compiler all run), timing the compiler
+call plus the first call:
+
+* ``whole``: ``ember.dynamo.compile(model)``: one frame, all layers inlined in one graph;
+* ``regional``: ``ember.dynamo.compile(model.layers)``: the layers share one compiled
+  ``forward``; the first layer is captured and compiled, the others bind it;
+* ``torch whole`` / ``torch regional``: torch.compile on the model / each layer
+  (``layer.compile()``), for comparison.
+
+Prints the median of ``--repeats`` runs per mode and the ratio regional / whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+WORKER = textwrap.dedent(
+    """
+    import json, math, sys, time
+    import torch
+    from torch import nn
+    sys.path.insert(0, {tools!r})
+    from bench.workloads import GPTBlock
+
+    mode, layers, train = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(GPTBlock(128, 4, 64, dropout=0.0) for _ in range(layers))
+            self.head = nn.LayerNorm(128)
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return self.head(x)
+
+    torch.manual_seed(0)
+    model = Model()
+    x = torch.randn(8, 64, 128)
+    if mode.startswith("torch"):
+        import torch._dynamo  # imported before the clock, as tools/bench does for torch.compile
+    start = time.perf_counter()
+    if mode == "whole":
+        import ember.dynamo
+        run = ember.dynamo.compile(model)
+    elif mode == "regional":
+        import ember.dynamo
+        ember.dynamo.compile(model.layers)
+        run = model
+    elif mode == "torch whole":
+        run = torch.compile(model)
+    else:
+        for layer in model.layers:
+            layer.compile()
+        run = model
+    if train:
+        run(x).sum().backward()
+    else:
+        with torch.no_grad():
+            run(x)
+    seconds = time.perf_counter() - start
+    print(json.dumps({{"seconds": seconds}}))
+    """
+)
+
+
+def measure(mode: str, layers: int, train: bool) -> float:
+    tools = str(Path(__file__).resolve().parent)
+    with tempfile.TemporaryDirectory(prefix="ember-regional-") as tmp:
+        script = Path(tmp) / "worker.py"
+        script.write_text(WORKER.format(tools=tools))
+        env = dict(os.environ, EMBER_CACHE_DIR=str(Path(tmp) / "cache"), TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / "torch"))
+        env.pop("EMBER_COMPILE_DEBUG", None)
+        proc = subprocess.run(
+            [sys.executable, str(script), mode, str(layers), "1" if train else "0"],
+            capture_output=True, text=True, env=env, timeout=1800,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"{mode} failed:\n{proc.stderr[-3000:]}")
+        seconds: float = json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
+        return seconds
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--train", action="store_true", help="a training step (forward + backward) instead of inference")
+    p.add_argument("--torch", action="store_true", help="also measure torch.compile")
+    args = p.parse_args()
+    modes = ["whole", "regional"] + (["torch whole", "torch regional"] if args.torch else [])
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    for _ in range(args.repeats):
+        for mode in modes:  # interleaved, so load changes hit every mode alike
+            times[mode].append(measure(mode, args.layers, args.train))
+    median = {m: statistics.median(v) for m, v in times.items()}
+    what = "training step" if args.train else "inference"
+    print(f"cold compile (compiler call + first call), {args.layers} GPT layers, {what}, "
+          f"median of {args.repeats}, load {os.getloadavg()[0]:.1f}")
+    for mode in modes:
+        print(f"  {mode:15s} {median[mode]:7.2f} s   runs: {', '.join(f'{t:.2f}' for t in times[mode])}")
+    print(f"  ember regional / whole: {median['regional'] / median['whole']:.2f}x")
+    if args.torch:
+        print(f"  torch regional / whole: {median['torch regional'] / median['torch whole']:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
