@@ -195,3 +195,28 @@ def test_a_second_process_loads_the_plan(tmp_path: Path) -> None:
     assert run() == "1"
     assert run() == "0"
     assert len(_entries(tmp_path)) == 1
+
+
+def test_inference_plan_binds_the_live_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An inference graph reads the weights as constants: the entry names them, never stores them.
+    from ember.aotgrad import aot_inference
+
+    options = AotOptions(cache=True, cache_dir=str(tmp_path), fallback_to_eager=False)
+    x = torch.randn(4, 16)
+    gm, model = _graph()
+    model.eval()
+    gm.eval()
+    with torch.no_grad():
+        first = aot_inference(gm, [x], nop_compiler, None, options)(x)
+        torch.testing.assert_close(first[0], model(x)[0])
+    assert len(_entries(tmp_path)) == 1
+
+    torch.manual_seed(1)
+    other = Block().eval()  # same shapes, other weights
+    other_gm = torch.fx.symbolic_trace(other)
+    _no_tracing(monkeypatch)
+    with torch.no_grad():
+        again = aot_inference(other_gm, [x], nop_compiler, None, options)(x)
+        want = other(x)
+    torch.testing.assert_close(again[0], want[0])
+    torch.testing.assert_close(again[1], want[1])

@@ -268,12 +268,13 @@ class AotFunction:
         tensors: list[torch.Tensor],
     ) -> tuple[CompiledPlan, TreeSpec]:
         key = self._persistent_key(flat, positions, in_spec, tensors)
-        stored = plan_cache.lookup(self._cache_dir(), key) if key is not None else None
+        source = self.source_graph
+        stored = plan_cache.lookup(self._cache_dir(), key, source) if key is not None else None
         joint: fx.GraphModule | None = None
         if stored is None:
             stored = self._trace(flat, positions, in_spec, tensors)
             if key is not None:
-                plan_cache.store(self._cache_dir(), key, stored)
+                plan_cache.store(self._cache_dir(), key, stored, source)
             if self.last_traced is not None and self.last_traced.is_joint:
                 joint = self.last_traced.gm
         else:

@@ -14,8 +14,12 @@ rebuilt from the IR's metadata.
 
 Layout: ``<cache_dir>/aot/<key[:2]>/<key>.json``, first line the sha256 of the
 rest; written atomically, deleted and traced again when damaged. Graphs the
-IR cannot hold (user modules, ops outside its allow-list, tensor constants)
-are traced every time.
+IR cannot hold (user modules, ops outside its allow-list) are traced every
+time. Tensor constants are stored by reference only: a constant that is one of
+the source graph's parameters or buffers (an inference graph reads its weights
+so) is stored as that weight's name and bound to the live weight when the
+entry is loaded; any other constant makes the plan uncacheable. Weight data is
+never on disk, so new weights never meet a stale entry.
 """
 
 from __future__ import annotations
@@ -104,13 +108,36 @@ def plan_key(gm: fx.GraphModule, call: str, decompositions: str, partitioner: st
 # --- entries -------------------------------------------------------------------------------------
 
 
-def _graph_text(gm: fx.GraphModule) -> str:
+Weights = dict[str, torch.Tensor]
+
+
+def weights_of(source: fx.GraphModule | None) -> Weights:
+    """The source graph's parameters and buffers by name (what constants may refer to)."""
+    if source is None:
+        return {}
+    out: Weights = dict(source.named_parameters())
+    out.update({n: b for n, b in source.named_buffers()})
+    return out
+
+
+def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (a.device == b.device and a.dtype == b.dtype and a.shape == b.shape
+            and a.stride() == b.stride() and a.storage_offset() == b.storage_offset()
+            and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
+
+
+def _graph_json(gm: fx.GraphModule, weights: Weights) -> dict[str, Any]:
+    """The graph as ember.ir text, and the weight each tensor constant is (by name)."""
     from ember.aotgrad.exchange import to_graph_ir
 
     graph_ir = to_graph_ir(gm)
-    if graph_ir.tensors:
-        raise ValueError(f"the graph holds tensor constants ({', '.join(sorted(graph_ir.tensors))})")
-    return ir.dumps(graph_ir)
+    refs: dict[str, str] = {}
+    for const, value in graph_ir.tensors.items():
+        name = next((n for n, w in weights.items() if _same_memory(value, w)), None)
+        if name is None:
+            raise ValueError(f"the graph holds tensor constant {const!r}, which is not a weight of the source graph")
+        refs[const] = name
+    return {"ir": ir.dumps(graph_ir), "constants": refs}
 
 
 class _Placeholders:
@@ -135,8 +162,15 @@ class _Placeholders:
             return torch.empty_strided(shape, stride, dtype=meta.dtype, device=meta.device)  # type: ignore[arg-type]
 
 
-def _load_graph(text: str, placeholders: _Placeholders) -> fx.GraphModule:
-    gm = ir.to_fx(ir.loads(text))
+def _load_graph(data: dict[str, Any], placeholders: _Placeholders, weights: Weights) -> fx.GraphModule:
+    graph_ir = ir.loads(data["ir"])
+    refs: dict[str, str] = data["constants"]
+    if refs:
+        missing = sorted(set(refs.values()) - set(weights))
+        if missing:
+            raise ValueError(f"the source graph has no weight {missing[0]!r}")
+        graph_ir = graph_ir.with_tensors({c: weights[w].detach() for c, w in refs.items()})
+    gm = ir.to_fx(graph_ir)
     for node in gm.graph.nodes:
         if node.op != "placeholder":
             continue
@@ -157,11 +191,11 @@ def _slot(data: dict[str, Any]) -> OutputSlot:
                       ir.decode_value(data["value"]), bool(data["requires_grad"]))
 
 
-def _dump(plan: StoredPlan) -> str:
+def _dump(plan: StoredPlan, weights: Weights) -> str:
     return json.dumps({
         "format": FORMAT,
-        "forward": _graph_text(plan.forward),
-        "backward": None if plan.backward is None else _graph_text(plan.backward),
+        "forward": _graph_json(plan.forward, weights),
+        "backward": None if plan.backward is None else _graph_json(plan.backward, weights),
         "num_inputs": plan.num_inputs,
         "mutated_inputs": list(plan.mutated_inputs),
         "num_user_outputs": plan.num_user_outputs,
@@ -175,14 +209,14 @@ def _dump(plan: StoredPlan) -> str:
     })
 
 
-def _load(text: str) -> StoredPlan:
+def _load(text: str, weights: Weights) -> StoredPlan:
     d = json.loads(text)
     if d.get("format") != FORMAT:
         raise ValueError(f"entry format {d.get('format')!r}, expected {FORMAT}")
     mode = _Placeholders()
     return StoredPlan(
-        forward=_load_graph(d["forward"], mode),
-        backward=None if d["backward"] is None else _load_graph(d["backward"], mode),
+        forward=_load_graph(d["forward"], mode, weights),
+        backward=None if d["backward"] is None else _load_graph(d["backward"], mode, weights),
         num_inputs=int(d["num_inputs"]),
         mutated_inputs=tuple(int(i) for i in d["mutated_inputs"]),
         num_user_outputs=int(d["num_user_outputs"]),
@@ -196,16 +230,19 @@ def _load(text: str) -> StoredPlan:
     )
 
 
-def lookup(cache_dir: str, key: str) -> StoredPlan | None:
-    """The entry for ``key``, or None; a damaged entry is deleted (and traced again)."""
-    return load_entry(entry_path(cache_dir, "aot", key), _load, LOG)
+def lookup(cache_dir: str, key: str, source: fx.GraphModule | None = None) -> StoredPlan | None:
+    """The entry for ``key`` (constants bound to ``source``'s weights), or None; a damaged
+    entry is deleted (and traced again)."""
+    weights = weights_of(source)
+    return load_entry(entry_path(cache_dir, "aot", key), lambda text: _load(text, weights), LOG)
 
 
-def store(cache_dir: str, key: str, plan: StoredPlan) -> bool:
+def store(cache_dir: str, key: str, plan: StoredPlan, source: fx.GraphModule | None = None) -> bool:
     """Write the entry atomically; False (nothing written) when a graph cannot be serialized."""
+    weights = weights_of(source)
     try:
-        text = _dump(plan)
+        text = _dump(plan, weights)
     except Exception as e:  # an op, constant or output the IR cannot hold
         LOG.debug("ember.aotgrad: plan not cached (%s: %s)", type(e).__name__, e)
         return False
-    return store_entry(entry_path(cache_dir, "aot", key), text, _load, LOG)
+    return store_entry(entry_path(cache_dir, "aot", key), text, lambda t: _load(t, weights), LOG)

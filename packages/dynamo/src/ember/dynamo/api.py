@@ -81,7 +81,7 @@ def frame_store(
     if folder is None:
         return None
     what = snapshot.replace(
-        debug_dir=None, run_only=False, fail_on_recompile=False, cache_size_limit=0, suppress_errors=False
+        debug_dir=None, run_only=False, fail_on_recompile=False, cache_size_limit=0, strict=False
     )
     key = repr((backend, mode, sorted(options.items(), key=lambda kv: kv[0]), what))
     return frame_cache.FrameStore(key, folder)
