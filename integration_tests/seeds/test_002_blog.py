@@ -445,6 +445,7 @@ def test_compile_cache_dir_makes_a_second_process_warm(tmp_path) -> None:
 def test_save_and_load_cache_artifacts(tmp_path, monkeypatch) -> None:
     # Mega-Cache: torch.compiler.save_cache_artifacts / load_cache_artifacts, same shapes
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("EMBER_FRAME_CACHE", "1")
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU())
     x = torch.randn(4, 16)
     with torch.no_grad():

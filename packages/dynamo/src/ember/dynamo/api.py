@@ -19,6 +19,7 @@ here, at the public entry, and handed to every runtime.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import sys
 import types
@@ -77,6 +78,8 @@ def frame_store(
     under ``EMBER_COMPILE_DEBUG``)."""
     if not isinstance(backend, str) or snapshot.debug_dir is not None:
         return None  # with EMBER_COMPILE_DEBUG the user wants to see this process compile
+    if logging.getLogger("ember.dynamo").isEnabledFor(logging.DEBUG):
+        return None  # so with EMBER_LOGS=+dynamo (every traced instruction)
     folder = frame_cache.store_dir_from_env()
     if folder is None:
         return None
