@@ -132,7 +132,7 @@ def make_backend(
         mode: str | None = None,
         options: dict[str, Any] | None = None,
     ) -> Any:
-        if mode is not None or options:  # torch.compile(backend=..., mode=..., options=...)
+        if mode is not None or options:  # torch.compile with backend=..., mode=..., options=...
             return configure(mode, options)(gm, example_inputs)
         opts = base
         symbolic = _symbolic(gm, list(example_inputs))
@@ -190,7 +190,7 @@ def inductor(
     """The default-options backend, registered as ``inductor`` under ``ember.backends``.
 
     ``mode``/``options`` are what torch.compile passes a callable backend
-    (``torch.compile(m, backend=ember.inductor.backend, mode="max-autotune")``);
+    (torch.compile of ``m`` with ``backend=ember.inductor.backend, mode="max-autotune"``);
     ember.dynamo passes them through :func:`configure`.
     """
     return make_backend(options_for(None, mode, options))(gm, example_inputs)

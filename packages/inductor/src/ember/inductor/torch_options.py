@@ -40,7 +40,7 @@ _SECTIONS: dict[str, type] = {"cpp": CppOptions, "triton": TritonOptions}
 
 @dataclass(frozen=True, slots=True)
 class TorchName:
-    """One ``torch._inductor.config`` name: the ember field it sets, or why there is none."""
+    """One option name of torch inductor's config: the ember field it sets, or why there is none."""
 
     #: ``InductorOptions`` field (``"cpp.<field>"`` for a section's); None: no counterpart.
     field: str | None = None
@@ -52,7 +52,7 @@ class TorchName:
     quiet_values: tuple[Any, ...] = ()
 
 
-#: torch.compile option names (``torch._inductor.config``) ember knows.
+#: torch.compile option names (torch inductor's config module) ember knows.
 TORCH_NAMES: dict[str, TorchName] = {
     "max_fusion_size": TorchName("max_fusion_size"),
     "compile_threads": TorchName("compile_threads"),
