@@ -18,12 +18,11 @@ cd "$(dirname "$0")/.."
 
 find_python() {
     local v=$1 p
-    if p=$(command -v "python$v" 2>/dev/null); then
-        echo "$p"
-        return 0
-    fi
-    for p in "$HOME"/.pyenv/versions/"$v".*/bin/python; do
-        if [ -x "$p" ]; then
+    # A pyenv shim is on PATH for every installed version but fails for one that is
+    # not selected (`pyenv: python3.12: command not found`): an interpreter counts only
+    # if it runs and reports the asked-for version.
+    for p in $(command -v "python$v" 2>/dev/null) "$HOME"/.pyenv/versions/"$v".*/bin/python; do
+        if [ -x "$p" ] && [ "$("$p" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" = "$v" ]; then
             echo "$p"
             return 0
         fi
