@@ -320,8 +320,6 @@ def test_allow_in_graph_escape_hatch() -> None:
     assert counter.frame_count == 1
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17: torch.func.functional_call is not captured: "
-                   "the frame runs eagerly (0 graphs)")
 def test_functional_call_extracts_the_module_state() -> None:
     model = MLP()
     params = dict(model.named_parameters())

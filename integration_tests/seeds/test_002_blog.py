@@ -135,16 +135,14 @@ def test_torch_where_replaces_a_data_dependent_branch() -> None:
     assert counter.frame_count == 1
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17 phase 3: torch.cond is a graph break (the branch "
-                   "functions cannot be passed to a graph op), so fullgraph=True fails")
 def test_torch_cond_replaces_a_data_dependent_branch() -> None:
     def graph_friendly(y):
         return torch.cond(y.mean() > 0, lambda y: y * 2, lambda y: y.clone(), (y,))
 
     counter = CompileCounter()
-    for y in (torch.ones(8), -torch.ones(8)):
-        got = ember.dynamo.compile(graph_friendly, backend=counter, fullgraph=True)(y)
-        torch.testing.assert_close(got, y * 2 if y.mean() > 0 else y)
+    compiled = ember.dynamo.compile(graph_friendly, backend=counter, fullgraph=True)
+    for y in (torch.ones(8), -torch.ones(8)):  # both branches, one graph
+        torch.testing.assert_close(compiled(y), y * 2 if y.mean() > 0 else y)
     assert counter.frame_count == 1
 
 

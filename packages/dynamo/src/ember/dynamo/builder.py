@@ -40,6 +40,7 @@ from .variables.constant import (
 from .variables.dicts import DictVariable
 from .variables.functions import PartialVariable, UserFunctionVariable, UserMethodVariable
 from .variables.functorch import TRANSFORM_FUNCTIONS, TransformVariable
+from .variables.higher_order import HIGHER_ORDER_FUNCTIONS, HigherOrderVariable
 from .variables.lazy import LazyVariable
 from .variables.lists import ListVariable, TupleVariable
 from .variables.misc import ControlFunctionVariable, OpaqueObjectVariable
@@ -202,6 +203,10 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
         if g is not None and source is not None:
             g.add_function(source, value)
         return TransformVariable(value, source)
+    if is_member(value, HIGHER_ORDER_FUNCTIONS):
+        if g is not None and source is not None:
+            g.add_function(source, value)
+        return HigherOrderVariable(value, source)
     if is_torch_callable(value) and not trace_rules.is_inlined_torch_function(value):
         if g is not None and source is not None:
             g.add_function(source, value)

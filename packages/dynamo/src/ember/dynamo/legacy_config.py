@@ -111,8 +111,8 @@ LEGACY_SETTINGS: dict[str, LegacySetting] = {
             "ember.dynamo.config.capture_func_transforms changes nothing in ember: "
             "torch.vmap and torch.func.vmap/grad/grad_and_value/jacrev/jacfwd/hessian of a "
             "function of its arguments alone (no closure cells, defaults or non-module "
-            "globals) are always captured as one graph node; other uses, and "
-            "torch.func.functional_call, are graph breaks that say why."
+            "globals) are always captured as one graph node, and "
+            "torch.func.functional_call is traced into; other uses are graph breaks that say why."
         ),
     ),
 }

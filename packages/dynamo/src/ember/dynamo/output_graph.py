@@ -92,6 +92,12 @@ class OutputGraph:
         #: root attribute name -> the frame source it was read from (None: no source)
         self.attr_sources: dict[str, Source | None] = {}
         self.fake_params: dict[int, torch.Tensor] = {}
+        #: id(a module's parameter or buffer) -> what reads of it give, inside
+        #: ``torch.func.functional_call`` (``variables.higher_order``)
+        self.tensor_overrides: dict[int, VariableTracker] = {}
+        #: torch.nn leaf modules are inlined, not one ``call_module`` node
+        #: (while a ``torch.cond`` branch is traced: ``variables.cond``)
+        self.inline_leaves = False
         #: undo actions for process state entered while tracing (autocast)
         self.cleanups: list[Callable[[], Any]] = []
         #: trackers of cells that existed before the frame ran, by id(cell)

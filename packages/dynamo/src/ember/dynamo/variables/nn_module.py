@@ -43,6 +43,18 @@ def is_leaf_module(module: nn.Module, inline_inbuilt: bool) -> bool:
     return type(module).__module__.startswith("torch.nn.")
 
 
+def overridden(tx: Tx, module: nn.Module) -> bool:
+    """Whether a leaf module must be inlined: ``torch.func.functional_call`` replaced
+    one of its tensors (one ``call_module`` node would read its own), or a
+    ``torch.cond`` branch is being traced (``OutputGraph.inline_leaves``)."""
+    if tx.output.inline_leaves:
+        return True
+    overrides = tx.output.tensor_overrides
+    return bool(overrides) and any(
+        id(t) in overrides for t in [*module.parameters(), *module.buffers()]
+    )
+
+
 class NNModuleVariable(VariableTracker):
     def __init__(self, value: nn.Module, source: Source | None = None) -> None:
         super().__init__(source)
@@ -91,11 +103,15 @@ class NNModuleVariable(VariableTracker):
             p = d["_parameters"][name]
             if p is None:
                 return ConstantVariable(None)
+            if id(p) in tx.output.tensor_overrides:  # inside torch.func.functional_call
+                return tx.output.tensor_overrides[id(p)]
             return tx.output.register_attr_tensor(p, self.child_source(name, "_parameters"))
         if name in d.get("_buffers", {}):
             b = d["_buffers"][name]
             if b is None:
                 return ConstantVariable(None)
+            if id(b) in tx.output.tensor_overrides:
+                return tx.output.tensor_overrides[id(b)]
             return tx.output.register_attr_tensor(b, self.child_source(name, "_buffers"))
         if name in d.get("_modules", {}):
             sub = d["_modules"][name]
@@ -200,7 +216,7 @@ class NNModuleVariable(VariableTracker):
         m = self.value
         if has_hooks(m):
             raise Unsupported(f"{self.describe()} has forward/backward hooks")
-        if is_leaf_module(m, tx.options.inline_inbuilt_nn_modules):
+        if is_leaf_module(m, tx.options.inline_inbuilt_nn_modules) and not overridden(tx, m):
             tx.guard_module_training(self)
             return tx.output.call_module(self, args, kwargs)
         return self.inline_forward(tx, args, kwargs)
