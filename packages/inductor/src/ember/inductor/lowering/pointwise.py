@@ -191,8 +191,16 @@ register_lowering(aten.fmod.Tensor, aten.fmod.Scalar)(
 def _pow(ctx: LoweringContext, node: torch.fx.Node, a: Any, b: Any) -> Pointwise:
     compute = out_dtype(node)
     if not isinstance(b, IRNode) and compute.is_floating_point:
+        # ATen's CPU kernel special-cases these exponents the same way; a libm pow call
+        # would also keep the loop from vectorizing (GELU's tanh form has x ** 3).
         if b == 2:
             return make_pointwise(node, [a], lambda ops, x: ops.mul(x, x), compute_dtype=compute)
+        if b == 3:
+            return make_pointwise(
+                node, [a], lambda ops, x: ops.mul(ops.mul(x, x), x), compute_dtype=compute
+            )
+        if b == -1:
+            return make_pointwise(node, [a], lambda ops, x: ops.reciprocal(x), compute_dtype=compute)
         if b == 0.5:
             return make_pointwise(node, [a], lambda ops, x: ops.sqrt(x), compute_dtype=compute)
         if b == 1:
