@@ -334,3 +334,24 @@ def test_foreign_artifacts_are_ignored(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(frame_cache, "ember_fingerprint", lambda: "another ember")
     assert len(ed.load_cache_artifacts(blob)) == 0
     assert not (tmp_path / "dst").exists()
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_frames_with_symbolic_sizes_are_not_reused_at_their_first_sizes(backend: str) -> None:
+    """A frame compiled with symbolic sizes must serve every size its guards admit; rebuilt
+    from the store, its graph would be compiled for the binding call's sizes only."""
+    torch.manual_seed(0)
+    model = Tower(depth=3)
+    events, listen = _captures()
+    try:
+        ed.compile(model.blocks, backend=backend, dynamic=True)
+        with torch.no_grad():
+            for n in (3, 5, 7):
+                x = torch.randn(n, 8)
+                want = x
+                for block in model.blocks:
+                    want = block.forward.__wrapped__(block, want)
+                torch.testing.assert_close(model(x), want)
+    finally:
+        api.STATE.listeners.remove(listen)
+    assert "frame cache" not in events

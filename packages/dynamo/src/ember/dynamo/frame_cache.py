@@ -7,7 +7,7 @@ read (their metadata, not their identity), the transformed bytecode
 (``marshal``), and per graph its ember.ir serialization (no weights), the
 frame sources of its inputs and of its top-level attributes. A frame that
 cannot be written this way (a graph break, an object guarded by identity
-alone, a graph the IR cannot hold) stays in its process, and the
+alone, a graph the IR cannot hold, symbolic sizes) stays in its process, and the
 ``frame_cache`` log says why.
 
 :func:`instantiate` is the other direction, for a call no cached entry
@@ -254,6 +254,10 @@ def to_stored(
     """``guarded`` as data that outlives the process, or ``(None, why it cannot)``."""
     if guarded.graph_breaks:
         return None, "the frame has a graph break (its resume functions are not stored)"
+    if _symbolic(guarded):
+        # Rebuilt from the store, a graph would be traced (and compiled) for the binding
+        # call's sizes while its guards admit every size: symbolic frames are not stored yet.
+        return None, "the frame has symbolic sizes (dynamic shapes are not stored yet)"
     try:
         code = marshal.dumps(guarded.code)
     except ValueError as exc:
@@ -274,6 +278,25 @@ def to_stored(
     if portable is None:
         return None, why
     return StoredFrame(portable.dumps(), code, tuple(graphs)), ""
+
+
+def _symbolic(guarded: GuardedCode) -> bool:
+    """Whether the frame was captured with size symbols (its guards bind them, or a graph input has them)."""
+    if guarded.guard_set.shape_relations or any(
+        g.kind is ir.GuardKind.SHAPE_EXPR for g in guarded.guard_set.guards
+    ):
+        return True
+    for captured in guarded.graphs:
+        for node in captured.gm.graph.nodes:
+            if node.op != "placeholder":
+                continue
+            value = node.meta.get("example_value")
+            if isinstance(value, torch.SymInt) or (
+                isinstance(value, torch.Tensor)
+                and not all(type(d) is int for d in (*value.shape, *value.stride()))
+            ):
+                return True
+    return False
 
 
 def _stored_graph(captured: CapturedGraph) -> tuple[StoredGraph | None, str]:
