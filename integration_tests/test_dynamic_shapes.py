@@ -171,3 +171,27 @@ def test_inference_under_no_grad_serves_every_size(name: str) -> None:
             x = make_input(i)
             torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
     assert cnt.frame_count <= 2
+
+
+def test_symbolic_inference_graph_is_called_without_a_wrapper() -> None:
+    # no gradients: the symbolic graph is traced with its weights as constants and called
+    # directly, as a static one is (before, aotgrad's module wrapper ran on every call)
+    from ember.inductor import backend as inductor
+    from ember.inductor.compile_fx import CompiledGraph
+
+    made: list[Callable[..., object]] = []
+
+    def record(gm: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> Callable[..., object]:
+        made.append(inductor(gm, inputs))
+        return made[-1]
+
+    ed.reset()
+    torch.manual_seed(0)
+    model = mlp().eval()
+    compiled = ed.compile(model, backend=record, dynamic=True)
+    with torch.no_grad():
+        for n in (3, 5, 9):
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    assert len(made) == 1 and isinstance(made[0], CompiledGraph), made
+    assert made[0].report.kernels >= 1 and made[0].report.eager_reason is None

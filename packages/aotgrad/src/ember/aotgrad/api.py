@@ -216,6 +216,15 @@ class AotFunction:
         others are traced with their real sizes). The caller (ember.dynamo's guards)
         ensures later calls fit; the plan is not looked up by input sizes."""
         flat, in_spec, tensors, positions = _flatten_call(args, {})
+        plan, out_spec = self.compile_fakes(flat, positions, in_spec, tensors, fakes)
+        return SymbolicCall(self, plan, out_spec, in_spec, positions)
+
+    def compile_fakes(
+        self, flat: list[Any], positions: list[tuple[int, int]], in_spec: TreeSpec,
+        tensors: list[torch.Tensor], fakes: dict[int, torch.Tensor],
+    ) -> tuple[CompiledPlan, TreeSpec]:
+        """:meth:`compile`, traced with the symbolic fakes of ``fakes`` (by ``id`` of the
+        real tensor) instead of the real sizes, and never looked up in the plan cache."""
 
         def fake_inputs(mode: Any) -> list[torch.Tensor]:
             return [symbolic_fake(mode, fakes[id(t)], t) if id(t) in fakes
@@ -225,8 +234,7 @@ class AotFunction:
         joint = self.last_traced.gm if self.last_traced is not None and self.last_traced.is_joint \
             else None
         self._report(stored, joint)
-        plan = self._compile_stored(stored)
-        return SymbolicCall(self, plan, stored.out_spec, in_spec, positions)
+        return self._compile_stored(stored), stored.out_spec
 
     def _debug_folder(self) -> Path | None:
         """Where this compile's graphs go: the folder the frontend named for the
@@ -492,7 +500,8 @@ def aot_inference(
     decompositions: DecompTable | None = None,
     options: AotOptions | None = None,
 ) -> Callable[..., Any]:
-    """Compile ``gm`` for inference, for inputs exactly like ``example_inputs``.
+    """Compile ``gm`` for inference, for inputs exactly like ``example_inputs`` (or, where
+    ``gm``'s placeholders hold ember size symbols, for every size the frontend's guards admit).
 
     For frontends that guard their inputs (ember.dynamo, torch.compile with static
     shapes) and call under ``no_grad`` or with nothing requiring grad: the graph is
@@ -507,9 +516,13 @@ def aot_inference(
     tensors = list(example_inputs)
     flat, in_spec = tree_flatten((tuple(tensors), {}))
     positions = [(i, i) for i in range(len(tensors))]
+    fakes = _symbolic_fakes(gm, tensors)
     try:
         with torch.no_grad():
-            plan, out_spec = fn.compile(flat, positions, in_spec, tensors)
+            if fakes:  # traced now for every size the frontend's guards admit (no plan cache)
+                plan, out_spec = fn.compile_fakes(flat, positions, in_spec, tensors, fakes)
+            else:
+                plan, out_spec = fn.compile(flat, positions, in_spec, tensors)
     except Exception as e:
         if not _falls_back(fn.options, e):
             raise
@@ -573,14 +586,7 @@ def _symbolic_call(compiled: AotModule, gm: fx.GraphModule, example_inputs: list
     """For a graph whose inputs have ember size symbols (ember.dynamo's dynamic shapes):
     trace it once, now, with those symbols, so guards the tracing adds reach the
     frontend before it builds its guard set. ``None`` for a static graph."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    fakes: dict[int, torch.Tensor] = {}
-    for node, real in zip(placeholders, example_inputs):
-        value = node.meta.get("example_value", node.meta.get("val"))
-        if isinstance(real, torch.Tensor) and isinstance(value, torch.Tensor) and (
-            shape_env_of_tensor(value) is not None
-        ):
-            fakes[id(real)] = value
+    fakes = _symbolic_fakes(gm, example_inputs)
     if not fakes:
         return None
     mod = compiled.orig_module
@@ -600,3 +606,16 @@ def _symbolic_call(compiled: AotModule, gm: fx.GraphModule, example_inputs: list
         return call(dict(mod.named_parameters()), dict(mod.named_buffers()), *args)
 
     return run
+
+
+def _symbolic_fakes(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> dict[int, torch.Tensor]:
+    """``id`` of each example input whose placeholder holds ember size symbols -> that fake."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    fakes: dict[int, torch.Tensor] = {}
+    for node, real in zip(placeholders, example_inputs):
+        value = node.meta.get("example_value", node.meta.get("val"))
+        if isinstance(real, torch.Tensor) and isinstance(value, torch.Tensor) and (
+            shape_env_of_tensor(value) is not None
+        ):
+            fakes[id(real)] = value
+    return fakes

@@ -136,7 +136,10 @@ def make_backend(
             return configure(mode, options)(gm, example_inputs)
         opts = base
         symbolic = _symbolic(gm, list(example_inputs))
-        if _needs_grad(gm, list(example_inputs)) or symbolic:
+        # Symbolic graphs without gradients take the inference path too (weights as
+        # constants, no per-call wrapper), unless a size is itself an input (a SymInt).
+        size_inputs = any(not isinstance(x, torch.Tensor) for x in example_inputs)
+        if _needs_grad(gm, list(example_inputs)) or (symbolic and (aotgrad is None or size_inputs)):
             if training is None:
                 if symbolic:  # the ATen tracer below traces static sizes only
                     perf_hints.info("running a graph with symbolic sizes eagerly: "
