@@ -15,7 +15,8 @@ Three figures per workload (a transformer block, an MLP, a CNN; inference):
 Each measurement runs in this process one after the other (caches are reset
 between compilers with ``reset()``; ember's on-disk caches are pointed at a
 fresh temporary folder). The machine is shared: print ``uptime`` beside the
-figures. ``.venv/bin/python tools/bench_dynamic.py [--steps 1000] [--torch]``
+figures. ``.venv/bin/python tools/bench_dynamic.py [--steps 1000] [--torch] [--generate 100]``
+(``--generate N``: LLaMA ``generate`` time per token, eager vs compiled forward).
 """
 
 from __future__ import annotations
@@ -122,6 +123,59 @@ def amortized(w: Workload, steps: int, compiler: str) -> float:
     return (time.perf_counter() - t0) / steps
 
 
+def generate_row(new_tokens: int, with_torch: bool) -> None:
+    """LLaMA ``generate``: time per generated token after the first call, eager vs compiled forward.
+
+    The model is the integration test's small LLaMA (random weights, 2 layers); greedy
+    decoding, so the compiled run's tokens must equal eager's (checked)."""
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+    )
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(3, 256, (1, 8))
+    kw = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False}
+    eager_forward = model.forward
+
+    def timed() -> tuple[torch.Tensor, float]:
+        t0 = time.perf_counter()
+        out = model.generate(ids, **kw)
+        return out, time.perf_counter() - t0
+
+    rows: list[tuple[str, float, float, int]] = []
+    with torch.no_grad():
+        want, first = timed()
+        _, again = timed()
+        rows.append(("eager", first, min(again, timed()[1]), 0))
+        compilers = [("ember (inductor)", None)] + ([("torch.compile (inductor)", "torch")] if with_torch else [])
+        for label, kind in compilers:
+            ed.reset()
+            torch._dynamo.reset()
+            if kind == "torch":
+                tcnt = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+                model.forward = torch.compile(eager_forward, backend=tcnt)
+            else:
+                cnt = CompileCounterWithBackend("inductor")
+                model.forward = ed.compile(eager_forward, backend=cnt)
+            got, first = timed()
+            assert torch.equal(got, want), f"{label}: greedy tokens differ from eager"
+            _, again = timed()
+            again = min(again, timed()[1])
+            frames = tcnt.frame_count if kind == "torch" else cnt.frame_count
+            rows.append((label, first, again, frames))
+        model.forward = eager_forward
+    print(f"\nLLaMA generate(max_new_tokens={new_tokens}), greedy tokens equal eager's")
+    print("| forward | first call s | ms/token after | vs eager | compiles |")
+    print("|---|---|---|---|---|")
+    base = rows[0][2]
+    for label, first, again, frames in rows:
+        print(f"| {label} | {first:.2f} | {again / new_tokens * 1e3:.2f} | {again / base:.2f} | {frames} |",
+              flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=1000)
@@ -130,6 +184,8 @@ def main() -> None:
     ap.add_argument("--workloads", default=",".join(w.name for w in WORKLOADS))
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: default)")
     ap.add_argument("--skip-amortized", action="store_true")
+    ap.add_argument("--generate", type=int, default=0,
+                    help="also time LLaMA generate(max_new_tokens=N) (needs transformers)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -142,6 +198,8 @@ def main() -> None:
         e, t = compiles(w)
         s, d = kernel_ratio(w, args.reps)
         print(f"| {w.name} | {e} | {t} | {s * 1e6:.0f} | {d * 1e6:.0f} | {d / s:.2f} |", flush=True)
+    if args.generate:
+        generate_row(args.generate, args.torch)
     if args.skip_amortized:
         return
     compilers = ["eager", "ember", "ember-static"] + (["torch"] if args.torch else [])

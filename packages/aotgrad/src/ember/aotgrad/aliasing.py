@@ -21,11 +21,16 @@ import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from dataclasses import dataclass
+
 import torch
 import torch.fx as fx
+from torch.utils._pytree import tree_map
 
 from ember.aotgrad.functionalize import ViewStep, written_args
+from ember.aotgrad.sizes import SYM_TYPES, expr_of
 from ember.aotgrad.trace import storage_key
+from ember.ir.shape_env import python_value
 
 
 def _is_view_op(target: Any) -> bool:
@@ -78,11 +83,46 @@ def view_chain(node: fx.Node) -> tuple[fx.Node, tuple[ViewStep, ...]] | None:
     return node, tuple(reversed(steps))
 
 
-def replay(base: torch.Tensor, steps: Sequence[ViewStep]) -> torch.Tensor:
-    """``base`` viewed by ``steps``, as the traced function viewed it."""
+@dataclass(frozen=True, slots=True)
+class SizeRef:
+    """A symbolic size among a view step's arguments (``view(x, [s0, 4, s1 // 4])``): the
+    graph computes it as its ``index``-th user output, and :func:`replay` reads it there."""
+
+    index: int
+
+
+def sized_steps(steps: Sequence[ViewStep], graph_outs: list[Any]) -> tuple[ViewStep, ...]:
+    """``steps`` with each symbolic size replaced by a :class:`SizeRef` to a new graph output
+    (appended to ``graph_outs``), so views of tensors with symbolic sizes replay at runtime
+    with this call's sizes."""
+
+    def ref(a: Any) -> Any:
+        if not isinstance(a, SYM_TYPES):
+            return a
+        if expr_of(a) is None:
+            return python_value(a)  # a constant: no guard
+        graph_outs.append(a)
+        return SizeRef(len(graph_outs) - 1)
+
+    return tuple(ViewStep(s.op, tuple(tree_map(ref, list(s.args))),
+                          tuple((k, tree_map(ref, v)) for k, v in s.kwargs), s.index)
+                 for s in steps)
+
+
+def replay(base: torch.Tensor, steps: Sequence[ViewStep],
+           sizes: Sequence[Any] = ()) -> torch.Tensor:
+    """``base`` viewed by ``steps``, as the traced function viewed it; a :class:`SizeRef`
+    argument is read from ``sizes`` (the graph's user outputs of this call)."""
+
+    def resolve(a: Any) -> Any:
+        return sizes[a.index] if isinstance(a, SizeRef) else a
+
     value = base
     for step in steps:
-        value = step.op(value, *step.args, **dict(step.kwargs))
+        args, kwargs = step.args, dict(step.kwargs)
+        if sizes:
+            args, kwargs = tree_map(resolve, (args, kwargs))
+        value = step.op(value, *args, **kwargs)
         if step.index is not None:
             value = value[step.index]
     return value

@@ -27,7 +27,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import _disable_current_modes
 
-from ember.aotgrad.aliasing import copy_aliased_outputs, view_chain
+from ember.aotgrad.aliasing import copy_aliased_outputs, sized_steps, view_chain
 from ember.aotgrad.errors import AotGradError, TraceError, VerifyError
 from ember.aotgrad.functionalize import ViewStep, find_mutated_inputs, functionalize
 from ember.aotgrad.sizes import SYM_TYPES, expr_of, is_symbolic_tensor
@@ -239,12 +239,8 @@ def _output_slots(
         key = storage_key(out)
         found = view_chain(tracer.node_of(out))
         if is_symbolic_tensor(out) and found is not None and found[1]:
-            if key in input_storage:
-                raise TraceError(
-                    "an output is a view of an input with symbolic sizes; ember.aotgrad "
-                    "rebuilds such views only with static sizes (the graph runs eagerly)"
-                )
-            found = None  # symbolic: returned as computed, not replayed as a view
+            # the view's symbolic sizes become graph outputs, read when it is replayed
+            found = (found[0], sized_steps(found[1], graph_outs))
         if key in input_storage:
             if found is None or found[0].op != "placeholder":
                 raise TraceError(

@@ -109,10 +109,10 @@ class CompiledPlan:
             if not slot.views:
                 out.append(base)
             elif slot.requires_grad or not torch.is_grad_enabled():
-                out.append(replay(base, slot.views))
+                out.append(replay(base, slot.views, user))
             else:
                 with torch.no_grad():
-                    out.append(replay(base, slot.views))
+                    out.append(replay(base, slot.views, user))
         return out
 
 
