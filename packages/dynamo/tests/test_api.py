@@ -330,14 +330,23 @@ def test_optimized_module_runs_the_originals_hooks_and_moves_its_params() -> Non
     assert "fc1" in dir(opt) and "OptimizedModule(MLP(" in repr(opt)
 
 
-def test_options_not_implemented_yet_warn_and_still_run() -> None:
+def test_options_not_implemented_are_a_clear_error() -> None:
     def f(x: torch.Tensor, n: int) -> torch.Tensor:
         return x * n
 
+    with pytest.raises(CompileOptionsError, match=r"specialize_int=False is not implemented"):
+        ember.dynamo.compile(f, backend="eager", options={"specialize_int": False})
+    old = ember.dynamo.config.specialize_int
+    ember.dynamo.config.specialize_int = False
+    try:
+        with pytest.raises(CompileOptionsError, match=r"Leave specialize_int at True"):
+            ember.dynamo.compile(f, backend="eager")
+        with pytest.raises(CompileOptionsError, match=r"specialize_int=False"):
+            ember.dynamo.optimize("eager")
+    finally:
+        ember.dynamo.config.specialize_int = old
     x = torch.ones(3)
-    with pytest.warns(UserWarning, match=r"specialize_int=False is not implemented yet"):
-        h = ember.dynamo.compile(f, backend="eager", options={"specialize_int": False})
-    torch.testing.assert_close(h(x, 3), f(x, 3))
+    torch.testing.assert_close(ember.dynamo.compile(f, backend="eager")(x, 3), f(x, 3))
 
 
 def test_mode_with_a_backend_without_configure_says_it_changes_nothing() -> None:

@@ -19,9 +19,8 @@ from __future__ import annotations
 import contextlib
 import operator
 from collections.abc import Iterable, Sequence
-from typing import Any
-
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.fx as fx

@@ -33,7 +33,7 @@ import torch
 from . import cache as cache_mod
 from . import frame_cache, frame_hook, trace_rules
 from .backends import backend_name, lookup_backend, with_repro_hook
-from .config import OPTION_NAMES, DynamoOptions, config, warn_not_implemented
+from .config import OPTION_NAMES, DynamoOptions, config, not_implemented
 from .debug_dir import debug_dir_from_env
 from .distributed import FULLGRAPH_MESSAGE, DDPForward, is_ddp, wrapped_module
 from .errors import Unsupported
@@ -169,8 +169,14 @@ def make_runtime(
     compiler = _backend_options(compiler, None if mode == "default" else mode, opts)
     compiler = with_repro_hook(compiler)
     snapshot = snapshot_options(fullgraph=fullgraph, dynamic=dynamic, **dynamo_opts)
-    warn_not_implemented(snapshot, stacklevel=user_stacklevel())
+    _refuse_not_implemented(snapshot)
     return new_runtime(compiler, snapshot, frame_store(backend, mode, opts, snapshot))
+
+
+def _refuse_not_implemented(options: DynamoOptions) -> None:
+    why = not_implemented(options)
+    if why is not None:
+        raise CompileOptionsError(why)
 
 
 def snapshot_options(**overrides: Any) -> DynamoOptions:
@@ -334,7 +340,7 @@ def optimize(
     ``optimize("eager")(module)``. ``nopython=True`` is ``fullgraph=True``.
     """
     compiler = with_repro_hook(lookup_backend(backend))  # unknown names fail here
-    warn_not_implemented(snapshot_options(dynamic=dynamic), stacklevel=user_stacklevel())
+    _refuse_not_implemented(snapshot_options(dynamic=dynamic))
 
     def factory() -> Runtime:
         return new_runtime(compiler, snapshot_options(fullgraph=nopython, dynamic=dynamic))

@@ -43,8 +43,8 @@ class DynamoOptions:
     #: guard that failed) and runs that code eagerly from then on.
     cache_size_limit: int = 8
     #: Python ``int`` arguments are baked into the graph as constants
-    #: (guarded by value). ``False`` (symbolic ints) is not implemented yet: it
-    #: warns and ints stay specialized.
+    #: (guarded by value). ``False`` (symbolic ints) is not implemented:
+    #: ``compile`` raises ``CompileOptionsError`` saying so.
     specialize_int: bool = True
     #: Trace *through* the ``forward`` of torch.nn built-in modules instead of
     #: emitting one ``call_module`` node per leaf module.
@@ -88,22 +88,24 @@ class DynamoOptions:
 
 OPTION_NAMES: frozenset[str] = frozenset(f.name for f in fields(DynamoOptions))
 
-#: Options accepted for torch.compile compatibility whose non-default meaning
-#: is not implemented yet: (name, value that is not implemented, what happens instead).
+#: Options accepted for torch.compile compatibility whose non-default meaning is
+#: not implemented: (name, value that is not implemented, what to do instead).
+#: ``compile``/``optimize`` raise ``CompileOptionsError`` for them, never ignore them.
 NOT_IMPLEMENTED: tuple[tuple[str, Any, str], ...] = (
-    ("specialize_int", False, "int arguments stay constants in the graph, guarded by value"),
+    ("specialize_int", False,
+     "ember specializes Python int arguments (each value is a constant of the graph, guarded, "
+     "and another value recompiles). Leave specialize_int at True; for a size that varies, pass "
+     "it as a tensor dimension (mark_dynamic, or dynamic=True)"),
 )
 
 
-def warn_not_implemented(options: DynamoOptions, stacklevel: int = 3) -> None:
-    """Warn for each option set to a value ember does not implement yet."""
+def not_implemented(options: DynamoOptions) -> str | None:
+    """Why ``options`` cannot be honoured (an option set to a value ember does not
+    implement), or ``None``."""
     for name, value, instead in NOT_IMPLEMENTED:
         if getattr(options, name) == value and type(getattr(options, name)) is type(value):
-            warnings.warn(
-                f"ember.dynamo: {name}={value!r} is not implemented yet; {instead}",
-                UserWarning,
-                stacklevel=stacklevel,
-            )
+            return f"ember.dynamo: {name}={value!r} is not implemented. {instead}."
+    return None
 
 
 class Config:
