@@ -149,6 +149,76 @@ def test_warm_hit_imports_neither_capture_nor_torchdynamo(tmp_path: Path) -> Non
     assert warm["modules"]["torch._dynamo"] is False
 
 
+BROKEN_MODEL = textwrap.dedent(
+    """
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 16)
+            self.out = torch.nn.Linear(16, 4)
+
+        def forward(self, x):
+            h = torch.relu(self.fc(x))
+            print("graph break")  # splits the frame: a graph, a resume function, a graph
+            return self.out(h).sum(-1, keepdim=True) + h.mean()
+    """
+)
+
+
+def test_a_frame_split_at_a_graph_break_warm_starts_with_its_resume_function(
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / "cache"
+    (tmp_path / "models").mkdir()
+    path = tmp_path / "models" / "model_broken.py"
+    path.write_text(BROKEN_MODEL)
+    first, _ = _run(tmp_path, cache, [["cold", str(path)]])
+    # the frame and its resume function are each captured once
+    assert first["cold"] == {"equal": True, "events": ["captured", "captured"]}
+    warm, _ = _run(tmp_path, cache, [["hit", str(path)]])
+    # both come from the store, with capture impossible; results as eager
+    assert warm["hit"] == {"equal": True, "events": ["frame cache", "frame cache"]}
+    assert warm["modules"]["ember.dynamo.symbolic_convert"] is False
+
+
+class BrokenBlock(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.fc(x))
+        print("graph break")
+        return h.cos() + x
+
+
+def test_blocks_split_at_a_graph_break_share_the_stored_frame_and_its_break() -> None:
+    torch.manual_seed(0)
+    blocks = torch.nn.ModuleList([BrokenBlock(), BrokenBlock()])
+    events, listen = _captures()
+    breaks: list[str] = []
+
+    def on_capture(e: Any) -> None:
+        if e.kind == "capture" and e.guarded is not None:
+            breaks.extend(b.reason for b in e.guarded.graph_breaks)
+
+    api.STATE.listeners.append(on_capture)
+    try:
+        ed.compile(blocks, backend="eager")
+        for b in blocks:
+            x = torch.randn(2, 8)
+            torch.testing.assert_close(b(x), b.forward.__wrapped__(b, x))
+    finally:
+        api.STATE.listeners.remove(listen)
+        api.STATE.listeners.remove(on_capture)
+    # block 1: the frame and its resume function captured; block 2: both from the store
+    assert events == ["captured", "captured", "frame cache", "frame cache"]
+    # the stored frame still says where and why it was split
+    assert len(breaks) == 2 and breaks[0] == breaks[1] and "print" in breaks[0]
+
+
 def test_corrupted_or_truncated_entry_is_rebuilt_with_a_warning(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     base = _model(tmp_path, "base")
@@ -284,7 +354,9 @@ def test_a_block_with_other_weights_shape_is_captured_again() -> None:
 LOCAL_TYPES: list[type] = []
 
 
-def test_identity_only_guard_keeps_the_frame_in_its_process(caplog: pytest.LogCaptureFixture) -> None:
+def test_identity_only_guard_keeps_the_frame_in_its_process(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     class Marker:
         pass
 
@@ -304,7 +376,9 @@ def test_identity_only_guard_keeps_the_frame_in_its_process(caplog: pytest.LogCa
     assert any("stays in this process" in r.getMessage() for r in caplog.records)
 
 
-def test_corrupted_artifacts_are_rejected_with_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_corrupted_artifacts_are_rejected_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "src"))
     (tmp_path / "src" / "frames" / "ab").mkdir(parents=True)
     (tmp_path / "src" / "frames" / "ab" / "abc.json").write_text("x\n{}")

@@ -4,17 +4,20 @@ After a capture, :func:`to_stored` turns the :class:`GuardedCode` into a
 :class:`StoredFrame`: the guard IR with stable names beside every address
 (``portable.py``) and a ``TENSOR_MATCH`` per parameter or buffer the graphs
 read (their metadata, not their identity), the transformed bytecode
-(``marshal``), and per graph its ember.ir serialization (no weights), the
-frame sources of its inputs and of its top-level attributes. A frame that
-cannot be written this way (a graph break, an object guarded by identity
+(``marshal``), per graph its ember.ir serialization (no weights), the
+frame sources of its inputs and of its top-level attributes, and, for a
+frame split at graph breaks, the code of each resume function it calls and
+where and why it broke. A frame that cannot be written this way (a resume
+function that shares the frame's cells, an object guarded by identity
 alone, a graph the IR cannot hold, symbolic sizes) stays in its process, and the
 ``frame_cache`` log says why.
 
 :func:`instantiate` is the other direction, for a call no cached entry
 matches: bind the stored guards to the live frame (``portable.bind``), check
 them, rebuild each graph with the frame's own parameters (``ember.ir.to_fx``)
-and hand it to the backend, whose own caches (aotgrad's plans, inductor's
-graphs and kernels) then hit. No bytecode is interpreted. The same path
+and hand it to the backend (whose own caches, aotgrad's plans and inductor's
+graphs and kernels, then hit), and install each resume function under a
+fresh global name (its own frame is then found in the store like any other). No bytecode is interpreted. The same path
 serves every instance of a block class in one process (regional
 compilation: one capture, one backend compile, the other instances bound)
 and a new process (warm start).
@@ -36,8 +39,10 @@ import json
 import marshal
 import os
 import sys
+import traceback
 import types
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,14 +60,18 @@ from ember.ir.cache_entry import (
 )
 from ember.ir.modules import module_spec
 
-from .frame import CapturedGraph, CompilerFn, GuardedCode, next_graph_name
+from .frame import CapturedGraph, CompilerFn, GraphBreak, GuardedCode, next_graph_name
 from .logs import get_logger
-from .portable import bind, code_digest, make_portable
+from .portable import bind, code_digest, identity_of, make_portable, resolve
+from .resume import RESUME_PREFIX, resume_name
 
 log = get_logger("frame_cache")
 
 #: Bumped when the stored layout changes.
-FORMAT = 1
+FORMAT = 2
+
+#: How a runtime hands a resume function to its own cache (``FrameHooks.wrap_function``).
+WrapFn = Callable[[types.FunctionType], Callable[..., Any]]
 
 
 def has_hooks(module: torch.nn.Module) -> bool:
@@ -98,7 +107,16 @@ def environment() -> dict[str, str]:
 
 def frame_key(code: types.CodeType, runtime_key: str) -> str:
     env = environment()
-    text = "|".join([f"frame {FORMAT}", code_digest(code), env["python"], env["torch"], env["ember"], runtime_key])
+    text = "|".join(
+        [
+            f"frame {FORMAT}",
+            code_digest(code),
+            env["python"],
+            env["torch"],
+            env["ember"],
+            runtime_key,
+        ]
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -114,7 +132,29 @@ class StoredGraph:
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> StoredGraph:
-        return StoredGraph(str(data["name"]), str(data["ir"]), tuple(map(str, data["inputs"])), dict(data["attrs"]))
+        return StoredGraph(
+            str(data["name"]), str(data["ir"]), tuple(map(str, data["inputs"])), dict(data["attrs"])
+        )
+
+
+@dataclass(frozen=True)
+class StoredBreak:
+    """Where and why the frame was split: ``reason`` and (file, line, function) per user frame."""
+
+    reason: str
+    stack: tuple[tuple[str, int, str], ...]
+
+    @staticmethod
+    def of(brk: GraphBreak) -> StoredBreak:
+        return StoredBreak(
+            brk.reason, tuple((f.filename, f.lineno or 0, f.name) for f in brk.user_stack)
+        )
+
+    def live(self) -> GraphBreak:
+        return GraphBreak(
+            self.reason,
+            [traceback.FrameSummary(f, n, name, line=None) for f, n, name in self.stack],
+        )
 
 
 @dataclass(frozen=True)
@@ -122,12 +162,23 @@ class StoredFrame:
     guards: str  # GuardSet.dumps() with stable names (portable.py)
     code: bytes  # marshal of the transformed code
     graphs: tuple[StoredGraph, ...]
+    #: global name the transformed code calls -> marshal of that resume function's code
+    resumes: tuple[tuple[str, bytes], ...] = ()
+    breaks: tuple[StoredBreak, ...] = ()
+    #: index in the transformed code's constants -> stable name of an object marshal
+    #: cannot write (the callable a graph break calls, e.g. ``builtin:builtins.print``)
+    consts: tuple[tuple[int, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
             "guards": self.guards,
             "code": base64.b64encode(self.code).decode(),
             "graphs": [g.to_json() for g in self.graphs],
+            "resumes": [[name, base64.b64encode(code).decode()] for name, code in self.resumes],
+            "breaks": [
+                {"reason": b.reason, "stack": [list(f) for f in b.stack]} for b in self.breaks
+            ],
+            "consts": [[index, name] for index, name in self.consts],
         }
 
     @staticmethod
@@ -136,11 +187,22 @@ class StoredFrame:
             str(data["guards"]),
             base64.b64decode(data["code"]),
             tuple(StoredGraph.from_json(g) for g in data["graphs"]),
+            tuple((str(name), base64.b64decode(code)) for name, code in data["resumes"]),
+            tuple(
+                StoredBreak(
+                    str(b["reason"]),
+                    tuple((str(f), int(n), str(name)) for f, n, name in b["stack"]),
+                )
+                for b in data["breaks"]
+            ),
+            tuple((int(index), str(name)) for index, name in data["consts"]),
         )
 
 
 def _dump(frames: list[StoredFrame]) -> str:
-    return json.dumps({"format": FORMAT, "frames": [f.to_json() for f in frames]}, separators=(",", ":"))
+    return json.dumps(
+        {"format": FORMAT, "frames": [f.to_json() for f in frames]}, separators=(",", ":")
+    )
 
 
 def _load(text: str) -> list[StoredFrame]:
@@ -154,6 +216,11 @@ def _load(text: str) -> list[StoredFrame]:
             ir.loads(g.ir)
             for src in (*g.inputs, *g.attrs.values()):
                 ir.parse_source(src)
+        for name, code in frame.resumes:
+            if not name.startswith(RESUME_PREFIX) or not isinstance(
+                marshal.loads(code), types.CodeType
+            ):
+                raise ValueError(f"stored resume function {name!r} is not a code object")
     return frames
 
 
@@ -252,16 +319,31 @@ def to_stored(
     guarded: GuardedCode, f_locals: dict[str, Any], f_globals: dict[str, Any]
 ) -> tuple[StoredFrame | None, str]:
     """``guarded`` as data that outlives the process, or ``(None, why it cannot)``."""
-    if guarded.graph_breaks:
-        return None, "the frame has a graph break (its resume functions are not stored)"
     if _symbolic(guarded):
         # Rebuilt from the store, a graph would be traced (and compiled) for the binding
         # call's sizes while its guards admit every size: symbolic frames are not stored yet.
         return None, "the frame has symbolic sizes (dynamic shapes are not stored yet)"
+    consts = list(guarded.code.co_consts)
+    named: list[tuple[int, str]] = []
+    for index, const in enumerate(consts):
+        try:
+            marshal.dumps(const)
+        except ValueError:
+            name = identity_of(const)
+            if name is None:
+                return (
+                    None,
+                    f"the transformed code holds a `{type(const).__qualname__}` constant with no stable name",
+                )
+            consts[index] = None
+            named.append((index, name))
     try:
-        code = marshal.dumps(guarded.code)
+        code = marshal.dumps(guarded.code.replace(co_consts=tuple(consts)))
     except ValueError as exc:
         return None, f"the transformed code holds a constant marshal cannot write ({exc})"
+    resumes, why = _stored_resumes(guarded.code, f_globals)
+    if resumes is None:
+        return None, why
     graphs: list[StoredGraph] = []
     extra: list[ir.Guard] = []
     for captured in guarded.graphs:
@@ -277,7 +359,26 @@ def to_stored(
     portable, why = make_portable(guard_set, f_locals, f_globals)
     if portable is None:
         return None, why
-    return StoredFrame(portable.dumps(), code, tuple(graphs)), ""
+    breaks = tuple(StoredBreak.of(b) for b in guarded.graph_breaks)
+    return StoredFrame(portable.dumps(), code, tuple(graphs), resumes, breaks, tuple(named)), ""
+
+
+def _stored_resumes(
+    code: types.CodeType, f_globals: dict[str, Any]
+) -> tuple[tuple[tuple[str, bytes], ...] | None, str]:
+    """The resume functions ``code`` calls by global name, as marshalled code."""
+    found: list[tuple[str, bytes]] = []
+    for name in code.co_names:
+        if not name.startswith(RESUME_PREFIX):
+            continue
+        fn = getattr(f_globals.get(name), "__wrapped__", None)
+        if not isinstance(fn, types.FunctionType) or fn.__closure__ or fn.__defaults__:
+            return None, f"resume function {name} is not a plain function of the frame's globals"
+        try:
+            found.append((name, marshal.dumps(fn.__code__)))
+        except ValueError as exc:
+            return None, f"resume function {name} holds a constant marshal cannot write ({exc})"
+    return tuple(found), ""
 
 
 def _symbolic(guarded: GuardedCode) -> bool:
@@ -302,7 +403,10 @@ def _symbolic(guarded: GuardedCode) -> bool:
 def _stored_graph(captured: CapturedGraph) -> tuple[StoredGraph | None, str]:
     missing = [name for name, src in captured.attr_sources.items() if src is None]
     if missing:
-        return None, f"graph attribute {missing[0]!r} was made while tracing (it has no frame source)"
+        return (
+            None,
+            f"graph attribute {missing[0]!r} was made while tracing (it has no frame source)",
+        )
     try:
         graph_ir = ir.from_fx(captured.gm)
     except ir.FormatError as exc:
@@ -320,8 +424,11 @@ def instantiate(
     f_locals: dict[str, Any],
     f_globals: dict[str, Any],
     compiler: CompilerFn,
+    wrap: WrapFn,
 ) -> GuardedCode | None:
     """``stored`` bound to this frame, or None when its guards do not hold here.
+
+    Its resume functions are made in ``f_globals`` and handed to the runtime with ``wrap``.
 
     Raises on an entry that parses but cannot be rebuilt (the caller drops it).
     """
@@ -333,6 +440,12 @@ def instantiate(
     if not check_fn(f_locals, f_globals):
         log.debug("stored frame does not apply: %s", check_fn.explain(f_locals, f_globals))
         return None
+    consts: dict[int, Any] = {}
+    for index, name in stored.consts:
+        consts[index] = resolve(name)
+        if consts[index] is None:
+            log.debug("stored frame does not apply: %s is not loaded in this process", name)
+            return None
     parsed = [(g, ir.loads(g.ir)) for g in stored.graphs]
     for graph, graph_ir in parsed:
         if not _modules_match(graph, graph_ir, f_locals, f_globals):
@@ -349,7 +462,9 @@ def instantiate(
         for path in graph_ir.modules:
             # The live leaf module itself, as capture registers it (its spec was checked
             # equal above): same object, same parameter order for the backend's caches.
-            gm._modules[path] = guards.eval_source(ir.parse_source(graph.attrs[path]), f_locals, f_globals)
+            gm._modules[path] = guards.eval_source(
+                ir.parse_source(graph.attrs[path]), f_locals, f_globals
+            )
         sources = [ir.parse_source(s) for s in graph.inputs]
         example_inputs = [guards.eval_source(s, f_locals, f_globals) for s in sources]
         compiled = compiler(gm, example_inputs)
@@ -358,9 +473,17 @@ def instantiate(
         names[graph.name] = name
         attrs = {k: ir.parse_source(v) for k, v in graph.attrs.items()}
         graphs.append(CapturedGraph(name, gm, example_inputs, compiled, sources, attrs))
+    for stored_name, resume in stored.resumes:
+        offset = stored_name[len(RESUME_PREFIX) :].rpartition("_")[0]
+        name = resume_name(int(offset) if offset.isdigit() else 0)
+        f_globals[name] = wrap(types.FunctionType(marshal.loads(resume), f_globals, name))
+        names[stored_name] = name
     code = marshal.loads(stored.code)
-    code = code.replace(co_names=tuple(names.get(n, n) for n in code.co_names))
-    return GuardedCode(code, check_fn, bound, graphs, [])
+    code = code.replace(
+        co_names=tuple(names.get(n, n) for n in code.co_names),
+        co_consts=tuple(consts.get(i, c) for i, c in enumerate(code.co_consts)),
+    )
+    return GuardedCode(code, check_fn, bound, graphs, [b.live() for b in stored.breaks])
 
 
 def _modules_match(
@@ -382,14 +505,20 @@ def attempt(
     f_locals: dict[str, Any],
     f_globals: dict[str, Any],
     compiler: CompilerFn,
+    wrap: WrapFn,
     where: str,
 ) -> GuardedCode | None:
     """The first stored frame of ``code`` that binds to this call, or None."""
     for stored in list(store.frames(code)):
         try:
-            guarded = instantiate(stored, f_locals, f_globals, compiler)
+            guarded = instantiate(stored, f_locals, f_globals, compiler, wrap)
         except Exception as exc:  # a stored frame that cannot be rebuilt is dropped, never run
-            log.warning("stored frame of %s could not be rebuilt (%s: %s); capturing it again", where, type(exc).__name__, exc)
+            log.warning(
+                "stored frame of %s could not be rebuilt (%s: %s); capturing it again",
+                where,
+                type(exc).__name__,
+                exc,
+            )
             store.drop(code, stored)
             continue
         if guarded is not None:
@@ -414,5 +543,8 @@ def remember(
         log.info("frame %s stays in this process: %s", where, why)
         return
     store.add(code, stored)
-    log.info("frame %s stored%s", where, " on disk" if store.cache_dir is not None else " for other instances")
-
+    log.info(
+        "frame %s stored%s",
+        where,
+        " on disk" if store.cache_dir is not None else " for other instances",
+    )

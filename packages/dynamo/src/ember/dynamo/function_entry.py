@@ -318,7 +318,13 @@ class Runtime:
         try:
             with frame_hook.suspended():
                 guarded = frame_cache.attempt(
-                    self.frames, cache.code, f_locals, fn.__globals__, self.compiler, cache.where()
+                    self.frames,
+                    cache.code,
+                    f_locals,
+                    fn.__globals__,
+                    self.compiler,
+                    self.wrap_function,
+                    cache.where(),
                 )
         finally:
             self.state.compiling -= 1

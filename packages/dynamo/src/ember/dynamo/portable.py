@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import sys
 import types
 from typing import Any
 
@@ -122,6 +123,39 @@ def identity_of(value: Any) -> str | None:
     return None
 
 
+def resolve(name: str) -> Any | None:
+    """The object :func:`identity_of` calls ``name`` in this process, or None.
+
+    Only modules already imported are searched (resolving never imports, so
+    it never runs a module's code); the object found must give ``name`` back.
+    """
+    kind, _, rest = name.partition(":")
+    if kind == "module":
+        found: Any = sys.modules.get(rest)
+    elif kind in ("class", "builtin", "function", "descriptor"):
+        dotted = rest.rpartition(":")[0] if kind == "function" else rest
+        found = _lookup_dotted(dotted)
+    else:
+        return None
+    return found if found is not None and identity_of(found) == name else None
+
+
+def _lookup_dotted(dotted: str) -> Any | None:
+    """``a.b.C.f`` as the longest imported module prefix, then attributes."""
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if module is None:
+            continue
+        value: Any = module
+        for attr in parts[cut:]:
+            value = getattr(value, attr, None)
+            if value is None:
+                return None
+        return value
+    return None
+
+
 def fingerprint(kind: GuardKind, value: Any) -> str | None:
     """The stable name a guard of ``kind`` on ``value`` stands for."""
     if kind in _OF_CLASS:
@@ -177,6 +211,10 @@ def bind(
         got = fingerprint(g.kind, value)
         if got != name:
             return None, f"{where} was {got}, the stored frame assumed {name}"
-        live = id(type(value)) if g.kind in (GuardKind.TYPE_MATCH, GuardKind.TENSOR_MATCH) else id(value)
+        live = (
+            id(type(value))
+            if g.kind in (GuardKind.TYPE_MATCH, GuardKind.TENSOR_MATCH)
+            else id(value)
+        )
         out.append(Guard(g.source, g.kind, {**g.payload, field: live}))
     return GuardSet(tuple(out)), ""

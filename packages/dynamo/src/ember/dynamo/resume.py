@@ -27,6 +27,14 @@ from .errors import Unsupported
 #: functions under the same name in that module's globals.
 _ids = itertools.count(1)
 
+#: Prefix of the globals resume functions are installed under.
+RESUME_PREFIX = "__resume_at_"
+
+
+def resume_name(offset: int) -> str:
+    """A fresh global name for a resume function continuing at ``offset``."""
+    return f"{RESUME_PREFIX}{offset}_{next(_ids)}"
+
 
 @dataclass(frozen=True)
 class ResumeInfo:
@@ -124,7 +132,11 @@ def resume_code(
             if isinstance(item.arg, CellVar):
                 # the frame's cells arrive as part of the resume function's closure
                 item = Instr(item.name, FreeVar(item.arg.name), location=item.location)
-            elif item.name == "LOAD_FAST" and isinstance(item.arg, str) and item.arg in orig.co_cellvars:
+            elif (
+                item.name == "LOAD_FAST"
+                and isinstance(item.arg, str)
+                and item.arg in orig.co_cellvars
+            ):
                 # 3.13's LOAD_CLOSURE of a cell that is also an argument
                 item = Instr(item.name, FreeVar(item.arg), location=item.location)
         body.append(item)
@@ -144,7 +156,7 @@ def resume_code(
         if i in iter_slots:
             prefix.append(Instr("GET_ITER", lineno=lineno))
     prefix.append(Instr("JUMP_FORWARD", label, lineno=lineno))
-    name = f"__resume_at_{offset}_{next(_ids)}"
+    name = resume_name(offset)
     new = Bytecode(prefix + body)
     new.argcount = len(stack_names) + len(argnames)
     new.posonlyargcount = 0
