@@ -359,3 +359,48 @@ def test_nested_sources_share_reads() -> None:
     assert fails(fn, {"self": mod}) == (
         "an object the graph was captured with (a module or function) no longer exists"
     )
+
+
+def test_module_members_are_read_from_the_module_dicts() -> None:
+    # submodules, parameters and ModuleList/ModuleDict items are read from the dict that
+    # holds them (no Module.__getattr__ call per check), with the same value Python reads
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = torch.nn.ModuleList([torch.nn.Linear(2, 2), torch.nn.ReLU()])
+            self.heads = torch.nn.ModuleDict({"0": torch.nn.Linear(2, 3)})
+            self.scale = torch.nn.Parameter(torch.ones(2))
+
+    mod = Block()
+    layer0 = Attr(Item(Attr(Local("self"), "layers"), 0), "training")
+    head = Attr(Item(Attr(Local("self"), "heads"), "0"), "out_features")
+    scale = Attr(Local("self"), "scale")
+    g = [
+        Guard(layer0, GuardKind.CONSTANT_MATCH, {"value": True}),
+        Guard(head, GuardKind.CONSTANT_MATCH, {"value": 3}),
+        Guard(
+            scale, GuardKind.TYPE_MATCH,
+            {"type": qualname(torch.nn.Parameter), "type_id": id(torch.nn.Parameter)},
+        ),
+    ]
+    fn = check(g, {"self": mod})
+    assert "._modules['layers']" in fn.code and "._modules['0']" in fn.code
+    assert "._parameters['scale']" in fn.code
+    mod.layers[0].eval()
+    assert fails(fn, {"self": mod}) == "L['self'].layers[0].training was False, the graph assumed True"
+    mod.layers[0].train()
+    mod.layers.insert(0, torch.nn.Identity().eval())  # ModuleList renumbers: item 0 changed
+    assert fn({"self": mod}, {}) is False
+    del mod.layers[0]
+    assert fn({"self": mod}, {}) is True
+    # an instance attribute shadowing the submodule is what Python reads: so does the check
+    object.__setattr__(mod, "layers", [types.SimpleNamespace(training=False)])
+    assert fn({"self": mod}, {}) is False
+    del mod.__dict__["layers"]
+    assert fn({"self": mod}, {}) is True
+    mod.heads["0"] = torch.nn.Linear(2, 4)
+    assert fails(fn, {"self": mod}) == "L['self'].heads['0'].out_features was 4, the graph assumed 3"
+    mod.heads["0"] = torch.nn.Linear(2, 3)
+    del mod.scale
+    mod.register_buffer("scale", torch.ones(2))  # moved to _buffers (and not a Parameter)
+    assert fn({"self": mod}, {}) is False

@@ -27,6 +27,7 @@ import torch
 from sympy.printing.pycode import pycode
 
 from ember.guards.errors import GuardCompileError
+from ember.guards.reads import fast_read, plain_read
 from ember.ir import (
     Attr,
     Global,
@@ -114,6 +115,19 @@ class GuardBuilder:
             self.consts[name] = value
             self._const_ids[id(value)] = name
         return name
+
+    def read(self, source: Source) -> str:
+        """Python text reading ``source`` from its base's local (``reads.py``)."""
+        base = getattr(source, "base", None)
+        if base is not None and self.frame is not None:
+            try:
+                base_value = eval_source(base, *self.frame)
+            except Exception:
+                base_value = None
+            fast = fast_read(source, self.names[base], base_value)
+            if fast is not None:
+                return fast
+        return plain_read(source, self.names)
 
     def _frame_value(self, guard: Guard) -> tuple[bool, Any]:
         if self.frame is None or guard.source is None:

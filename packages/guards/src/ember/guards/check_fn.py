@@ -25,17 +25,9 @@ from typing import Any
 
 from ember.guards.builder import GuardBuilder, Part, eval_source, parts_for
 from ember.guards.errors import GuardCompileError
-from ember.ir import Guard, GuardKind, GuardSet, Local, Source
+from ember.ir import Guard, GuardKind, GuardSet, Source
 
 CheckFunction = Callable[[dict[str, Any], dict[str, Any]], bool]
-
-
-def _read_code(source: Source, names: Mapping[Source, str]) -> str:
-    """Python text reading ``source`` from its base's local (or from L / G)."""
-    if isinstance(source, Local) or not hasattr(source, "base"):
-        return source.expr()
-    base = source.base
-    return names[base] + source.expr()[len(base.expr()) :]
 
 
 def _emit_reads(source: Source, b: GuardBuilder, done: set[Source], lines: list[str]) -> None:
@@ -45,7 +37,7 @@ def _emit_reads(source: Source, b: GuardBuilder, done: set[Source], lines: list[
     if base is not None:
         _emit_reads(base, b, done, lines)
     name = b.var(source)
-    lines.append(f"        {name} = {_read_code(source, b.names)}")
+    lines.append(f"        {name} = {b.read(source)}")
     done.add(source)
 
 
@@ -70,10 +62,12 @@ class CheckFn:
     ``code`` its source; ``parts`` the sorted parts ``explain`` re-runs.
     """
 
-    def __init__(self, guard_set: GuardSet, parts: list[Part], builder: GuardBuilder) -> None:
+    def __init__(
+        self, guard_set: GuardSet, parts: list[Part], builder: GuardBuilder, code: str
+    ) -> None:
         self.guard_set = guard_set
         self.parts = parts
-        self.code = generate(parts, builder)
+        self.code = code
         self._builder = builder  # keeps the weakrefs (and their callbacks) alive
         namespace: dict[str, Any] = builder.consts
         exec(compile(self.code, "<ember guards>", "exec"), namespace)
@@ -156,5 +150,6 @@ def compile_guards(
     builder = GuardBuilder(f_locals, f_globals)
     guards = list(guard_set.guards) + _relation_guards(guard_set)
     parts = parts_for(builder, guards)
+    code = generate(parts, builder)  # reads the frame's values to pick cheaper reads
     builder.frame = None  # the check must not keep the captured frame's objects alive
-    return CheckFn(guard_set, parts, builder)
+    return CheckFn(guard_set, parts, builder, code)
