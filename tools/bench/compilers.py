@@ -229,13 +229,15 @@ for _name, _desc, _rng in (
     )
 
 
-def ember_break_stats(model: Any, args: tuple[Any, ...], stats: CompileStats) -> None:
+def ember_break_stats(
+    model: Any, args: tuple[Any, ...], stats: CompileStats, kwargs: dict[str, Any] | None = None
+) -> None:
     """Fill break count from ember.dynamo's explain() when it has one."""
     dynamo = _ember_dynamo()
     explain = getattr(dynamo, "explain", None)
     if explain is None:
         return
-    out = explain(model)(*args)
+    out = explain(model)(*args, **(kwargs or {}))
     for attr in ("graph_break_count", "break_count", "breaks"):
         value = getattr(out, attr, None)
         if isinstance(value, int):

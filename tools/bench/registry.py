@@ -77,6 +77,8 @@ class Case:
     one iteration with ``fn`` (eager model or compiled) and returns the tensors
     to compare with eager: outputs, and for training the parameter gradients.
     ``params`` are the tensors excluded from "bytes saved for backward".
+    ``kwargs`` are keyword arguments every call passes (``step`` passes them itself; tools
+    that call ``model`` directly, such as the break count, need them too).
     """
 
     model: Any
@@ -84,6 +86,7 @@ class Case:
     step: Callable[[Callable[..., Any], tuple[Any, ...]], list[torch.Tensor]]
     params: list[torch.Tensor] = field(default_factory=list)
     silence_stdout: bool = False
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

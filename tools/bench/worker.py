@@ -249,7 +249,7 @@ def _break_stats(compiler: Compiler, case: Case, stats: CompileStats, result: di
         if compiler.name.startswith("torch-"):
             compilers.torch_break_stats(stats)
         elif compiler.name.startswith("ember-"):
-            compilers.ember_break_stats(case.model, case.inputs[0], stats)
+            compilers.ember_break_stats(case.model, case.inputs[0], stats, case.kwargs)
     except Exception as exc:
         result["breaks_error"] = first_line(exc)
     result["breaks"] = stats.breaks

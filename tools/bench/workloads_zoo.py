@@ -57,7 +57,7 @@ def _builder(name: str) -> Callable[[str], Case]:
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
             return [t.detach() for t in outs] + grads
 
-        return Case(model, [args], step, params=params)
+        return Case(model, [args], step, params=params, kwargs=kwargs)
 
     return build
 
