@@ -343,6 +343,7 @@ class AotFunction:
             out_spec=out_spec[-1],
             copied_inputs=traced.copied_inputs,
             grad_tangents=traced.grad_tangents,
+            output_strides=traced.output_strides,
         )
 
     def _cache_dir(self) -> str:

@@ -436,7 +436,12 @@ class _Functionalizer:
 
     def foreach_mutation(self, node: fx.Node, targets: list[fx.Node]) -> None:
         """``_foreach_add_([a, b], ...)`` -> ``_foreach_add([a, b], ...)``, each result
-        written to its target (what an optimizer step does to the parameters)."""
+        written to its target (what an optimizer step does to the parameters).
+
+        Eager updates the tensors one after another, so when a target shares memory
+        with another list's entry or another target (``_foreach_add_([a, b], [b, a])``)
+        a later update reads an earlier one's result: then each index is its own
+        one-element foreach op, on the values as written so far."""
         op: Any = node.target
         functional = functional_variant(op)
         if functional is None:
@@ -444,16 +449,37 @@ class _Functionalizer:
                 f"node '{node.name}' ({op}) is an in-place op with no functional variant "
                 "that ember.aotgrad knows; use its out-of-place form"
             )
-        args, kwargs = self.args(node)
-        values = self.emit(functional, args, _with_defaults(op, functional, args, kwargs))
-        for k, target in enumerate(targets):
-            value = self.emit(operator.getitem, (values, k))
-            want = target.meta["val"].dtype
-            if value.meta["val"].dtype != want:
-                value = self.emit(aten._to_copy.default, (value,), {"dtype": want})
-            self.write(target, value, node)
+        steps = [None] if not self._foreach_aliases(node, targets) else list(range(len(targets)))
+        for step in steps:
+            args, kwargs = self.args(node)
+            if step is not None:
+                args = tuple(_item_of_lists(a, step, len(targets)) for a in args)
+                kwargs = {k: _item_of_lists(v, step, len(targets)) for k, v in kwargs.items()}
+            values = self.emit(functional, args, _with_defaults(op, functional, args, kwargs))
+            for k, target in enumerate(targets if step is None else [targets[step]]):
+                value = self.emit(operator.getitem, (values, k))
+                want = target.meta["val"].dtype
+                if value.meta["val"].dtype != want:
+                    value = self.emit(aten._to_copy.default, (value,), {"dtype": want})
+                self.write(target, value, node)
         self.env[node] = values
         self.chain[node] = None
+
+    def _foreach_aliases(self, node: fx.Node, targets: list[fx.Node]) -> bool:
+        """Whether a target of a foreach op shares memory with another target or with an
+        entry of another list at another index."""
+        written = [self.storage(t) for t in targets]
+        if len(set(written)) < len(written):
+            return True
+        for arg in [*node.args[1:], *node.kwargs.values()]:
+            items = arg if isinstance(arg, (list, tuple)) else [arg]
+            for k, a in enumerate(items):
+                if not isinstance(a, fx.Node) or not isinstance(a.meta.get("val"), torch.Tensor):
+                    continue
+                s = self.storage(a)
+                if s in written and (len(items) != len(targets) or written.index(s) != k):
+                    return True
+        return False
 
     def out_variant(self, node: fx.Node, out_name: str) -> None:
         """``op(..., out=t)`` -> ``t`` gets the value of the functional ``op(...)``."""
@@ -499,6 +525,13 @@ class _Functionalizer:
         permuted = tuple(to_memory_order(a) for a in args)
         value = self.emit(functional, permuted, kwargs)
         return self.emit(aten.permute.default, (value, inv))
+
+
+def _item_of_lists(arg: Any, k: int, n: int) -> Any:
+    """The ``k``-th entry of a foreach op's list argument, as a one-element list."""
+    if isinstance(arg, (list, tuple)) and len(arg) == n:
+        return [arg[k]]
+    return arg
 
 
 def _functional_of_out(op: Any) -> Any:

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import _disable_current_modes
 
@@ -43,8 +44,9 @@ class OutputSlot:
     A graph or input value is then viewed by ``views`` (see ``aliasing.py``):
     an output that eager returns as a view of an input, or as a view of an
     intermediate that another output also views, is rebuilt that way so it
-    stays a view. ``requires_grad`` is eager's flag for the output (a view made
-    under ``no_grad`` does not require grad); views are replayed accordingly.
+    stays a view. ``requires_grad`` says whether eager's output is in the autograd
+    graph (a view made under ``no_grad`` is not, even of a tensor that requires grad);
+    views are replayed accordingly.
     """
 
     kind: str
@@ -69,6 +71,8 @@ class TracedGraph:
     grad_inputs: tuple[int, ...]  # inputs whose gradient the graph returns
     copied_inputs: tuple[int, ...] = ()  # inputs the graph takes as contiguous copies
     grad_tangents: tuple[tuple[int, ...], ...] = ()  # per gradient: the tangents it reads
+    #: (user graph output, eager's strides) where the functional graph lays it out otherwise
+    output_strides: tuple[tuple[int, tuple[int, ...]], ...] = ()
 
     @property
     def num_fw_outputs(self) -> int:
@@ -185,6 +189,7 @@ def trace_graph(
         grad_inputs=tuple(grad_inputs),
         copied_inputs=tuple(copied),
         grad_tangents=_grad_tangents(func.gm, len(mutated) + len(graph_outs)),
+        output_strides=_output_strides(func.gm, len(mutated), graph_outs),
     )
     verify_traced(traced)
     return traced
@@ -248,7 +253,7 @@ def _output_slots(
                     "ember.aotgrad cannot replay as views; return a copy (.clone()) of it"
                 )
             slots.append(OutputSlot("input", placeholders.index(found[0]), found[1],
-                                    requires_grad=out.requires_grad))
+                                    requires_grad=_has_history(out)))
             continue
         base = found[0].meta.get("val") if found is not None else None
         # a view of an intermediate is returned as that view of it (eager's strides, and
@@ -258,11 +263,55 @@ def _output_slots(
                 base_slot[key] = len(graph_outs)
                 graph_outs.append(base)
             slots.append(OutputSlot("graph", base_slot[key], found[1],
-                                    requires_grad=out.requires_grad))
+                                    requires_grad=_has_history(out)))
             continue
         slots.append(OutputSlot("graph", len(graph_outs), requires_grad=out.requires_grad))
         graph_outs.append(out)
     return slots, graph_outs
+
+
+def _has_history(out: torch.Tensor) -> bool:
+    """Whether eager's output is part of the autograd graph. A view made under
+    ``no_grad`` of a tensor that requires grad still requires grad but has no
+    ``grad_fn``: gradients do not flow through it, so it is replayed under no_grad.
+
+    The view's creation mode is read from autograd's own record, not from
+    ``grad_fn``: reading ``grad_fn`` of a view that one op returned among several
+    (``split``) after an in-place write to its base raises."""
+    if not out.requires_grad or not out._is_view():
+        return out.requires_grad
+    meta = torch._C._autograd._get_creation_meta(out)
+    return bool(meta != torch._C._autograd.CreationMeta.NO_GRAD_MODE)
+
+
+def _output_strides(gm: fx.GraphModule, first: int,
+                    graph_outs: Sequence[Any]) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """User graph outputs whose layout in the functional graph is not eager's.
+
+    The trace ran the function's in-place ops, so its outputs have eager's strides;
+    functionalization computes a written tensor with out-of-place ops and scatters
+    (``v = x.t(); v.add_(1); return x``), which may lay the same values out
+    otherwise. The runtime copies such an output into eager's strides (ADR 0029).
+    """
+    out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    nodes = list(out_node.args[0])
+    fixes: list[tuple[int, tuple[int, ...]]] = []
+    for k, want in enumerate(graph_outs):
+        node = nodes[first + k]
+        got = node.meta.get("val") if isinstance(node, fx.Node) else None
+        if (not isinstance(want, torch.Tensor) or not isinstance(got, torch.Tensor)
+                or is_symbolic_tensor(want) or is_symbolic_tensor(got)
+                or not is_non_overlapping_and_dense_or_false(want)):
+            continue
+        if not same_strides(want, got):
+            fixes.append((k, tuple(int(st) for st in want.stride())))
+    return tuple(fixes)
+
+
+def same_strides(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal strides on the dims that have more than one element (as eager compares)."""
+    return all(sa == sb for n, sa, sb in zip(a.shape, a.stride(), b.stride(), strict=True)
+               if n > 1)
 
 
 def _grad_tangents(gm: fx.GraphModule, num_fw_outputs: int) -> tuple[tuple[int, ...], ...]:

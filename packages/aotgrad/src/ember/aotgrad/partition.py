@@ -216,7 +216,8 @@ def _min_cut(joint: fx.GraphModule, *, num_fw_outputs: int) -> Partition:
             flow.add_edge(node.name + "_in", "sink", capacity=math.inf)
             continue
         is_input = node.op in ("placeholder", "get_attr")
-        banned = not is_input and op_category(node.target) not in RECOMPUTABLE
+        banned = not is_input and (op_category(node.target) not in RECOMPUTABLE
+                                   or _compared_exactly(node, required_fw))
         if is_input or (banned and node in required_fw):
             # inputs exist in the forward; banned ops must run there, never again
             flow.add_edge("source", node.name + "_in", capacity=math.inf)
@@ -245,6 +246,23 @@ def _min_cut(joint: fx.GraphModule, *, num_fw_outputs: int) -> Partition:
     order = {n: i for i, n in enumerate(joint.graph.nodes)}
     saved.sort(key=order.__getitem__)
     return split_joint(joint, saved, num_fw_outputs=num_fw_outputs)
+
+
+_EXACT_COMPARISONS = {"eq", "ne"}
+
+
+def _compared_exactly(node: fx.Node, required_fw: set[fx.Node]) -> bool:
+    """Whether the backward compares ``node``'s float value for equality (the backward
+    of ``max``: ``x == max(x)``). A recomputed value may differ in the last bit from the
+    forward's (a vectorized ``erf`` is not the scalar one), and then no element equals
+    the saved maximum: the value must come from the forward, not be recomputed."""
+    val = node.meta.get("val")
+    if node not in required_fw or not isinstance(val, torch.Tensor):
+        return False
+    if not val.dtype.is_floating_point:
+        return False
+    return any(isinstance(u.target, torch._ops.OpOverload) and u not in required_fw
+               and u.target.overloadpacket.__name__ in _EXACT_COMPARISONS for u in node.users)
 
 
 def split_joint(

@@ -52,7 +52,7 @@ from ember.ir.cache_entry import (
 LOG = logging.getLogger("ember.aotgrad")
 
 #: Bumped when the entry layout changes.
-FORMAT = 2
+FORMAT = 3
 
 
 
@@ -73,6 +73,7 @@ class StoredPlan:
     out_spec: TreeSpec
     copied_inputs: tuple[int, ...] = ()
     grad_tangents: tuple[tuple[int, ...], ...] = ()
+    output_strides: tuple[tuple[int, tuple[int, ...]], ...] = ()
 
     def bookkeeping(self) -> dict[str, Any]:
         """The runtime's calling convention: every field but the graphs and the output structure."""
@@ -206,6 +207,7 @@ def _dump(plan: StoredPlan, weights: Weights) -> str:
         "out_spec": treespec_dumps(plan.out_spec),
         "copied_inputs": list(plan.copied_inputs),
         "grad_tangents": [list(t) for t in plan.grad_tangents],
+        "output_strides": [[k, list(st)] for k, st in plan.output_strides],
     })
 
 
@@ -227,6 +229,8 @@ def _load(text: str, weights: Weights) -> StoredPlan:
         out_spec=treespec_loads(d["out_spec"]),
         copied_inputs=tuple(int(i) for i in d["copied_inputs"]),
         grad_tangents=tuple(tuple(int(k) for k in t) for t in d["grad_tangents"]),
+        output_strides=tuple((int(k), tuple(int(x) for x in st))
+                             for k, st in d["output_strides"]),
     )
 
 

@@ -50,6 +50,8 @@ class CompiledPlan:
     copied_inputs: tuple[int, ...] = ()
     #: per gradient, the tangents it depends on (a gradient whose tangents all are None is None)
     grad_tangents: tuple[tuple[int, ...], ...] = ()
+    #: (user output, eager's strides): outputs the graphs may lay out otherwise than eager
+    output_strides: tuple[tuple[int, tuple[int, ...]], ...] = ()
 
     @property
     def num_fw_outputs(self) -> int:
@@ -60,6 +62,7 @@ class CompiledPlan:
         """An inference plan whose forward's outputs are the user's, in order: nothing to do
         around the compiled forward (no write-backs, copies, views or constants)."""
         return (self.backward is None and not self.mutated_inputs and not self.copied_inputs
+                and not self.output_strides
                 and len(self.outputs) == self.num_user_outputs
                 and all(s.kind == "graph" and s.index == i and not s.views
                         for i, s in enumerate(self.outputs)))
@@ -100,6 +103,8 @@ class CompiledPlan:
                     inputs[i].copy_(new)
 
     def _assemble(self, inputs: Sequence[torch.Tensor], user: list[Any]) -> list[Any]:
+        for k, stride in self.output_strides:
+            user[k] = _with_strides(user[k], stride)
         out: list[Any] = []
         for slot in self.outputs:
             if slot.kind == "const":
@@ -114,6 +119,13 @@ class CompiledPlan:
                 with torch.no_grad():
                     out.append(replay(base, slot.views, user))
         return out
+
+
+def _with_strides(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
+    """``t`` laid out with eager's ``stride`` (a copy, through autograd, when it is not)."""
+    if all(a == b for n, a, b in zip(t.shape, t.stride(), stride, strict=True) if n > 1):
+        return t
+    return torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device).copy_(t)
 
 
 def _write_overlapping(target: torch.Tensor, old: torch.Tensor, new: torch.Tensor) -> None:
