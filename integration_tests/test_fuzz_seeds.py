@@ -38,6 +38,10 @@ FOUND_SEEDS = {
     1135: "wrong:stride: an output written through a permuted view of it",
     2026: "wrong:mutation: _foreach_add_([a, b], [b, a]) reads the new a for b",
     2048: "wrong:stride: a result of an input written in place through views",
+    3101: "wrong:requires_grad: a graph break inside no_grad compiled the graph without backward",
+    3115: "wrong:requires_grad: a graph break inside no_grad compiled the graph without backward",
+    3150: "wrong:grad: a leaf got a gradient through a view made under no_grad",
+    3213: "wrong:stride: an output written through a permuted view of it",
 }
 #: (backend, seed) -> why: known wrong results still open (issue 14), left out of the
 #: default run so the rest keeps guarding; each is still run and must still fail, so a

@@ -354,3 +354,19 @@ def test_gradient_of_a_max_over_a_transcendental_is_finite_under_inductor() -> N
         want = x.detach().clone().requires_grad_()
         fn(want)[0].backward()
         _same(x.grad, want.grad)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_graph_break_inside_no_grad_keeps_the_gradient_of_what_came_before(backend: str) -> None:
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        v = (x * 2).repeat_interleave(2, 0)
+        with torch.no_grad():
+            torch.where(y > 0)  # a data-dependent size: the graph breaks here, under no_grad
+        return v
+
+    x = torch.randn(3, requires_grad=True)
+    y = torch.randn(4)
+    got = ember.dynamo.compile(fn, backend=backend)(x, y)
+    assert got.requires_grad
+    got.sum().backward()
+    _same(x.grad, torch.full((3,), 4.0))

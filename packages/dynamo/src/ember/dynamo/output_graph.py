@@ -76,6 +76,8 @@ class OutputGraph:
         self.graph = torch.fx.Graph()
         self.root = torch.nn.Module()
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        #: grad mode where the graph starts (the frame's entry), which is the mode it runs under
+        self.entry_grad = torch.is_grad_enabled()
         #: which input dimensions are symbolic, and the guards on them
         self.shapes = shapes if shapes is not None else ShapePolicy()
         #: (tensor node, dim) -> the graph's ``size`` node for a symbolic dimension
@@ -327,7 +329,11 @@ class OutputGraph:
         order = {n: i for i, n in enumerate(self.graph.nodes)}
         inputs.sort(key=lambda i: order[i.node])
         example_inputs = [i.value for i in inputs]
-        compiled = compiler(gm, example_inputs)
+        # compiled under the grad mode it runs under, not the one where capture stopped (a
+        # break inside `with torch.no_grad()`): the backend decides on it whether to build
+        # a backward
+        with torch.set_grad_enabled(self.entry_grad):
+            compiled = compiler(gm, example_inputs)
         name = next_graph_name()
         self.f_globals[name] = compiled
         captured = CapturedGraph(
