@@ -37,9 +37,6 @@ RTOL, ATOL = 1e-3, 1e-4
 
 #: models whose inductor training does not match eager yet, and why (strict xfails)
 GAPS = {
-    "bert": "the backward graph was compiled for an input with a stride-0 (expanded) layout; "
-            "called with another layout, ember.inductor's input check copies into that "
-            "overlapping layout and torch raises (compile_fx._checked)",
     "clip": "ember.inductor's scheduler fuses the backward into kernels that depend on each "
             "other both ways: RuntimeError 'cycle between fused kernels'",
 }

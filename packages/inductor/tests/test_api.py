@@ -56,6 +56,19 @@ def test_non_contiguous_input_is_accepted(compile_fn: Callable[..., CompiledGrap
     torch.testing.assert_close(c(y), y * 2)
 
 
+def test_input_compiled_expanded_accepts_a_materialized_copy(
+        compile_fn: Callable[..., CompiledGraph]) -> None:
+    # the backward of a model that saved an expanded mask: compiled for stride 0, called
+    # with the same values laid out densely (the zoo's bert under training)
+    x = torch.randn(4, 1).expand(4, 8)
+    c = compile_fn(lambda x: x * 2, x)
+    dense = x.contiguous()
+    torch.testing.assert_close(c(dense), dense * 2)
+    other = torch.randn(4, 8)  # not the same along the expanded dim: cannot run in this graph
+    with pytest.raises(InputMismatchError, match=r"input 0 differs along dims \[1\]"):
+        c(other)
+
+
 def test_non_tensor_input_runs_eagerly(options: InductorOptions) -> None:
     gm = make_fx(lambda x: x * 2)(torch.randn(3))
     compiled = compile_graph(gm, [3], options)
