@@ -40,3 +40,47 @@ def test_inductor_adam_state_dict_after_ten_steps_equals_eager(foreach: bool) ->
             torch.testing.assert_close(got["state"][key][name], value, rtol=1e-4, atol=1e-6)
     for a, b in zip(eager_model.parameters(), model.parameters(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["sgd", "adam", "adamw"])
+@pytest.mark.parametrize("foreach", [False, True])
+def test_inductor_step_is_a_few_kernels_writing_in_place(
+    name: str, foreach: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The compiled step: one loop per parameter shape plus one for the scalars, no extern
+    calls, and parameters and state written in place (no ``copy_`` back after the graph)."""
+    import logging
+    import re
+
+    make = {
+        "sgd": lambda ps: torch.optim.SGD(ps, lr=1e-2, momentum=0.9, foreach=foreach),
+        "adam": lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=foreach),
+        "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-2, foreach=foreach),
+    }[name]
+    # three weights of one shape, three biases of another
+    model = nn.Sequential(nn.Linear(24, 24), nn.Linear(24, 24), nn.Linear(24, 24))
+    eager_model = nn.Sequential(nn.Linear(24, 24), nn.Linear(24, 24), nn.Linear(24, 24))
+    eager_model.load_state_dict(model.state_dict())
+    opt, eager_opt = make(list(model.parameters())), make(list(eager_model.parameters()))
+    opt.step = ember.dynamo.compile(opt.step, backend="inductor")
+    gen = torch.Generator().manual_seed(1)
+    for step in range(4):
+        for p, q in zip(model.parameters(), eager_model.parameters(), strict=True):
+            p.grad = torch.randn(p.shape, generator=gen)
+            q.grad = p.grad.clone()
+        eager_opt.step()
+        if step == 1:  # the first step creates the state eagerly; the second compiles
+            with caplog.at_level(logging.INFO, logger="ember.output_code"):
+                opt.step()
+        elif step == 3:
+            with torch.profiler.profile() as prof:
+                opt.step()
+        else:
+            opt.step()
+    wrapper = "\n".join(r.getMessage() for r in caplog.records).split("kernels:")[0]
+    calls = re.findall(r"^    kernel\d+\(", wrapper, flags=re.M)
+    assert len(calls) == 3, wrapper  # the scalars (Adam's steps), the weights, the biases
+    assert "  # aten" not in wrapper and "empty_strided((24" not in wrapper, wrapper
+    assert not [e.name for e in prof.events() if e.name == "aten::copy_"]
+    for a, b in zip(eager_model.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)

@@ -42,6 +42,7 @@ from ember.aotgrad.sizes import bind_sizes, expr_of, pass_sizes, symint_args
 from ember.ir.cache_entry import default_cache_dir
 from ember.ir.debug import debug_dir_of, set_debug_dir
 from ember.ir.logs import get_logger
+from ember.ir.updates import input_updates_of, set_input_updates
 
 LOG = get_logger("aotgrad")
 
@@ -96,8 +97,10 @@ def _compile_graph(compiler: GraphCompiler, gm: fx.GraphModule, name: str,
     inputs = example_inputs(gm)
     if options.exchange_dir is not None:
         folder = debug_dir_of(gm)
+        updates = input_updates_of(gm)
         gm = round_trip(gm, options.exchange_dir, name)
         set_debug_dir(gm, folder)
+        set_input_updates(gm, updates)
     return compiler(gm, inputs)
 
 
@@ -296,6 +299,9 @@ class AotFunction:
             fw = _compile_graph(self.fw_compiler, stored.forward, "forward", self.options)
             bw = _compile_graph(self.bw_compiler, stored.backward, "backward", self.options)
         else:
+            # output k of an inference graph is the new value of input mutated_inputs[k]: a
+            # compiler may write it into that input and return the input itself (ADR 0032)
+            set_input_updates(stored.forward, enumerate(stored.mutated_inputs))
             fw = _compile_graph(self.fw_compiler, stored.forward, "inference", self.options)
             bw = None
         return CompiledPlan(forward=fw, backward=bw, **stored.bookkeeping())

@@ -94,6 +94,8 @@ class CompiledPlan:
                     overlapping: dict[int, torch.Tensor]) -> None:
         for k, i in enumerate(self.mutated_inputs):
             new = fw[k]
+            if new is inputs[i]:  # the compiled graph wrote it in place (ember.ir.updates)
+                continue
             if i in overlapping:
                 _write_overlapping(inputs[i], overlapping[i], new)
             elif isinstance(new, torch.Tensor) and new.requires_grad and torch.is_grad_enabled():

@@ -21,6 +21,7 @@ from torch.autograd.profiler import record_function
 from torch.utils._pytree import tree_unflatten
 
 from ember.ir.debug import debug_dir_of
+from ember.ir.updates import input_updates_of
 
 from . import graph_cache
 from .codegen.backend import Backend, BuildStats, KernelSource
@@ -29,6 +30,7 @@ from .codegen.wrapper import WrapperWriter, namespace
 from .errors import InputMismatchError
 from .graph import GraphLowering, attr_value, graph_device, op_name
 from .graph_cache import GraphArtifact
+from .inplace import candidate_updates
 from .kernel_plan import KernelPlan
 from .logs import configure_from_env, log, output_code, perf_hints
 from .memory_plan import plan_memory
@@ -262,7 +264,8 @@ def _compile(
 ) -> CompiledGraph:
     start = time.perf_counter()
     assert opts.cache_dir is not None
-    key = graph_cache.graph_key(gm, example_inputs, opts.cache_key_fields()) if opts.graph_cache else None
+    key_fields = opts.cache_key_fields() + repr(input_updates_of(gm))  # ADR 0032
+    key = graph_cache.graph_key(gm, example_inputs, key_fields) if opts.graph_cache else None
     art = graph_cache.lookup(opts.cache_dir, key) if key is not None else None
     hit = art is not None
     if art is None:
@@ -307,7 +310,7 @@ def _generate(
     lowered = GraphLowering(
         gm, example_inputs, opts, backend.dtypes, backend.label, welford=backend.welford
     ).run()
-    steps = schedule(lowered, opts, backend.private_bytes)
+    steps = schedule(lowered, opts, backend.private_bytes, candidate_updates(lowered, gm))
     memory = plan_memory(lowered, steps)
     dtypes = {b.name: b.layout.dtype for b in lowered.buffers}
     dtypes.update({b.name: b.layout.dtype for b in lowered.inputs})

@@ -7,6 +7,7 @@ read the same inputs). Every rejection is logged under ``perf_hints``.
 
 from __future__ import annotations
 
+from .inplace import update_conflict
 from .kernel_plan import ExternCall, SchedNode, plan_kernel
 from .logs import perf_hints
 from .options import InductorOptions
@@ -21,9 +22,13 @@ def score(group: list[SchedNode], node: SchedNode) -> tuple[int, int, int]:
 
 
 def fuse(
-    items: list[SchedNode | ExternCall], deps: list[set[int]], options: InductorOptions
+    items: list[SchedNode | ExternCall],
+    deps: list[set[int]],
+    options: InductorOptions,
+    updates: dict[str, str] | None = None,
 ) -> list[list[int]]:
-    """Groups of item indices; an extern call is always alone."""
+    """Groups of item indices; an extern call is always alone. ``updates``: buffers
+    computed into an input's memory (``inplace.py``), which constrain what may share a kernel."""
     users: list[set[int]] = [set() for _ in items]
     for i, ds in enumerate(deps):
         for d in ds:
@@ -54,6 +59,8 @@ def fuse(
             members = groups[g]
             nodes: list[SchedNode] = [items[m] for m in members] + [item]  # type: ignore[assignment]
             plan = plan_kernel(nodes, options.max_fusion_size)
+            if not isinstance(plan, str):
+                plan = update_conflict(nodes, plan, updates or {}) or plan
             if isinstance(plan, str):
                 log_rejection(",".join(n.name for n in nodes[:-1]), item.name, plan)
                 continue

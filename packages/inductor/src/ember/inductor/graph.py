@@ -434,7 +434,11 @@ class GraphLowering:
         reads, ops, heavy = _body_stats(value)
         users = len(node.users)
         opts = self.options
-        if ops > opts.max_inline_ops or (
+        if reads and _is_scalar_feeding_tensor(node, value, ops - reads):
+            # a 0-d value computed from scalars (an optimizer's ``-lr / (1 - beta ** step)``)
+            # read by a loop over a tensor: computed once, not once per element
+            self.env[node] = self.realize(value)
+        elif ops > opts.max_inline_ops or (
             users > 1
             and (
                 reads > opts.realize_reads_threshold
@@ -506,6 +510,19 @@ def _consumers(node: torch.fx.Node) -> list[torch.fx.Node]:
         else:
             consumers.append(user)
     return consumers
+
+
+def _is_scalar_feeding_tensor(node: torch.fx.Node, value: IRNode, ops: int) -> bool:
+    """Whether ``value`` has one element, does arithmetic (``ops`` beyond its loads) and is
+    read (through views) by an op producing more than one element. (A value computed from
+    constants alone stays inline: the C++ compiler folds it.)"""
+    if ops <= 0 or not all(s == 1 for s in value.get_size()):
+        return False
+    for user in _consumers(node):
+        val = user.meta.get("val")
+        if isinstance(val, torch.Tensor) and any(s != 1 for s in val.shape):
+            return True
+    return False
 
 
 def _feeds_reduction(node: torch.fx.Node) -> bool:

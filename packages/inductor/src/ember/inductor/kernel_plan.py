@@ -127,6 +127,9 @@ class KernelPlan:
     outer_loops: MergedLoops | None = None
     #: values of the size symbols for the inputs compiled with (heuristics only)
     hints: SizeHints = field(default_factory=SizeHints)
+    #: Stored buffers computed into a graph input's memory (``inplace.py``): buffer -> input.
+    #: Where the kernel also loads that input, the two pointers are the same memory.
+    inplace: dict[str, str] = field(default_factory=dict)
 
     def size_symbols(self) -> set[sympy.Symbol]:
         """The size symbols anywhere in this plan's loops or accesses (kernel arguments)."""

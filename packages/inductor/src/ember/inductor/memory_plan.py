@@ -32,6 +32,8 @@ class Allocation:
     layout: Layout
     #: a dead buffer whose memory this one takes (same dtype and byte size), or None
     reuses: str | None = None
+    #: the graph input this buffer is computed into (``inplace.py``): no memory of its own
+    into_input: str | None = None
 
 
 @dataclass
@@ -66,6 +68,10 @@ def plan_memory(graph: LoweredGraph, steps: list[Step]) -> list[StepMemory]:
         if isinstance(step, KernelPlan):
             for name in step.stores:
                 lay = layouts[name]
+                if name in step.inplace:
+                    mem.allocate.append(Allocation(name, lay, into_input=step.inplace[name]))
+                    allocated.add(name)
+                    continue
                 free = pool.get(_pool_key(lay))
                 reuses = free.pop() if free and name not in outputs else None
                 mem.allocate.append(Allocation(name, lay, reuses))

@@ -85,6 +85,9 @@ class InductorOptions:
     max_inline_ops: int = 200
     #: Most nodes in one fused kernel.
     max_fusion_size: int = 64
+    #: Merge independent pointwise kernels over the same loops into one (an optimizer
+    #: step's per-parameter updates; ``horizontal.py``).
+    horizontal_fusion: bool = True
     #: ATen ops kept as extern calls even when they have a lowering ("aten::op.overload" names).
     force_fallback: frozenset[str] = field(default_factory=frozenset)
     #: Log the wrapper and kernels under the ``output_code`` logger.

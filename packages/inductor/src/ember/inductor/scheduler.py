@@ -17,6 +17,8 @@ import sympy
 
 from .fusion import fuse
 from .graph import LoweredGraph
+from .horizontal import fuse_horizontal
+from .inplace import add_update_deps, ordered_updates
 from .ir import ComputedBuffer, ExternKernel, MultiOutput
 from .kernel_plan import (
     ExternCall,
@@ -72,12 +74,17 @@ def _elide_locals(
 
 
 def schedule(
-    graph: LoweredGraph, options: InductorOptions, private_bytes: int = PRIVATE_BYTES
+    graph: LoweredGraph,
+    options: InductorOptions,
+    private_bytes: int = PRIVATE_BYTES,
+    updates: dict[str, str] | None = None,
 ) -> list[Step]:
     """Fuse computed buffers into kernels and order kernels and extern calls.
 
     ``private_bytes``: the largest iteration-local buffer the code generator can keep
-    (0: it keeps none, every such buffer is a graph buffer).
+    (0: it keeps none, every such buffer is a graph buffer). ``updates``: output buffer ->
+    the input it may be computed into (``inplace.candidate_updates``); the ones the
+    schedule allows end up in the writing kernel's ``KernelPlan.inplace``.
     """
     items: list[SchedNode | ExternCall] = []
     multi: dict[str, list[MultiOutput]] = {}
@@ -96,7 +103,11 @@ def schedule(
         for m in multi.get(buf.name, []):
             owner[m.name] = len(items) - 1
     deps = _dependencies(items, owner)
-    groups = fuse(items, deps, options)
+    inplace = ordered_updates(items, updates or {})
+    add_update_deps(items, deps, inplace)
+    groups = fuse(items, deps, options, inplace)
+    if options.horizontal_fusion:
+        groups = fuse_horizontal(items, groups, deps, options.max_fusion_size)
     outputs = {o.name for o in graph.outputs if o.kind in ("buffer", "view")}
     readers: dict[str, set[int]] = {}
     for gi, members in enumerate(groups):
@@ -114,6 +125,7 @@ def schedule(
         assert isinstance(plan, KernelPlan), plan
         plan.name = f"kernel{sum(isinstance(s, KernelPlan) for s in steps)}"
         plan.hints = graph.hints
+        plan.inplace = {n.name: inplace[n.name] for n in plan.nodes if n.name in inplace}
         member_set = set(members)
         external = {
             n.name

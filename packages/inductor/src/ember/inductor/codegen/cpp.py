@@ -42,15 +42,20 @@ def generate_kernel(
     k = CppKernel(plan, options)
     args: list[str] = []
     params: list[str] = []
+    # a buffer computed in place into an input this kernel also loads: same memory, so
+    # neither pointer may be __restrict__
+    shared = {n for pair in plan.inplace.items() if pair[1] in plan.loads for n in pair}
     for name in plan.loads:
         k.pointers[name] = (f"in_{name}", buffer_dtypes[name])
-        params.append(f"const {mem_ctype(buffer_dtypes[name])}* __restrict__ in_{name}")
+        restrict = "" if name in shared else " __restrict__"
+        params.append(f"const {mem_ctype(buffer_dtypes[name])}*{restrict} in_{name}")
         args.append(name)
     for name in plan.private:
         k.pointers[name] = (f"local_{name}", buffer_dtypes[name])
     for name in plan.stores:
         k.pointers[name] = (f"out_{name}", buffer_dtypes[name])
-        params.append(f"{mem_ctype(buffer_dtypes[name])}* __restrict__ out_{name}")
+        restrict = "" if name in shared else " __restrict__"
+        params.append(f"{mem_ctype(buffer_dtypes[name])}*{restrict} out_{name}")
         args.append(name)
     outer = plan.merged_outer()
     cpp = options.cpp

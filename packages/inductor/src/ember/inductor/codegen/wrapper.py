@@ -149,7 +149,9 @@ class WrapperWriter:
         for step, mem in zip(self.steps, self.memory):
             for a in mem.allocate:
                 lay = a.layout
-                if a.reuses is not None:
+                if a.into_input is not None:
+                    ln.append(f"    {a.name} = {a.into_input}  # computed in place")
+                elif a.reuses is not None:
                     view = _view_call(a.reuses, Layout(lay.size, lay.stride, lay.dtype, 0))
                     ln.append(f"    {a.name} = {view}  # reuses {a.reuses}")
                 else:
