@@ -42,7 +42,7 @@ def test_inductor_adam_state_dict_after_ten_steps_equals_eager(foreach: bool) ->
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["sgd", "adam", "adamw"])
+@pytest.mark.parametrize("name", ["sgd", "adam", "adamw", "adam_fused", "adamw_amsgrad"])
 @pytest.mark.parametrize("foreach", [False, True])
 def test_inductor_step_is_a_few_kernels_writing_in_place(
     name: str, foreach: bool, caplog: pytest.LogCaptureFixture
@@ -56,6 +56,9 @@ def test_inductor_step_is_a_few_kernels_writing_in_place(
         "sgd": lambda ps: torch.optim.SGD(ps, lr=1e-2, momentum=0.9, foreach=foreach),
         "adam": lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=foreach),
         "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-2, foreach=foreach),
+        # fused has no foreach flag: both parametrizations are the fused kernel
+        "adam_fused": lambda ps: torch.optim.Adam(ps, lr=1e-2, fused=True),
+        "adamw_amsgrad": lambda ps: torch.optim.AdamW(ps, lr=1e-2, amsgrad=True, foreach=foreach),
     }[name]
     # three weights of one shape, three biases of another
     model = nn.Sequential(nn.Linear(24, 24), nn.Linear(24, 24), nn.Linear(24, 24))

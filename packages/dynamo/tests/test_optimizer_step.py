@@ -71,6 +71,36 @@ def test_compiled_step_matches_eager_after_ten_steps(name: str, foreach: bool) -
     assert all(entry is not None for entry in opt.step.entries.values())
 
 
+VARIANTS: dict[str, Factory] = {
+    "sgd_fused": lambda ps, _: torch.optim.SGD(ps, lr=0.05, momentum=0.9, fused=True),
+    "adam_fused": lambda ps, _: torch.optim.Adam(ps, lr=0.01, fused=True),
+    "adamw_fused": lambda ps, _: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1, fused=True),
+    "adam_amsgrad_foreach": lambda ps, _: torch.optim.Adam(ps, lr=0.01, amsgrad=True, foreach=True),
+    "adam_amsgrad": lambda ps, _: torch.optim.Adam(ps, lr=0.01, amsgrad=True, foreach=False),
+    "adamw_amsgrad_fused": lambda ps, _: torch.optim.AdamW(ps, lr=0.01, amsgrad=True, fused=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_fused_and_amsgrad_steps_are_captured(name: str) -> None:
+    """``fused=True`` is recorded through the foreach path (same update, same state);
+    amsgrad's ``_foreach_maximum_`` as ``maximum`` then ``copy_``."""
+    eager_model, compiled_model = model(), model()
+    eager_opt = VARIANTS[name](eager_model.parameters(), None)
+    opt = VARIANTS[name](compiled_model.parameters(), None)
+    counter = CompileCounter()
+    opt.step = ember.dynamo.compile(opt.step, backend=counter)
+    train(eager_model, eager_opt, eager_opt.step, 10)
+    train(compiled_model, opt, opt.step, 10)
+    tol = {"rtol": 1e-5, "atol": 1e-6}
+    for a, b in zip(eager_model.parameters(), compiled_model.parameters(), strict=True):
+        torch.testing.assert_close(b, a, **tol)
+    assert_same_state(eager_opt, opt, **tol)
+    assert counter.frame_count == 1
+    assert isinstance(opt.step, CompiledOptimizerStep)
+    assert all(entry is not None for entry in opt.step.entries.values())
+
+
 def test_per_parameter_adam_is_eager_bit_for_bit() -> None:
     eager_model, compiled_model = model(), model()
     eager_opt = torch.optim.Adam(eager_model.parameters(), lr=0.01, foreach=False)
@@ -140,3 +170,24 @@ def test_step_hooks_and_closures_run_as_in_eager() -> None:
 
     loss = step(closure)  # a closure runs the step eagerly, and its loss comes back
     assert isinstance(loss, torch.Tensor) and counter.frame_count == 1
+
+
+def test_layouts_are_guarded_by_ember_guards() -> None:
+    """A compiled layout is found by ember.guards' check function; a change it names
+    (a hyperparameter, a gradient gone) recompiles once and is explained in words."""
+    m = model()
+    opt = torch.optim.Adam(m.parameters(), lr=0.01)
+    counter = CompileCounter()
+    opt.step = ember.dynamo.compile(opt.step, backend=counter)
+    train(m, opt, opt.step, 3)
+    assert counter.frame_count == 1 and opt.step.explain() == [""]
+    opt.param_groups[0]["betas"] = (0.8, 0.99)
+    assert "betas" in opt.step.explain()[0]
+    train(m, opt, opt.step, 2)
+    assert counter.frame_count == 2
+    m[2].bias.requires_grad_(False)
+    m[2].bias.grad = None
+    explained = opt.step.explain()
+    assert "['betas']" in explained[0] and "['params'][3]" in explained[1], explained
+    train(m, opt, opt.step, 2)
+    assert counter.frame_count == 3

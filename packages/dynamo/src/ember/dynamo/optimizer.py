@@ -41,6 +41,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from .frame import CompilerFn
 from .logs import get_logger
+from .optimizer_guards import compile_guards, step_locals
 
 log = get_logger("dynamo")
 
@@ -124,6 +125,12 @@ class _Recorder(TorchFunctionMode):
                     row.append(self._call(torch.Tensor.select, "select", (a, 0, i), {}))
                 else:
                     row.append(a)
+            if inplace and not hasattr(torch.Tensor, op):
+                # ``_foreach_maximum_`` (amsgrad): no in-place Tensor method; the
+                # out-of-place op, copied into the first tensor
+                new = self.__torch_function__(getattr(torch, op[:-1]), (), tuple(row), dict(kwargs))
+                self.__torch_function__(torch.Tensor.copy_, (), (row[0], new), {})
+                continue
             if inplace or isinstance(row[0], torch.Tensor):
                 func = getattr(torch.Tensor, op)
             else:
@@ -324,6 +331,12 @@ def trace_step(optimizer: torch.optim.Optimizer, plan: _Plan) -> tuple[torch.fx.
         lr = optimizer.param_groups[g]["lr"]
         shadow_group["lr"] = fake_mode.from_tensor(_lr_tensor(lr))
         recorder.bind(shadow_group["lr"], graph.placeholder(f"lr_{g}"))
+        if shadow_group.get("fused"):
+            # the fused kernel is one opaque op per group: record the foreach path, which
+            # computes the same update from the same state (``step`` a float32 tensor on
+            # the parameter's device, as capturable's), elementwise ops a backend fuses;
+            # ``check_step`` compares it with the fused kernel before it is used
+            shadow_group["fused"], shadow_group["foreach"] = False, True
         if shadow_group.get("foreach") is None:
             shadow_group["foreach"] = _eager_foreach(optimizer.param_groups[g], optimizer)
         if shadow_group["foreach"] and "capturable" in shadow_group:
@@ -382,6 +395,8 @@ class CompiledOptimizerStep:
         #: plan key -> compiled step (``None``: this layout runs eagerly)
         self.entries: dict[Any, Callable[..., Any] | None] = {}
         self.compiles = 0
+        #: (ember.guards ``CheckFn``, layout, compiled step or None), tried in order
+        self._guarded: list[tuple[Any, _Plan, Callable[..., Any] | None]] = []
         hooked = torch.optim.Optimizer.profile_hook_step(self._core)
         self._step = hooked
 
@@ -407,20 +422,50 @@ class CompiledOptimizerStep:
             return self._eager("a closure re-evaluates the model inside the step", closure)
         if optimizer.defaults.get("differentiable"):
             return self._eager("differentiable=True", closure)
-        plan = _Plan(optimizer)
-        if not plan.params:
-            return self._eager("no parameter has a gradient", closure)
-        if plan.key not in self.entries:
-            try:
-                self.entries[plan.key] = self._compile(plan)
-            except StateInitialization:
-                return self._eager("the first step initializes the optimizer state", closure)
-        compiled = self.entries[plan.key]
+        if getattr(optimizer, "grad_scale", None) is not None or getattr(optimizer, "found_inf", None) is not None:
+            return self._eager("a GradScaler passes grad_scale/found_inf to the fused kernel", closure)
+        found = self._lookup(step_locals(optimizer))
+        if found is not None:
+            plan, compiled = found
+        else:
+            plan = _Plan(optimizer)
+            if not plan.params:
+                return self._eager("no parameter has a gradient", closure)
+            if plan.key not in self.entries:
+                try:
+                    self.entries[plan.key] = self._compile(plan)
+                except StateInitialization:
+                    return self._eager("the first step initializes the optimizer state", closure)
+            compiled = self.entries[plan.key]
+            self._guard(plan, compiled)
         if compiled is None:
             return self._eager("this layout could not be compiled (logged when it was tried)", closure)
         with torch.no_grad():
             compiled(*plan.inputs(optimizer))
         return None
+
+    def _lookup(self, values: dict[str, Any]) -> tuple[_Plan, Callable[..., Any] | None] | None:
+        """The first layout whose guards pass (ember.guards' generated check), or None."""
+        for check, plan, compiled in self._guarded:
+            if check.fn(values, {}):
+                return plan, compiled
+        return None
+
+    def _guard(self, plan: _Plan, compiled: Callable[..., Any] | None) -> None:
+        """Check this layout with ember.guards from the next step on (ADR 0033); a layout
+        the guards cannot describe keeps being found by its structural key."""
+        try:
+            check = compile_guards(self.optimizer)
+        except Exception as e:
+            log.debug("optimizer step of %s: no guards for this layout (%s: %s); its key is "
+                      "computed per step", type(self.optimizer).__name__, type(e).__name__, e)
+            return
+        self._guarded.append((check, plan, compiled))
+
+    def explain(self) -> list[str]:
+        """Why each compiled layout does not match the optimizer now (empty strings: it does)."""
+        values = step_locals(self.optimizer)
+        return [check.explain(values, {}) or "" for check, _, _ in self._guarded]
 
     def _compile(self, plan: _Plan) -> Callable[..., Any] | None:
         if len(self.entries) >= self._limit:

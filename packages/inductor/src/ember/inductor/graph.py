@@ -18,6 +18,8 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._pytree import tree_flatten, tree_map
 
+from ember.ir.updates import input_updates_of
+
 from .decompositions import NEVER_DECOMPOSE, decompose_node
 from .errors import LoweringError
 from .index import index_symbols
@@ -138,6 +140,7 @@ class GraphLowering:
             self.fake_mode.cache_enabled = False
         self.size_inputs: dict[int, Any] = {}
         self.env: dict[torch.fx.Node, Any] = {}
+        self._updates = _update_nodes(gm)
         self._depth = 0
         self._shared: dict[IRNode, Buffer] = {}  # IR nodes hash by identity; _realize_shared
 
@@ -438,6 +441,11 @@ class GraphLowering:
             # a 0-d value computed from scalars (an optimizer's ``-lr / (1 - beta ** step)``)
             # read by a loop over a tensor: computed once, not once per element
             self.env[node] = self.realize(value)
+        elif users > 1 and node in self._updates:
+            # the new value of an input (ember.ir.updates) is stored anyway: other users read
+            # it rather than recompute it from the old value, which an in-place write may
+            # already have overwritten (inplace.py)
+            self.env[node] = self.realize(value, _output_stride(node))
         elif ops > opts.max_inline_ops or (
             users > 1
             and (
@@ -510,6 +518,16 @@ def _consumers(node: torch.fx.Node) -> list[torch.fx.Node]:
         else:
             consumers.append(user)
     return consumers
+
+
+def _update_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    """The nodes ``gm`` returns as new values of its inputs (``ember.ir.updates``)."""
+    pairs = input_updates_of(gm)
+    if not pairs:
+        return set()
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    flat = tree_flatten(out.args[0])[0]
+    return {flat[k] for k, _ in pairs if k < len(flat) and isinstance(flat[k], torch.fx.Node)}
 
 
 def _is_scalar_feeding_tensor(node: torch.fx.Node, value: IRNode, ops: int) -> bool:
