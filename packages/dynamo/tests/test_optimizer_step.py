@@ -49,12 +49,9 @@ def assert_same_state(a: torch.optim.Optimizer, b: torch.optim.Optimizer, **tol:
             torch.testing.assert_close(sb["state"][key][name], value, **tol)
 
 
-@pytest.mark.parametrize("foreach", [False, True])
-@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_compiled_step_matches_eager_after_ten_steps(name: str, foreach: bool) -> None:
+def check_ten_steps_match_eager(make: Callable[[Any], torch.optim.Optimizer]) -> None:
     eager_model, compiled_model = model(), model()
-    eager_opt = OPTIMIZERS[name](eager_model.parameters(), foreach)
-    opt = OPTIMIZERS[name](compiled_model.parameters(), foreach)
+    eager_opt, opt = make(eager_model.parameters()), make(compiled_model.parameters())
     counter = CompileCounter()
     opt.step = ember.dynamo.compile(opt.step, backend=counter)  # the seed blog's spelling
     train(eager_model, eager_opt, eager_opt.step, 10)
@@ -71,6 +68,12 @@ def test_compiled_step_matches_eager_after_ten_steps(name: str, foreach: bool) -
     assert all(entry is not None for entry in opt.step.entries.values())
 
 
+@pytest.mark.parametrize("foreach", [False, True])
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_compiled_step_matches_eager_after_ten_steps(name: str, foreach: bool) -> None:
+    check_ten_steps_match_eager(lambda params: OPTIMIZERS[name](params, foreach))
+
+
 VARIANTS: dict[str, Factory] = {
     "sgd_fused": lambda ps, _: torch.optim.SGD(ps, lr=0.05, momentum=0.9, fused=True),
     "adam_fused": lambda ps, _: torch.optim.Adam(ps, lr=0.01, fused=True),
@@ -85,20 +88,7 @@ VARIANTS: dict[str, Factory] = {
 def test_fused_and_amsgrad_steps_are_captured(name: str) -> None:
     """``fused=True`` is recorded through the foreach path (same update, same state);
     amsgrad's ``_foreach_maximum_`` as ``maximum`` then ``copy_``."""
-    eager_model, compiled_model = model(), model()
-    eager_opt = VARIANTS[name](eager_model.parameters(), None)
-    opt = VARIANTS[name](compiled_model.parameters(), None)
-    counter = CompileCounter()
-    opt.step = ember.dynamo.compile(opt.step, backend=counter)
-    train(eager_model, eager_opt, eager_opt.step, 10)
-    train(compiled_model, opt, opt.step, 10)
-    tol = {"rtol": 1e-5, "atol": 1e-6}
-    for a, b in zip(eager_model.parameters(), compiled_model.parameters(), strict=True):
-        torch.testing.assert_close(b, a, **tol)
-    assert_same_state(eager_opt, opt, **tol)
-    assert counter.frame_count == 1
-    assert isinstance(opt.step, CompiledOptimizerStep)
-    assert all(entry is not None for entry in opt.step.entries.values())
+    check_ten_steps_match_eager(lambda params: VARIANTS[name](params, None))
 
 
 def test_per_parameter_adam_is_eager_bit_for_bit() -> None:
