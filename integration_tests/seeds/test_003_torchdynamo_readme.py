@@ -293,10 +293,7 @@ def _tensor_match_variants() -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("prop", [
-    pytest.param("python class", marks=pytest.mark.xfail(strict=True, reason=(
-        "issue 17 phase 3: a tensor-subclass input runs the frame eagerly (no graph) "
-        "instead of a graph guarded by class"))),
-    "dtype", "requires_grad", "ndim", "sizes", "strides",
+    "python class", "dtype", "requires_grad", "ndim", "sizes", "strides",
 ])
 def test_tensor_match_recaptures_when_a_property_changes(prop: str) -> None:
     # "If any of those guards fail, the graph will be recaptured and recompiled."

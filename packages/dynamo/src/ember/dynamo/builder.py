@@ -28,6 +28,8 @@ from ember.ir import Attr, Item, Source
 from . import trace_rules
 from .errors import Unsupported
 from .function_entry import CompiledFunction
+from .variables import hooks as _hooks  # noqa: F401  (registers Tensor.register_hook)
+from .variables.autograd_function import AutogradFunctionClassVariable, is_autograd_function
 from .variables.base import VariableTracker
 from .variables.builtins import BuiltinVariable
 from .variables.classes import ClassVariable, ObjectNewVariable, PythonModuleVariable
@@ -247,6 +249,8 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
     if isinstance(value, type):
         if g is not None and source is not None:
             g.add_id(source, value)
+        if is_autograd_function(value):
+            return AutogradFunctionClassVariable(value, source)
         return ClassVariable(value, source)
     if isinstance(value, (torch.finfo, torch.iinfo)):
         return OpaqueConstantVariable(value, source)

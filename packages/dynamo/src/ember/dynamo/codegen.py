@@ -14,6 +14,7 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import torch
 from bytecode import Instr
 from bytecode.instr import CellVar, FreeVar
 
@@ -21,6 +22,7 @@ from ember.ir import Attr, Global, Item, Local, Source
 
 from .errors import Unsupported
 from .instructions import NULL_AFTER_CALLABLE, SET_FUNCTION_ATTRIBUTE, emit_call, load_attr_arg
+from .tensor_subclass import is_plain_subclass, restore
 
 if TYPE_CHECKING:
     from .variables.base import VariableTracker
@@ -180,6 +182,19 @@ class PyCodegen:
         if var.source is not None:
             self.load_source(var.source)
             return
+        cls = getattr(var, "cls", torch.Tensor)
+        if is_plain_subclass(cls):  # the graph computed it as a plain tensor
+            def build() -> None:
+                self.load_callable_const(restore)
+                self._load_output(var)
+                self.load_const(cls)
+                self.call(2)
+
+            self.reconstruct_once(var, build)
+            return
+        self._load_output(var)
+
+    def _load_output(self, var: TensorVariable | SymNodeVariable) -> None:
         key = id(var.node)
         if key not in self._out_index:
             self._out_index[key] = len(self.outputs)

@@ -35,6 +35,7 @@ from .guard_collector import GuardCollector
 from .mutable import Trail
 from .shapes import ShapePolicy
 from .side_effects import SideEffects
+from .tensor_subclass import BASE_CLASSES, as_plain, is_capturable_class, result_class
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable, OpaqueConstantVariable, is_constant_value
 from .variables.dicts import DictVariable
@@ -68,6 +69,22 @@ def name_hint(source: Source) -> str:
     if not text or text[0].isdigit():
         text = "v_" + text
     return text
+
+
+def _result_class(args: list[VariableTracker]) -> type:
+    """The class torch's default ``__torch_function__`` gives an op's results (``tensor_subclass``)."""
+    classes: list[type] = []
+    pending: list[VariableTracker] = list(args)
+    while pending:
+        v = pending.pop()
+        if isinstance(v, TensorVariable):
+            classes.append(v.cls)
+        elif isinstance(v, BaseListVariable):
+            pending.extend(v.items)
+    try:
+        return result_class(classes)
+    except TypeError as e:
+        raise Unsupported(str(e)) from e
 
 
 class OutputGraph:
@@ -110,7 +127,7 @@ class OutputGraph:
     def _fake(self, t: torch.Tensor) -> torch.Tensor:
         hit = self.fake_params.get(id(t))
         if hit is None:
-            hit = self.fake_mode.from_tensor(t, static_shapes=True)
+            hit = self.fake_mode.from_tensor(as_plain(t), static_shapes=True)
             self.fake_params[id(t)] = hit
         return hit
 
@@ -119,8 +136,11 @@ class OutputGraph:
         hit = self.inputs.get(key)
         if hit is not None:
             return hit.var
-        if type(value) not in (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer):
-            raise Unsupported(f"tensor subclass `{type(value).__qualname__}` at {key}")
+        if not is_capturable_class(type(value)):
+            raise Unsupported(
+                f"tensor subclass `{type(value).__qualname__}` at {key} (only subclasses that add "
+                "nothing to torch.Tensor are captured)"
+            )
         example = self.shapes.fake_input(self.fake_mode, source, value)
         if example is None:
             example = self._fake(value)
@@ -285,7 +305,7 @@ class OutputGraph:
             for a in args:
                 if isinstance(a, TensorVariable) and a.example is example:
                     return a  # in-place op: the same tensor
-            return TensorVariable(node, example)
+            return TensorVariable(node, example, cls=_result_class(args))
         leaves = pytree.tree_leaves(example)
         if not any(isinstance(x, torch.Tensor) for x in leaves):
             # A query (``x.is_contiguous()``) folds away; a call returning
@@ -328,7 +348,7 @@ class OutputGraph:
         inputs = [i for i in self.inputs.values() if i.node.graph is self.graph]
         order = {n: i for i, n in enumerate(self.graph.nodes)}
         inputs.sort(key=lambda i: order[i.node])
-        example_inputs = [i.value for i in inputs]
+        example_inputs = [as_plain(i.value) for i in inputs]
         # compiled under the grad mode it runs under, not the one where capture stopped (a
         # break inside `with torch.no_grad()`): the backend decides on it whether to build
         # a backward
@@ -358,7 +378,12 @@ class OutputGraph:
         head = PyCodegen(code.co_cellvars, code.co_freevars, code.co_firstlineno)
         head.load_global(name, push_null=True)
         for inp in inputs:
-            head.load_source(inp.source)
+            if type(inp.value) in BASE_CLASSES:
+                head.load_source(inp.source)
+            else:  # a subclass adding nothing: the graph takes it as a plain tensor
+                head.load_callable_const(as_plain)
+                head.load_source(inp.source)
+                head.call(1)
         head.call(len(inputs))
         head.store_local(OUT_LOCAL)
         return head.instrs, [captured]

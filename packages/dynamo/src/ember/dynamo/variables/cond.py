@@ -2,7 +2,7 @@
 
 Each branch is traced like any inlined call, on the operands' trackers, into
 the graph being built; the nodes it added are then moved out into a
-``GraphModule`` of their own (``_extract``), whose inputs are the operands and
+``GraphModule`` of their own (``extract_subgraph``), whose inputs are the operands and
 every other tensor the branch read from outside (parameters, closed-over
 tensors, new frame inputs stay in the outer graph and are passed in). The
 pair is registered with ``cond_op`` and the outer graph gets one node calling
@@ -49,13 +49,13 @@ def _bind(
     return bound["pred"], bound["true_fn"], bound["false_fn"], bound["operands"]
 
 
-def _tensors(result: VariableTracker, what: str) -> tuple[list[TensorVariable], bool]:
+def tensors_of(result: VariableTracker, what: str) -> tuple[list[TensorVariable], bool]:
     """The branch's output tensors, and whether it returned one tensor (not a sequence)."""
     if isinstance(result, TensorVariable):
         return [result], True
     if isinstance(result, BaseListVariable) and all(isinstance(i, TensorVariable) for i in result.items):
         return [i for i in result.items if isinstance(i, TensorVariable)], False
-    raise Unsupported(f"torch.cond branch `{what}` returns {result.describe()} (tensors only)")
+    raise Unsupported(f"{what} returns {result.describe()} (tensors only)")
 
 
 #: modules whose functions FX prints by name, so a graph's code pins what they do
@@ -71,11 +71,11 @@ def _versions(graph: torch.fx.Graph) -> dict[torch.fx.Node, int]:
     return found
 
 
-def _trace(
-    tx: Tx, fn: VariableTracker, operands: list[VariableTracker], what: str
-) -> tuple[list[torch.fx.Node], list[TensorVariable], bool]:
-    """Trace ``fn(*operands)`` into the outer graph: (the nodes it added, its outputs,
-    whether it returned a single tensor)."""
+def trace_subgraph(
+    tx: Tx, fn: VariableTracker, args: list[VariableTracker], what: str
+) -> tuple[list[torch.fx.Node], VariableTracker]:
+    """Trace ``fn(*args)`` into the outer graph: (the nodes it added, its result).
+    ``fn`` must compute tensors only (module doc)."""
     output = tx.output
     before = set(output.graph.nodes)
     versions = _versions(output.graph)
@@ -83,19 +83,18 @@ def _trace(
     saved = output.inline_leaves
     output.inline_leaves = True  # a leaf module's call_module node would hide its parameters
     try:
-        result = fn.call_function(tx, list(operands), {})
+        result = fn.call_function(tx, list(args), {})
     finally:
         output.inline_leaves = saved
     if output.trail.writes != writes:  # every observable change goes through the trail
-        raise Unsupported(f"torch.cond branch `{what}` changes Python state")
+        raise Unsupported(f"{what} changes Python state")
     for n, v in versions.items():
         if n.meta["example_value"]._version != v:
-            raise Unsupported(f"torch.cond branch `{what}` changes a tensor in place")
-    outs, single = _tensors(result, what)
-    return [n for n in output.graph.nodes if n not in before], outs, single
+            raise Unsupported(f"{what} changes a tensor in place")
+    return [n for n in output.graph.nodes if n not in before], result
 
 
-def _extract(
+def extract_subgraph(
     added: list[torch.fx.Node], outs: list[TensorVariable], operands: list[TensorVariable], what: str
 ) -> tuple[torch.fx.GraphModule, list[torch.fx.Node], bool]:
     """Move the branch's op nodes into a graph of their own: (the graph, the outer
@@ -115,7 +114,7 @@ def _extract(
             return inside[n]
         if not isinstance(n.meta.get("example_value"), torch.Tensor):
             raise Unsupported(
-                f"torch.cond branch `{what}` uses `{n.name}`, a non-tensor value from outside it"
+                f"{what} uses `{n.name}`, a non-tensor value from outside it"
             )
         ph = sub.placeholder(f"arg{len(inputs)}")
         ph.meta = dict(n.meta)
@@ -127,7 +126,7 @@ def _extract(
         outer(o.node)
     for n in body:
         if n.op == "call_module":
-            raise Unsupported(f"torch.cond branch `{what}` calls a module as one node")
+            raise Unsupported(f"{what} calls a module as one node")
         if n.op == "call_function" and not isinstance(n.target, torch._ops.OpOverload):
             module = str(getattr(n.target, "__module__", "") or "")
             if isinstance(n.target, GraphCallable) or module.split(".")[0] not in PRINTED_BY_NAME:
@@ -151,7 +150,7 @@ def _same_outputs(a: list[TensorVariable], b: list[TensorVariable]) -> None:
             )
 
 
-def _erase(tx: Tx, nodes: list[torch.fx.Node]) -> None:
+def erase_moved(tx: Tx, nodes: list[torch.fx.Node]) -> None:
     for n in reversed(nodes):
         if n.op not in ("placeholder", "get_attr"):
             tx.output.graph.erase_node(n)
@@ -175,10 +174,12 @@ def cond_call(tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTra
     ):
         raise Unsupported("torch.cond with operands other than tensors and constants")
     pairs = []
-    for fn, what in ((true_fn, "true_fn"), (false_fn, "false_fn")):
-        added, outs, single = _trace(tx, fn, operands, what)
-        gm, inputs, pure = _extract(added, outs, tensor_operands, what)
-        _erase(tx, added)
+    for fn, name in ((true_fn, "true_fn"), (false_fn, "false_fn")):
+        what = f"torch.cond branch `{name}`"
+        added, result = trace_subgraph(tx, fn, operands, what)
+        outs, single = tensors_of(result, what)
+        gm, inputs, pure = extract_subgraph(added, outs, tensor_operands, what)
+        erase_moved(tx, added)
         pairs.append((gm, inputs, pure, outs, single))
     (t_gm, t_in, t_pure, t_outs, t_single), (f_gm, f_in, f_pure, f_outs, f_single) = pairs
     _same_outputs(t_outs, f_outs)

@@ -84,7 +84,7 @@ def transform_call(
     name = TRANSFORMS[transform]
     if not args:
         raise Unsupported(f"torch.func.{name} without a function to transform")
-    fn, label = pure_function(tx, args[0], name)
+    fn, label = pure_function(tx, args[0], f"torch.func.{name}")
     rest = [*args[1:], *kwargs.values()]
     if not all(a.is_python_constant() for a in rest):
         raise Unsupported(f"torch.func.{name} with arguments other than constants")
@@ -106,7 +106,7 @@ def pure_function(tx: Tx, var: VariableTracker, why: str) -> tuple[Callable[...,
         fn = var.fn
         if fn.__closure__ or fn.__defaults__ or fn.__kwdefaults__:
             raise Unsupported(
-                f"torch.func.{why} of `{fn.__name__}`, which has closure cells or defaults "
+                f"{why} of `{fn.__name__}`, which has closure cells or defaults "
                 "(only functions of their arguments are captured)"
             )
         code, f_globals = fn.__code__, fn.__globals__
@@ -114,15 +114,15 @@ def pure_function(tx: Tx, var: VariableTracker, why: str) -> tuple[Callable[...,
         defaults, kwdefaults = var.defaults(tx)
         if var.closure or defaults or kwdefaults or var.attrs.value:
             raise Unsupported(
-                f"torch.func.{why} of `{var.fn_name()}`, which has closure cells or defaults "
+                f"{why} of `{var.fn_name()}`, which has closure cells or defaults "
                 "(only functions of their arguments are captured)"
             )
         code, f_globals = var.code, var.f_globals
         fn = types.FunctionType(code, f_globals, code.co_name)
     else:
-        raise Unsupported(f"torch.func.{why} of {var.describe()}")
+        raise Unsupported(f"{why} of {var.describe()}")
     if any(isinstance(c, types.CodeType) for c in code.co_consts):
-        raise Unsupported(f"torch.func.{why} of `{code.co_name}`, which defines functions inside")
+        raise Unsupported(f"{why} of `{code.co_name}`, which defines functions inside")
     _guard_globals(tx, code, f_globals, why)
     return fn, code.co_name
 
@@ -135,12 +135,12 @@ def _guard_globals(tx: Tx, code: types.CodeType, f_globals: dict[str, Any], why:
             continue  # an attribute name, or a builtin
         if f_globals is not tx.f_globals:
             raise Unsupported(
-                f"torch.func.{why} of `{code.co_name}`, a function of another module that "
+                f"{why} of `{code.co_name}`, a function of another module that "
                 f"reads its global `{name}`"
             )
         value = tx.load_global(name)
         if not isinstance(value, (PythonModuleVariable, TorchFunctionVariable, BuiltinVariable)):
             raise Unsupported(
-                f"torch.func.{why} of `{code.co_name}`, which reads the global `{name}` "
+                f"{why} of `{code.co_name}`, which reads the global `{name}` "
                 f"({value.describe()}); only modules, torch functions and builtins are captured"
             )

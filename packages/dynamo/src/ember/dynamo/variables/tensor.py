@@ -11,7 +11,7 @@ A dynamic dimension reads as a :class:`~.sym.SymNodeVariable` instead
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -173,6 +173,11 @@ def size_tuple(tx: Tx, tensor: TensorVariable) -> VariableTracker:
 DATA_METHODS = frozenset({"item", "tolist", "numpy", "__bool__", "__int__", "__float__"})
 
 
+#: tensor methods handled by modules above this one (``hooks``: ``register_hook``),
+#: name -> handler(tx, tensor, args, kwargs)
+SPECIAL_METHODS: dict[str, Callable[..., VariableTracker]] = {}
+
+
 def tensor_method(
     tx: Tx,
     tensor: TensorVariable,
@@ -184,6 +189,9 @@ def tensor_method(
         raise Unsupported(
             f"`Tensor.{name}()` needs the tensor's data, which is only known when the graph runs"
         )
+    special = SPECIAL_METHODS.get(name)
+    if special is not None:
+        return special(tx, tensor, args, kwargs)
     if name == "size" and not kwargs:
         if args:
             return size_item(tx, tensor, args[0].as_python_constant())
