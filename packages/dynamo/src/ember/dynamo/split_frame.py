@@ -273,18 +273,20 @@ def rewrite_call(
     null, callee = (second, first) if NULL_AFTER_CALLABLE else (first, second)
     if not isinstance(null, NullVariable):
         return stack, n
-    target = callee_function(tx, callee)
-    if target is None:
-        value = second.value if isinstance(second, ControlFunctionVariable) else None
-        if callable(value) and is_frame_disabled(value):
-            return [*stack[: -n - 1], ConstantVariable(hooks.run_hooked(value)), *stack[-n:]], n
-        return stack, n
-    fn, bound_self = target
     head = stack[: -n_top - 2]
     args = stack[len(stack) - n_top :]
 
     def call_pair(wrapped: VariableTracker) -> list[VariableTracker]:
         return [wrapped, null] if NULL_AFTER_CALLABLE else [null, wrapped]
+
+    target = callee_function(tx, callee)
+    if target is None:
+        # the callee's slot, not the slot below the arguments (on 3.13 that is the NULL)
+        value = callee.value if isinstance(callee, ControlFunctionVariable) else None
+        if callable(value) and is_frame_disabled(value):
+            return [*head, *call_pair(ConstantVariable(hooks.run_hooked(value))), *args], n
+        return stack, n
+    fn, bound_self = target
 
     if bound_self is None:
         return [*head, *call_pair(CalleeThroughRuntime(callee, hooks.wrap_function)), *args], n
