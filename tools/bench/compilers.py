@@ -99,13 +99,38 @@ def _ember_backend_fn(backend: str) -> Backend | None:
 def _ember_prepare(backend: str) -> Callable[[Any, CompileOptions, CompileStats], Any]:
     def prepare(model: Any, options: CompileOptions, stats: CompileStats) -> Any:
         dynamo = _ember_dynamo()
-        fn = _ember_backend_fn(backend)
-        target: Any = _counting(fn, stats) if fn is not None else backend
+        # The backend goes by its registered name, as a user writes it: ember keeps
+        # compiled frames on disk (warm start) only for a backend named so (a backend
+        # object may hold state). Graphs are counted from capture events instead.
+        target: Any = backend
+        if not _count_ember_graphs(stats):
+            fn = _ember_backend_fn(backend)
+            target = _counting(fn, stats) if fn is not None else backend
         return dynamo.compile(
             model, backend=target, fullgraph=options.fullgraph, dynamic=options.dynamic
         )
 
     return prepare
+
+
+def _count_ember_graphs(stats: CompileStats) -> bool:
+    """Count the graphs of every frame ember captures or loads from its frame cache."""
+    try:
+        from ember.dynamo import api
+    except ImportError:
+        return False
+    listeners = getattr(getattr(api, "STATE", None), "listeners", None)
+    if not isinstance(listeners, list):
+        return False
+
+    def listen(event: Any) -> None:
+        guarded = getattr(event, "guarded", None)
+        if event.kind == "capture" and guarded is not None:
+            stats.graphs += len(guarded.graphs)
+
+    listeners.append(listen)
+    stats.counted = True
+    return True
 
 
 def _ember_reset() -> None:
