@@ -150,7 +150,11 @@ class VersionInstructions(Handlers):
         self.pop()
         self.push(value)
 
+    #: What an exhausted ``FOR_ITER`` skips after its jump target (3.13 adds ``POP_TOP``).
+    AFTER_FOR: tuple[str, ...] = ("END_FOR",)
+
     def FOR_ITER(self, inst: Inst) -> None:
+        """An exhausted iterator jumps past the instructions of :attr:`AFTER_FOR`."""
         it = self.stack[-1]
         assert isinstance(it, ListIteratorVariable)
         item = it.next_item(self)
@@ -159,8 +163,9 @@ class VersionInstructions(Handlers):
             return
         self.pop()
         self.jump_to(inst.argval)
-        if self.instructions[self.ip].opname == "END_FOR":
-            self.ip += 1
+        for skipped in self.AFTER_FOR:
+            if self.instructions[self.ip].opname == skipped:
+                self.ip += 1
 
 
 # -- emitting bytecode ---------------------------------------------------------------

@@ -25,7 +25,6 @@ from .errors import Unsupported
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable
 from .variables.functions import NestedFunctionVariable
-from .variables.lists import ListIteratorVariable
 from .variables.misc import NullVariable
 
 if TYPE_CHECKING:
@@ -130,19 +129,7 @@ class VersionInstructions(previous.VersionInstructions):
         self.push(ConstantVariable(format(self.value_to_format(self.pop()), spec)))
 
     # -- loops ----------------------------------------------------------------------------------------
-    def FOR_ITER(self, inst: Inst) -> None:
-        """An exhausted iterator jumps past ``END_FOR`` and the ``POP_TOP`` after it."""
-        it = self.stack[-1]
-        assert isinstance(it, ListIteratorVariable)
-        item = it.next_item(self)
-        if item is not None:
-            self.push(item)
-            return
-        self.pop()
-        self.jump_to(inst.argval)
-        for skipped in ("END_FOR", "POP_TOP"):
-            if self.instructions[self.ip].opname == skipped:
-                self.ip += 1
+    AFTER_FOR = ("END_FOR", "POP_TOP")
 
     def END_FOR(self, inst: Inst) -> None:
         self.pop()

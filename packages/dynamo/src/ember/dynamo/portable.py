@@ -37,6 +37,7 @@ from typing import Any
 
 from ember import guards
 from ember.ir import Guard, GuardKind, GuardSet, Source
+from ember.ir.cache_entry import hash_code
 
 #: The payload field holding an address, per kind that has one.
 IDENTITY_FIELDS: dict[GuardKind, str] = {
@@ -61,28 +62,8 @@ _DESCRIPTORS = (
 def code_digest(code: types.CodeType) -> str:
     """A digest of everything that makes ``code`` the program it is (same in every process)."""
     h = hashlib.sha256()
-    _hash_code(code, h)
+    hash_code(code, h)
     return h.hexdigest()[:24]
-
-
-def _hash_code(code: types.CodeType, h: Any) -> None:
-    for part in (
-        code.co_code,
-        code.co_names,
-        code.co_varnames,
-        code.co_freevars,
-        code.co_cellvars,
-        (code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount, code.co_flags),
-        code.co_qualname,
-    ):
-        h.update(repr(part).encode() if not isinstance(part, bytes) else part)
-        h.update(b"\0")
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            _hash_code(const, h)
-        else:
-            h.update(repr(const).encode())
-        h.update(b"\0")
 
 
 def _class_name(cls: type) -> str | None:

@@ -30,7 +30,7 @@ import tempfile
 import types
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch.fx
 
@@ -83,16 +83,26 @@ def code_digest(fn: object) -> str:
     if code is None:
         return "-"
     h = hashlib.sha256()
-    _hash_code(code, h)
+    hash_code(code, h)
     return h.hexdigest()[:16]
 
 
-def _hash_code(code: types.CodeType, h: hashlib._Hash) -> None:
-    h.update(code.co_code)
-    h.update(repr(code.co_names).encode())
+def hash_code(code: types.CodeType, h: Any) -> None:
+    """Feed ``h`` everything that makes ``code`` the program it is (same in every process)."""
+    for part in (
+        code.co_code,
+        code.co_names,
+        code.co_varnames,
+        code.co_freevars,
+        code.co_cellvars,
+        (code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount, code.co_flags),
+        code.co_qualname,
+    ):
+        h.update(repr(part).encode() if not isinstance(part, bytes) else part)
+        h.update(b"\0")
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            _hash_code(const, h)
+            hash_code(const, h)
         else:
             h.update(repr(const).encode())
         h.update(b"\0")
