@@ -10,7 +10,8 @@ The Triton backend (kernels run by Triton's interpreter on CPU tensors) is swept
 over OpInfo's elementwise and reduction ops at float32: a representative subset
 by default, all of them in the slow sweep.
 
-Coverage summary: ``python packages/inductor/tests/test_opinfo.py [--samples N] [--backend triton]``.
+Coverage summary: ``python packages/inductor/tests/test_opinfo.py [--samples N] [--backend triton]
+[--device cuda] [op ...]`` (``--device cuda``: the Triton sweep on a GPU, ``tools/gpu_check.sh``).
 """
 
 from __future__ import annotations
@@ -96,14 +97,20 @@ def _variant_name(op: Any) -> str:
     return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
 
 
-def sweep(op: Any, dtype: torch.dtype, max_samples: int, backend: str = "cpp") -> tuple[str, str]:
-    """('lowered'|'fallback'|'skip', detail); raises AssertionError on a mismatch."""
-    if dtype not in op.supported_dtypes("cpu"):
+def sweep(
+    op: Any, dtype: torch.dtype, max_samples: int, backend: str = "cpp", device: str = "cpu"
+) -> tuple[str, str]:
+    """('lowered'|'fallback'|'skip', detail); raises AssertionError on a mismatch.
+
+    ``backend`` picks the code generator for CPU tensors; on ``device="cuda"`` the
+    samples are CUDA tensors and ember.inductor compiles them with Triton.
+    """
+    if dtype not in op.supported_dtypes(device):
         return "skip", "dtype not supported by the op"
     try:
         samples = [
             s
-            for _, s in zip(range(max_samples), op.sample_inputs("cpu", dtype, requires_grad=False))
+            for _, s in zip(range(max_samples), op.sample_inputs(device, dtype, requires_grad=False))
         ]
     except Exception as e:
         return "skip", f"no samples: {type(e).__name__}"
@@ -211,17 +218,19 @@ def test_opinfo_triton_full(op: Any) -> None:
 def main(argv: list[str]) -> None:
     samples = int(argv[argv.index("--samples") + 1]) if "--samples" in argv else 8
     backend = argv[argv.index("--backend") + 1] if "--backend" in argv else "cpp"
-    flags = {"--samples", "--backend"}
+    device = argv[argv.index("--device") + 1] if "--device" in argv else "cpu"
+    flags = {"--samples", "--backend", "--device"}
     values = {argv[i + 1] for i, a in enumerate(argv[:-1]) if a in flags}
     only = {a for a in argv if not a.startswith("-") and a not in values}
-    pairs = PAIRS if backend == "cpp" else [(op, torch.float32) for op in TRITON_OPS]
+    triton = backend == "triton" or device == "cuda"
+    pairs = [(op, torch.float32) for op in TRITON_OPS] if triton else PAIRS
     counts: dict[str, int] = {}
     failures = []
     for op, dtype in pairs:
         if only and op.name not in only:
             continue
         try:
-            status, detail = sweep(op, dtype, samples, backend)
+            status, detail = sweep(op, dtype, samples, backend, device)
         except Exception as e:
             status, detail = (
                 "FAIL",

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Issue 20's GPU checks as one script, for a lent GPU machine (Python 3.12, torch 2.11,
+# triton 3.6, no network; see the device tool's README). Two halves:
+#
+#   bash tools/gpu_check.sh --prepare     # HERE: ember's six packages and the dependencies
+#                                         # the GPU image lacks, as wheels in .whl/ (git-ignored
+#                                         # through .git/info/exclude)
+#   bash tools/gpu_check.sh [PART ...]    # THERE (device run, carry [".whl"]): installs the
+#                                         # wheels under /tmp/site and runs the parts
+#
+# Parts (default: all, in this order; each writes its output under $OUT when set):
+#   env      versions, nvidia-smi
+#   opinfo   OpInfo's elementwise and reduction ops at float32 on CUDA tensors (Triton), vs eager
+#   tests    ember.inductor's Triton tests (they run on CPU tensors in the interpreter elsewhere)
+#   bench    tools/bench.py --device cuda: ember-inductor next to torch.compile's inductor
+#   bw       tools/bench_bandwidth.py: pointwise kernels against the copy bandwidth
+# GPU_CHECK_SAMPLES (default 2) and GPU_CHECK_WORKLOADS narrow the opinfo and bench parts.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUTDIR="${OUT:-/tmp/gpu_check_out}"
+mkdir -p "$OUTDIR"
+
+if [ "${1:-}" = "--prepare" ]; then
+    set -e
+    PY="${PYTHON:-python3}"
+    grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> "$(git rev-parse --git-common-dir)/info/exclude"
+    rm -rf .whl && mkdir -p .whl
+    for p in ir guards dynamo aotgrad inductor minifier; do
+        "$PY" -m pip wheel -q --no-deps -w .whl "packages/$p"
+    done
+    # ember's runtime dependencies that the GPU image does not hold (its package list:
+    # the device tool's KINDS.md); pure-Python wheels, so any platform tag works
+    "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+        --implementation cp -d .whl "bytecode>=0.15" expecttest
+    ls -la .whl
+    exit 0
+fi
+
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:tools${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONUNBUFFERED=1
+export EMBER_CACHE_DIR=/tmp/ember-cache
+parts=("$@")
+[ ${#parts[@]} -eq 0 ] && parts=(env opinfo tests bench bw)
+status=0
+for part in "${parts[@]}"; do
+    echo "=== $part ($(date -u +%H:%M:%S))"
+    case "$part" in
+        env)
+            nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1
+            python3 -c "import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.cuda.get_device_name())"
+            python3 -c "import ember.inductor, ember.dynamo; print('ember imports')" || status=1
+            ;;
+        opinfo)
+            python3 packages/inductor/tests/test_opinfo.py --device cuda \
+                --samples "${GPU_CHECK_SAMPLES:-2}" 2>&1 | tee "$OUTDIR/opinfo_cuda.txt" | grep -E "^(FAIL|lowered and)" || status=1
+            ;;
+        tests)
+            python3 -m pytest -q -x -p no:cacheprovider packages/inductor/tests/test_triton.py 2>&1 \
+                | tee "$OUTDIR/triton_tests.txt" | tail -5 || status=1
+            ;;
+        bench)
+            python3 tools/bench.py --device cuda --no-warm \
+                --workloads "${GPU_CHECK_WORKLOADS:-pointwise,softmax,layernorm_gelu,mlp,mlp_train,encoder_layer,gpt_block,gpt_block_train,tiny_add}" \
+                --compilers ember-inductor,torch-inductor --json "$OUTDIR/bench_cuda.json" 2>&1 \
+                | tee "$OUTDIR/bench_cuda.txt" | tail -30 || status=1
+            ;;
+        bw)
+            python3 tools/bench_bandwidth.py --device cuda --torch 2>&1 | tee "$OUTDIR/bandwidth.txt" || status=1
+            ;;
+        *)
+            echo "unknown part: $part (env, opinfo, tests, bench, bw)"
+            status=2
+            ;;
+    esac
+done
+exit $status
