@@ -341,8 +341,6 @@ def numpy_fn(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
     return np.sum(X[:, :, None] * Y[:, None, :], axis=(-2, -1))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17 phase 3: NumPy arrays cannot be traced; "
-                   "the frame runs eagerly (0 graphs)")
 def test_compile_numpy_code() -> None:
     X = np.random.randn(1024, 64)
     Y = np.random.randn(1024, 64)
@@ -353,8 +351,6 @@ def test_compile_numpy_code() -> None:
     assert counter.frame_count == 1
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17 phase 3: NumPy arrays cannot be traced; "
-                   "no kernel is generated")
 def test_numpy_code_fuses_into_one_cpp_kernel(tmp_path) -> None:
     # EMBER_LOGS=output_code: the multiplication and the sum in one OpenMP C++ kernel
     from .fresh_process import run_example
@@ -375,7 +371,6 @@ def test_numpy_code_fuses_into_one_cpp_kernel(tmp_path) -> None:
     assert proc.stderr.count("// kernel") == 1 and "omp" in proc.stderr, proc.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17 phase 3: NumPy arrays cannot be traced")
 def test_numpy_code_under_a_device_context() -> None:
     # CPU rendering of `with torch.device("cuda")`: the traced NumPy runs on that device
     X = np.random.randn(64, 8)
@@ -388,8 +383,6 @@ def test_numpy_code_under_a_device_context() -> None:
     assert counter.frame_count == 1
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="issue 17 phase 3: ember has no wrap_numpy")
 def test_wrap_numpy_takes_and_returns_tensors() -> None:
     @ember.dynamo.compile(fullgraph=True)
     @ember.dynamo.wrap_numpy
@@ -403,8 +396,6 @@ def test_wrap_numpy_takes_and_returns_tensors() -> None:
     torch.testing.assert_close(Z, (X[:, :, None] * Y[:, None, :]).sum((-2, -1)), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="issue 17 phase 3: ember has no wrap_numpy")
 def test_wrap_numpy_differentiates_through_numpy_code() -> None:
     @ember.dynamo.compile(fullgraph=True)
     @ember.dynamo.wrap_numpy
@@ -420,8 +411,6 @@ def test_wrap_numpy_differentiates_through_numpy_code() -> None:
     torch.testing.assert_close(X.grad, Y.sum(1, keepdim=True).expand(1024, 64) / 1024)
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="issue 17 phase 3: ember has no wrap_numpy")
 def test_wrap_numpy_with_a_graph_break() -> None:
     @ember.dynamo.compile
     @ember.dynamo.wrap_numpy

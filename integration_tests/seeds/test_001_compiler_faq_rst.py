@@ -215,8 +215,6 @@ def test_limitation_vmap_over_stride_falls_back_to_eager() -> None:
 # -- Can I execute NumPy code on CUDA via torch.compile? -------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17 phase 3: .numpy() and NumPy arrays cannot be "
-                   "traced; the frame runs eagerly (0 graphs)")
 def test_numpy_through_tensors_numpy_and_from_numpy() -> None:
     # CPU rendering of the cuda example: .numpy()/from_numpy are hints to the compiler
     counter = CompileCounter()

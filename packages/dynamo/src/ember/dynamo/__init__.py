@@ -41,10 +41,12 @@ from .explain import ExplainOutput, LegacyExplanation, explain
 from .frame import FrameHooks
 from .function_entry import CompiledFunction
 from .logs import LogSettingsError, get_logger, set_logs
+from .numpy_api import wrap_numpy
 from .profiler import CompileProfiler
 from .shapes import mark_dynamic, mark_static, mark_static_address, maybe_mark_dynamic
 
 __all__ = [
+    "wrap_numpy",
     "BACKENDS",
     "CompileOptionsError",
     "CompileProfiler",

@@ -21,6 +21,7 @@ import operator
 import types
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from ember.ir import Attr, Item, Source
@@ -46,6 +47,13 @@ from .variables.higher_order import HIGHER_ORDER_FUNCTIONS, HigherOrderVariable
 from .variables.lazy import LazyVariable
 from .variables.lists import ListVariable, TupleVariable
 from .variables.misc import ControlFunctionVariable, OpaqueObjectVariable
+from .variables.ndarray import (
+    CONVERSIONS,
+    NumpyConversionVariable,
+    NumpyFunctionVariable,
+    NumpyNdarrayVariable,
+    numpy_counterpart,
+)
 from .variables.nn_module import NNModuleVariable
 from .variables.objects import (
     MODELLED_BASES,
@@ -128,6 +136,8 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
         if source is None:
             return tx.output.register_attr_tensor(value, None)
         return tx.output.add_input(value, source)
+    if type(value) is np.ndarray and source is not None and tx.options.trace_numpy:
+        return NumpyNdarrayVariable(tx.output.add_numpy_input(value, source), source)
     if isinstance(value, GradModeExit) and source is not None:
         return wrap_grad_mode_exit(tx, value, source)
     if isinstance(value, torch.nn.Module):
@@ -140,6 +150,16 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
         if g is not None and source is not None:
             g.add_constant(source, value)
         return ConstantVariable(value, source)
+    if tx.options.trace_numpy:
+        mirror = numpy_counterpart(value)
+        if mirror is not None:
+            if g is not None and source is not None:
+                g.add_id(source, value)
+            return NumpyFunctionVariable(value, mirror, source)
+    if any(value is c for c in CONVERSIONS):
+        if g is not None and source is not None:
+            g.add_id(source, value)
+        return NumpyConversionVariable(value, source)
     if isinstance(value, enum.Enum) or is_typing_value(value):
         if g is not None and source is not None:
             g.add_id(source, value)

@@ -64,6 +64,8 @@ class CapturedGraph:
     #: frame source it was read from (``None``: made while tracing). The frame cache
     #: rebuilds ``gm`` from these in another process or for another module instance.
     attr_sources: dict[str, Any] = field(default_factory=dict)
+    #: why the frame cache cannot store this graph ("": it can)
+    unstorable: str = ""
 
 
 @dataclass(frozen=True)

@@ -401,6 +401,8 @@ def _symbolic(guarded: GuardedCode) -> bool:
 
 
 def _stored_graph(captured: CapturedGraph) -> tuple[StoredGraph | None, str]:
+    if captured.unstorable:
+        return None, captured.unstorable
     missing = [name for name, src in captured.attr_sources.items() if src is None]
     if missing:
         return (

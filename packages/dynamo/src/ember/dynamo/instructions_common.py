@@ -24,6 +24,7 @@ from .variables.functions import CellVariable, NestedFunctionVariable
 from .variables.lazy import LazyVariable
 from .variables.lists import BaseListVariable, ListVariable, TupleVariable
 from .variables.misc import NullVariable
+from .variables.ndarray import NumpyNdarrayVariable
 from .variables.objects import MISSING, ExceptionVariable, NewObjectVariable, ObjectVariable
 from .variables.sets import SetVariable
 from .variables.sym import make_slice
@@ -160,7 +161,7 @@ class CommonInstructions(TranslatorCore):
     def setitem(self, obj: VariableTracker, key: VariableTracker, value: VariableTracker) -> None:
         if isinstance(obj, TensorVariable):
             self.output.create_op("call_function", operator.setitem, [obj, key, value], {})
-        elif isinstance(obj, (ListVariable, DictVariable)):
+        elif isinstance(obj, (ListVariable, DictVariable, NumpyNdarrayVariable)):
             obj.call_method(self, "__setitem__", [key, value], {})
         elif isinstance(obj, ObjectVariable):
             if obj.call_dunder(self, "__setitem__", [key, value]) is MISSING:

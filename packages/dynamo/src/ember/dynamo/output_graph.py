@@ -41,6 +41,7 @@ from .variables.constant import ConstantVariable, OpaqueConstantVariable, is_con
 from .variables.dicts import DictVariable
 from .variables.lazy import LazyVariable
 from .variables.lists import BaseListVariable, ListVariable, NamedTupleVariable, TupleVariable
+from .variables.ndarray import ndarray_to_tensor
 from .variables.sym import SYM_TYPES, SliceVariable, SymNodeVariable, is_symbolic
 from .variables.tensor import TensorVariable
 
@@ -51,6 +52,9 @@ class GraphInput:
     value: torch.Tensor
     node: torch.fx.Node
     var: TensorVariable
+    #: what turns the frame's value into the graph's tensor (a NumPy array's
+    #: ``ndarray_to_tensor``); None: the value is the tensor
+    convert: Callable[[Any], torch.Tensor] | None = None
 
 
 def _path_text(source: Source) -> str:
@@ -154,6 +158,35 @@ class OutputGraph:
         node.meta["example_value"] = example
         var = TensorVariable(node, example, source, type(value))
         self.inputs[key] = GraphInput(source, value, node, var)
+        return var
+
+    def add_numpy_input(self, value: Any, source: Source) -> TensorVariable:
+        """A frame's ``np.ndarray`` as a graph input: the tensor ``ndarray_to_tensor``
+        makes of it when the graph is called, guarded on the array's type, dtype,
+        shape and strides (static: arrays are not given symbolic sizes)."""
+        key = source.expr()
+        hit = self.inputs.get(key)
+        if hit is not None:
+            return hit.var
+        try:
+            tensor = ndarray_to_tensor(value)
+        except TypeError as e:  # object, string, datetime, ... arrays
+            raise Unsupported(f"NumPy array of dtype `{value.dtype}` at {key}: {e}") from e
+        self.guards.add_type(source, value)
+        self.guards.add_constant(Attr(Attr(source, "dtype"), "str"), value.dtype.str)
+        self.guards.add_constant(Attr(source, "shape"), tuple(int(s) for s in value.shape))
+        self.guards.add_constant(Attr(source, "strides"), tuple(int(s) for s in value.strides))
+        example = self.fake_mode.from_tensor(tensor, static_shapes=True)
+        first = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
+        if first is not None:
+            with self.graph.inserting_before(first):
+                node = self.graph.placeholder(name_hint(source))
+        else:
+            node = self.graph.placeholder(name_hint(source))
+        node.meta["example_value"] = example
+        # no source on the tensor tracker: loading the source gives the array, not a tensor
+        var = TensorVariable(node, example, None)
+        self.inputs[key] = GraphInput(source, tensor, node, var, ndarray_to_tensor)
         return var
 
     def _unique_attr(self, hint: str) -> str:
@@ -363,6 +396,8 @@ class OutputGraph:
             compiled,
             [i.source for i in inputs],
             {k: v for k, v in self.attr_sources.items() if hasattr(gm, k)},
+            "a graph input is a NumPy array (stored frames read tensors only)"
+            if any(i.convert is not None for i in inputs) else "",
         )
         return name, captured, inputs
 
@@ -378,7 +413,11 @@ class OutputGraph:
         head = PyCodegen(code.co_cellvars, code.co_freevars, code.co_firstlineno)
         head.load_global(name, push_null=True)
         for inp in inputs:
-            if type(inp.value) in BASE_CLASSES:
+            if inp.convert is not None:
+                head.load_callable_const(inp.convert)
+                head.load_source(inp.source)
+                head.call(1)
+            elif type(inp.value) in BASE_CLASSES:
                 head.load_source(inp.source)
             else:  # a subclass adding nothing: the graph takes it as a plain tensor
                 head.load_callable_const(as_plain)

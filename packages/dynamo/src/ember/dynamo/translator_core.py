@@ -33,6 +33,7 @@ from .variables.dicts import DictVariable
 from .variables.functions import BaseFunctionVariable, CellVariable
 from .variables.lists import BaseListVariable, ListIteratorVariable
 from .variables.misc import DeferredAttrVariable
+from .variables.ndarray import NumpyNdarrayVariable
 from .variables.nn_module import NNModuleVariable
 from .variables.objects import ObjectVariable
 from .variables.operators import apply_operator, fold
@@ -226,7 +227,7 @@ class TranslatorCore:
             return self.output.create_op("call_function", operator.getitem, [obj, key], {})
         if isinstance(obj, (BaseListVariable, DictVariable)):
             return obj.getitem(self, key)
-        if isinstance(obj, NNModuleVariable):
+        if isinstance(obj, (NNModuleVariable, NumpyNdarrayVariable)):
             return obj.call_method(self, "__getitem__", [key], {})
         if isinstance(obj, ObjectVariable):
             return obj.getitem(self, key)

@@ -15,6 +15,7 @@ from ..errors import Unsupported
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .lists import BaseListVariable, ListVariable, TupleVariable
+from .ndarray import NumpyNdarrayVariable, numpy_call, numpy_op
 from .objects import MISSING, ObjectVariable
 from .sets import SetVariable
 from .sym import SymNodeVariable
@@ -83,6 +84,9 @@ INPLACE_TO_OUT = {
 
 def apply_operator(tx: Tx, fn: Any, args: Args) -> VariableTracker:
     """``a + b``, ``a < b``, ``-a``... for any trackers."""
+    if any(isinstance(a, NumpyNdarrayVariable) for a in args):
+        # NumPy's meaning (NEP 50 promotion, ...): through torch._numpy
+        return numpy_call(tx, numpy_op(fn), args, {})
     sequence = sequence_operator(tx, fn, args)
     if sequence is not None:
         return sequence

@@ -173,7 +173,8 @@ def size_tuple(tx: Tx, tensor: TensorVariable) -> VariableTracker:
 DATA_METHODS = frozenset({"item", "tolist", "numpy", "__bool__", "__int__", "__float__"})
 
 
-#: tensor methods handled by modules above this one (``hooks``: ``register_hook``),
+#: tensor methods handled by modules above this one (``hooks``: ``register_hook``;
+#: ``ndarray``: ``numpy``),
 #: name -> handler(tx, tensor, args, kwargs)
 SPECIAL_METHODS: dict[str, Callable[..., VariableTracker]] = {}
 
@@ -185,13 +186,13 @@ def tensor_method(
     args: list[VariableTracker],
     kwargs: dict[str, VariableTracker],
 ) -> VariableTracker:
+    special = SPECIAL_METHODS.get(name)
+    if special is not None:
+        return special(tx, tensor, args, kwargs)
     if name in DATA_METHODS:
         raise Unsupported(
             f"`Tensor.{name}()` needs the tensor's data, which is only known when the graph runs"
         )
-    special = SPECIAL_METHODS.get(name)
-    if special is not None:
-        return special(tx, tensor, args, kwargs)
     if name == "size" and not kwargs:
         if args:
             return size_item(tx, tensor, args[0].as_python_constant())

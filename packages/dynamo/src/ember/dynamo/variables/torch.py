@@ -19,6 +19,7 @@ from ..mutable import Box
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .lists import BaseListVariable, ListVariable
+from .ndarray import NumpyNdarrayVariable, as_tensor
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
@@ -95,6 +96,8 @@ class TorchFunctionVariable(VariableTracker):
         self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
     ) -> VariableTracker:
         fn = self.value
+        if any(isinstance(a, NumpyNdarrayVariable) for a in [*args, *kwargs.values()]):
+            return _call_on_arrays(tx, fn, args, kwargs)
         if getattr(fn, "__name__", "") in NOT_TRACEABLE:
             raise Unsupported(f"{self.describe()} changes global state and cannot be traced")
         python_level = PYTHON_LEVEL.get(fn)
@@ -362,3 +365,30 @@ def wrap_grad_mode_exit(tx: Tx, value: GradModeExit, source: Source) -> Variable
         priors=() if value.prior is None else (value.prior,),
     )
     return ContextMethodVariable(ctx, "__exit__")
+
+
+#: torch functions that take a NumPy array (``torch.from_numpy`` and kin)
+ARRAY_TAKERS = (torch.from_numpy, torch.as_tensor, torch.asarray, torch.tensor)
+
+
+def _call_on_arrays(
+    tx: Tx, fn: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+) -> VariableTracker:
+    """``torch.from_numpy(a)``: the array's graph tensor, as a tensor (no copy; a hint
+    to the compiler, as TorchDynamo has it). ``torch.tensor(a)`` copies."""
+    if not any(fn is f for f in ARRAY_TAKERS) or not args or not isinstance(args[0], NumpyNdarrayVariable):
+        name = getattr(fn, "__name__", str(fn))
+        raise Unsupported(f"`torch.{name}` given a NumPy array (only torch.from_numpy, "
+                          "as_tensor, asarray and tensor take one)")
+    if len(args) != 1:
+        raise Unsupported(f"`torch.{fn.__name__}` of a NumPy array with extra positional arguments")
+    tensor: VariableTracker = as_tensor(args[0])
+    if fn is torch.from_numpy:
+        if kwargs:
+            raise Unsupported("`torch.from_numpy` takes no keyword arguments")
+        return tensor
+    if kwargs:
+        tensor = tx.output.create_op("call_method", "to", [tensor], kwargs)
+    if fn is torch.tensor:
+        tensor = tx.output.create_op("call_method", "clone", [tensor], {})
+    return tensor

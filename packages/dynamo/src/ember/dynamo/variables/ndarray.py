@@ -1,0 +1,457 @@
+"""NumPy arrays and NumPy calls, traced into the graph as torch ops.
+
+A NumPy array inside a compiled frame is a tensor in the graph with NumPy's
+semantics on top. Every NumPy call or operator on such an array becomes one
+graph node whose target is a small wrapper (:func:`numpy_op`): when the graph
+runs (or is traced to ATen, or runs on fake tensors while capturing) the
+wrapper views its tensor arguments as ``torch._numpy`` arrays, calls the
+``torch._numpy`` counterpart of the NumPy function, and hands back the
+tensors of the results. ``torch._numpy`` implements NumPy 2 (NEP 50
+promotion, 0-D arrays for NumPy scalars, copies for negative strides) in
+torch ops, so the backend sees plain torch ops and fuses them like any other.
+
+Where arrays come from: a frame's ``np.ndarray`` argument (a graph input
+read through :func:`ndarray_to_tensor`, guarded on its type, dtype, shape
+and strides), ``Tensor.numpy()``, NumPy calls. Where they go: back to a real
+``np.ndarray`` (:func:`tensor_to_ndarray`) when the frame returns one or a
+graph break needs one, or to a tensor through ``torch.from_numpy`` /
+``torch.as_tensor``. ``wrap_numpy``'s two conversion helpers
+(:func:`tensors_to_ndarrays`, :func:`ndarrays_to_tensors`) are traced as
+re-labelling only: no data moves.
+
+``config.trace_numpy = False`` turns all of it off (NumPy code is a graph
+break and runs with NumPy). ``np.random`` is never traced: its stream stays
+NumPy's.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+import torch._numpy
+from torch.utils import _pytree as pytree
+
+from ember.ir import Source
+
+from ..errors import Unsupported
+from .base import VariableTracker
+from .constant import ConstantVariable, OpaqueConstantVariable
+from .dicts import DictVariable
+from .lists import BaseListVariable, ListVariable, TupleVariable
+from .tensor import SPECIAL_METHODS, TensorVariable
+
+if TYPE_CHECKING:
+    from ..codegen import PyCodegen
+    from ..translator_core import TranslatorCore as Tx
+
+#: torch's NumPy on tensors (untyped: read as Any)
+tnp: Any = torch._numpy
+
+# -- run time: conversions at the graph's edges -------------------------------------------
+
+
+def ndarray_to_tensor(array: np.ndarray) -> torch.Tensor:
+    """A frame's ``np.ndarray`` as the graph's input tensor (shares memory where torch can)."""
+    if any(s < 0 for s in array.strides) or not array.flags.writeable:
+        array = array.copy()  # torch has no negative strides and no read-only tensors
+    return torch.from_numpy(array)
+
+
+def tensor_to_ndarray(tensor: torch.Tensor) -> np.ndarray:
+    """A graph's output tensor as the ``np.ndarray`` the NumPy code made."""
+    return tensor.detach().cpu().numpy()
+
+
+def tensors_to_ndarrays(tree: Any) -> Any:
+    """``wrap_numpy``'s entry, run eagerly: every tensor in ``tree`` as an ``np.ndarray``."""
+    return pytree.tree_map_only(torch.Tensor, lambda t: t.numpy(), tree)
+
+
+def ndarrays_to_tensors(tree: Any) -> Any:
+    """``wrap_numpy``'s exit, run eagerly: every ``np.ndarray`` in ``tree`` as a tensor."""
+    return pytree.tree_map_only(np.ndarray, torch.as_tensor, tree)
+
+
+if tnp._dtypes_impl._default_dtypes is None:
+    # NumPy's defaults (float64, complex128, int64), set here rather than read from
+    # TorchDynamo's config, which torch._numpy would import to find them
+    tnp._dtypes.set_default_dtype(fp_dtype="numpy", int_dtype="numpy")
+
+
+def _is_integral(x: Any) -> bool:
+    if isinstance(x, tnp.ndarray):
+        return not (x.dtype.torch_dtype.is_floating_point or x.dtype.torch_dtype.is_complex)
+    return isinstance(x, (bool, int))
+
+
+def true_divide(x1: Any, x2: Any, *args: Any, **kwargs: Any) -> Any:
+    """``/`` on arrays: NumPy gives float64 for integers and bools; ``torch._numpy``
+    would give torch's default float (float32)."""
+    if _is_integral(x1) and _is_integral(x2) and "dtype" not in kwargs:
+        float_dtype = tnp._dtypes_impl.default_dtypes().float_dtype
+        if isinstance(x1, tnp.ndarray):
+            x1 = x1.astype(float_dtype)
+        else:
+            x2 = x2.astype(float_dtype)
+    return tnp.true_divide(x1, x2, *args, **kwargs)
+
+
+#: ``torch._numpy`` callables replaced where their result differs from NumPy's
+_FIXES: dict[Any, Callable[..., Any]] = {
+    operator.truediv: true_divide,
+    tnp.true_divide: true_divide,
+    tnp.divide: true_divide,
+}
+
+
+def _as_tnp(value: Any) -> Any:
+    return pytree.tree_map_only(torch.Tensor, tnp.ndarray, value)
+
+
+def _as_tensors(value: Any) -> Any:
+    return pytree.tree_map_only(tnp.ndarray, lambda a: a.tensor, value)
+
+
+@functools.cache
+def numpy_op(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The graph target running ``fn`` (a ``torch._numpy`` callable) on tensors
+    viewed as NumPy arrays. One wrapper per ``fn``, so equal graphs have equal targets."""
+
+    impl = _FIXES.get(fn, fn)
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return _as_tensors(impl(*_as_tnp(args), **_as_tnp(kwargs)))
+
+    name = getattr(fn, "__name__", type(fn).__name__).strip("_") or "op"
+    run.__name__ = run.__qualname__ = f"numpy_{name}"
+    run.__module__ = __name__
+    return run
+
+
+@functools.cache
+def numpy_method(name: str) -> Callable[..., Any]:
+    """``ndarray.<name>(...)`` as a graph target."""
+
+    def call(array: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(array, name)(*args, **kwargs)
+
+    call.__name__ = f"ndarray_{name.strip('_')}"
+    return numpy_op(call)
+
+
+@functools.cache
+def numpy_attr(name: str) -> Callable[..., Any]:
+    """``ndarray.<name>`` (a property: ``T``, ``real``) as a graph target."""
+
+    def read(array: Any) -> Any:
+        return getattr(array, name)
+
+    read.__name__ = f"ndarray_attr_{name}"
+    return numpy_op(read)
+
+
+# -- which NumPy callables have a torch._numpy counterpart ---------------------------------
+
+#: NumPy namespaces traced, with their ``torch._numpy`` counterparts (``np.random`` is not:
+#: TorchDynamo leaves it to NumPy by default too, so the random stream stays NumPy's)
+_NAMESPACES: tuple[tuple[Any, Any], ...] = ((np, tnp), (np.linalg, tnp.linalg), (np.fft, tnp.fft))
+
+
+@functools.cache
+def _counterparts() -> dict[int, tuple[Any, Any]]:
+    """id(NumPy callable) -> (the callable, its ``torch._numpy`` counterpart)."""
+    table: dict[int, tuple[Any, Any]] = {}
+    for real_ns, torch_ns in _NAMESPACES:
+        for name in dir(real_ns):
+            if name.startswith("_"):
+                continue
+            real = getattr(real_ns, name, None)
+            mirror = getattr(torch_ns, name, None)
+            if real is None or mirror is None or not callable(real) or not callable(mirror):
+                continue
+            if isinstance(real, type) and not issubclass(real, np.generic):
+                continue  # np.ndarray, np.dtype, ...: classes stay classes
+            table.setdefault(id(real), (real, mirror))
+    return table
+
+
+def numpy_counterpart(value: Any) -> Any | None:
+    """The ``torch._numpy`` callable standing for NumPy's ``value``, or None."""
+    try:
+        hit = _counterparts().get(id(value))
+    except TypeError:
+        return None
+    return hit[1] if hit is not None and hit[0] is value else None
+
+
+def dtype_argument(value: Any) -> Any:
+    """NumPy dtypes (``np.float32``, ``np.dtype("f4")``) as the names ``torch._numpy``
+    reads: graph code can spell a string, not a NumPy class."""
+    if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
+        return np.dtype(value).name
+    return value
+
+
+# -- trackers ---------------------------------------------------------------------------
+
+
+class NumpyNdarrayVariable(VariableTracker):
+    """An ``np.ndarray`` during capture: a graph tensor with NumPy's semantics.
+
+    ``source`` is set for a frame's own array: returning it unchanged gives the same object."""
+
+    def __init__(self, tensor: TensorVariable, source: Source | None = None) -> None:
+        super().__init__(source)
+        self.tensor = tensor
+
+    def python_type(self) -> type:
+        return np.ndarray
+
+    def describe(self) -> str:
+        return f"NumPy array `{self.tensor.node.name}` {tuple(self.tensor.example.shape)}"
+
+    def __repr__(self) -> str:
+        return f"Ndarray({self.tensor.node.name})"
+
+    def truth(self, tx: Tx) -> bool:
+        raise Unsupported(
+            "data-dependent control flow: the truth value of a NumPy array "
+            f"(`{self.tensor.node.name}`) is only known when the graph runs"
+        )
+
+    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        example = self.tensor.example
+        if name == "shape":
+            return ConstantVariable(tuple(_static(tx, s) for s in example.shape))
+        if name in ("ndim",):
+            return ConstantVariable(example.dim())
+        if name == "size":
+            return ConstantVariable(_static(tx, example.numel()))
+        if name == "itemsize":
+            return ConstantVariable(example.element_size())
+        if name == "nbytes":
+            return ConstantVariable(_static(tx, example.numel()) * example.element_size())
+        if name == "dtype":
+            return OpaqueConstantVariable(np.dtype(str(example.dtype).removeprefix("torch.")))
+        if name in ("T", "mT", "real", "imag"):
+            return numpy_call(tx, numpy_attr(name), [self], {})
+        if name == "__class__":
+            return tx.wrap(np.ndarray, None)
+        if callable(getattr(tnp.ndarray, name, None)):
+            return NumpyMethodVariable(self, name)
+        raise Unsupported(f"NumPy array attribute `{name}` cannot be traced")
+
+    def call_method(
+        self, tx: Tx, name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        if name in ("item", "tolist", "__bool__", "__int__", "__float__", "__index__"):
+            raise Unsupported(
+                f"`ndarray.{name}()` needs the array's data, which is only known when the graph runs"
+            )
+        if name == "__setitem__":
+            numpy_call(tx, numpy_op(operator.setitem), [self, *args], kwargs)
+            return ConstantVariable(None)
+        if name == "__getitem__":
+            return numpy_call(tx, numpy_op(operator.getitem), [self, *args], kwargs)
+        if name == "__len__":
+            if self.tensor.example.dim() == 0:
+                raise Unsupported("len() of a 0-d NumPy array (TypeError)")
+            return ConstantVariable(_static(tx, self.tensor.example.shape[0]))
+        if not callable(getattr(tnp.ndarray, name, None)):
+            raise Unsupported(f"NumPy array method `{name}` has no torch._numpy counterpart")
+        return numpy_call(tx, numpy_method(name), [self, *args], kwargs)
+
+    def unpack(self, tx: Tx) -> list[VariableTracker]:
+        if self.tensor.example.dim() == 0:
+            raise Unsupported("iteration over a 0-d NumPy array (TypeError)")
+        n = _static(tx, self.tensor.example.shape[0])
+        getitem = numpy_op(operator.getitem)
+        return [numpy_call(tx, getitem, [self, ConstantVariable(i)], {}) for i in range(n)]
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        if self.source is not None:
+            cg.load_source(self.source)
+            return
+
+        def build() -> None:
+            cg.load_callable_const(tensor_to_ndarray)
+            cg.load_tensor(self.tensor)
+            cg.call(1)
+
+        cg.reconstruct_once(self, build)
+
+
+def _static(tx: Tx, value: Any) -> int:
+    if not isinstance(value, int):
+        raise Unsupported("a symbolic size of a NumPy array (NumPy arrays are captured with static shapes)")
+    return value
+
+
+class NumpyMethodVariable(VariableTracker):
+    """``a.sum`` before it is called."""
+
+    def __init__(self, array: NumpyNdarrayVariable, name: str) -> None:
+        super().__init__(None)
+        self.array = array
+        self.name = name
+
+    def describe(self) -> str:
+        return f"method `ndarray.{self.name}`"
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        return self.array.call_method(tx, self.name, args, kwargs)
+
+
+class NumpyFunctionVariable(VariableTracker):
+    """A NumPy function (``np.sum``, ``np.linalg.norm``, a ufunc, a scalar type
+    like ``np.float32``) with a ``torch._numpy`` counterpart."""
+
+    def __init__(self, value: Any, mirror: Any, source: Source | None = None) -> None:
+        super().__init__(source)
+        self.value = value
+        self.mirror = mirror
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def describe(self) -> str:
+        return f"NumPy function `{getattr(self.value, '__name__', self.value)}`"
+
+    def as_python_constant(self) -> Any:
+        if isinstance(self.value, type):  # np.float32 as a dtype argument
+            return self.value
+        return super().as_python_constant()
+
+    def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        if name in ("__name__", "__qualname__", "__module__"):
+            return ConstantVariable(getattr(self.value, name))
+        raise Unsupported(f"attribute `{name}` of {self.describe()} (ufunc methods are not traced)")
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        if "out" in kwargs:
+            raise Unsupported(f"`out=` of {self.describe()} is not traced")
+        return numpy_call(tx, numpy_op(self.mirror), args, kwargs)
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        if self.source is not None:
+            cg.load_source(self.source)
+            return
+        cg.load_const(self.value)
+
+
+class NumpyConversionVariable(VariableTracker):
+    """``wrap_numpy``'s ``tensors_to_ndarrays`` / ``ndarrays_to_tensors``: a change of
+    label between tensor and array trackers over the same graph values."""
+
+    def __init__(self, value: Callable[..., Any], source: Source | None = None) -> None:
+        super().__init__(source)
+        self.value = value
+
+    def describe(self) -> str:
+        return f"`{self.value.__name__}`"
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        if len(args) != 1 or kwargs:
+            raise Unsupported(f"{self.describe()} takes one argument")
+        to_arrays = self.value is tensors_to_ndarrays
+        return relabel(tx, args[0], to_arrays)
+
+    def reconstruct(self, cg: PyCodegen) -> None:
+        cg.load_const(self.value)
+
+
+def relabel(tx: Tx, value: VariableTracker, to_arrays: bool) -> VariableTracker:
+    """``value`` with every tensor as an array (``to_arrays``) or every array as a tensor."""
+    if to_arrays and isinstance(value, TensorVariable):
+        return NumpyNdarrayVariable(value)
+    if not to_arrays and isinstance(value, NumpyNdarrayVariable):
+        return as_tensor(value)
+    if isinstance(value, (TupleVariable, ListVariable)) and type(value) in (TupleVariable, ListVariable):
+        items = [relabel(tx, v, to_arrays) for v in value.items]
+        return TupleVariable(items) if isinstance(value, TupleVariable) else ListVariable(items)
+    if isinstance(value, BaseListVariable):
+        raise Unsupported(f"{value.describe()} passed to a NumPy conversion")
+    if type(value) is DictVariable and value.dict_type is dict:
+        realized = {k: value.realize(tx, k) for k in list(value.items)}
+        return DictVariable({k: relabel(tx, v, to_arrays) for k, v in realized.items()})
+    return value
+
+
+def as_tensor(array: NumpyNdarrayVariable) -> TensorVariable:
+    """The array's graph tensor, as a tensor tracker (``torch.from_numpy``: no copy)."""
+    t = array.tensor
+    if t.source is None:
+        return t
+    # a frame's own tensor (``X.numpy()`` of an argument): the same graph value
+    return TensorVariable(t.node, t.example, t.source, t.cls)
+
+
+def numpy_call(
+    tx: Tx, target: Callable[..., Any], args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+) -> VariableTracker:
+    """One graph node running ``target`` (from :func:`numpy_op`); its tensors as arrays."""
+    node_args = [_argument(tx, a) for a in args]
+    node_kwargs = {k: _argument(tx, v) for k, v in kwargs.items()}
+    result = tx.output.create_op("call_function", target, node_args, node_kwargs)
+    return _arrays(result)
+
+
+def _argument(tx: Tx, value: VariableTracker) -> VariableTracker:
+    if isinstance(value, NumpyNdarrayVariable):
+        return value.tensor
+    if isinstance(value, (TupleVariable, ListVariable)) and type(value) in (TupleVariable, ListVariable):
+        items = [_argument(tx, v) for v in value.items]
+        return TupleVariable(items) if isinstance(value, TupleVariable) else ListVariable(items)
+    if isinstance(value, (NumpyFunctionVariable, OpaqueConstantVariable, ConstantVariable)):
+        try:
+            const = value.as_python_constant()
+        except Unsupported:
+            return value
+        if isinstance(const, np.generic):  # a NumPy scalar read from the frame
+            return ConstantVariable(const.item())
+        converted = dtype_argument(const)
+        if converted is not const:
+            return ConstantVariable(converted)
+    return value
+
+
+def _arrays(result: VariableTracker) -> VariableTracker:
+    if isinstance(result, TensorVariable):
+        return NumpyNdarrayVariable(result)
+    if type(result) is TupleVariable:
+        return TupleVariable([_arrays(v) for v in result.items])
+    if type(result) is ListVariable:
+        return ListVariable([_arrays(v) for v in result.items])
+    return result
+
+
+def tensor_numpy(
+    tx: Tx, tensor: TensorVariable, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+) -> VariableTracker:
+    """``Tensor.numpy()``: the same graph value, now with NumPy's semantics."""
+    if not tx.options.trace_numpy:
+        raise Unsupported("`Tensor.numpy()` with `config.trace_numpy = False`")
+    force = kwargs.get("force")
+    if args or (kwargs and set(kwargs) != {"force"}):
+        raise Unsupported("`Tensor.numpy()` with arguments other than `force`")
+    if tensor.example.requires_grad and not (force is not None and force.is_python_constant()
+                                             and force.as_python_constant()):
+        raise Unsupported("`Tensor.numpy()` of a tensor that requires grad (RuntimeError in eager)")
+    return NumpyNdarrayVariable(tensor)
+
+
+SPECIAL_METHODS["numpy"] = tensor_numpy
+
+#: the module's eager helpers ``builder.wrap`` recognises
+CONVERSIONS: tuple[Callable[..., Any], ...] = (tensors_to_ndarrays, ndarrays_to_tensors)
