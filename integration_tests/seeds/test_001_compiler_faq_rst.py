@@ -212,6 +212,55 @@ def test_limitation_vmap_over_stride_falls_back_to_eager() -> None:
     torch.testing.assert_close(output, x)
 
 
+# -- Which NumPy features does torch.compile support? -----------------------------------
+
+
+def test_numpy_semantics_and_the_documented_deviations() -> None:
+    # NumPy 2 semantics inside the graph, with the four deviations the seed lists
+    counter = CompileCounter()
+
+    @ember.dynamo.compile(backend=counter)
+    def numpy_fn(i8: np.ndarray, f32: np.ndarray, x: np.ndarray):
+        nep50 = (i8 + 3, f32 * 2.5, i8 / 2, f32 + x)  # NEP 50: Python scalars are weak
+        scalar = np.float32(3) * x[0, 0]  # a NumPy scalar: a 0-D array
+        flipped = np.flip(x, 0)  # negative strides: a copy
+        stepped = x[::-1, ::2]
+        tril = np.tril_indices(3)  # an array, not a tuple of arrays
+        return nep50, scalar, flipped, stepped, tril
+
+    i8 = np.arange(6, dtype=np.int8)
+    f32 = np.ones(6, dtype=np.float32)
+    x = np.random.randn(6, 6)
+    nep50, scalar, flipped, stepped, tril = numpy_fn(i8, f32, x)
+    assert counter.frame_count == 1
+    for got, expected in zip(nep50, (i8 + 3, f32 * 2.5, i8 / 2, f32 + x)):
+        assert isinstance(got, np.ndarray) and got.dtype == expected.dtype
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+    assert [a.dtype for a in nep50] == [np.int8, np.float32, np.float64, np.float64]
+    assert isinstance(scalar, np.ndarray) and scalar.shape == () and scalar.dtype == np.float64
+    np.testing.assert_allclose(scalar, np.float32(3) * x[0, 0])
+    assert all(s >= 0 for s in flipped.strides) and all(s >= 0 for s in stepped.strides)
+    np.testing.assert_array_equal(flipped, np.flip(x, 0))
+    np.testing.assert_array_equal(stepped, x[::-1, ::2])
+    assert isinstance(tril, np.ndarray)
+    np.testing.assert_array_equal(tril, np.stack(np.tril_indices(3)))
+
+
+def test_unsupported_numpy_features_fall_back_to_numpy() -> None:
+    # non-numeric dtypes and ufunc methods: NumPy runs that piece, with a break reason
+    def numpy_fn(x: np.ndarray, words: np.ndarray):
+        return np.add.reduce(x * 2), words
+
+    x = np.arange(6.0)
+    words = np.array(["a", "b"])
+    report = dynamo.explain(numpy_fn)(x, words)
+    assert report.graph_count == 0 or report.graph_break_count >= 1
+    assert any("add" in str(r) or "ufunc" in str(r) or "dtype" in str(r) for r in report.break_reasons), report
+    got, same = ember.dynamo.compile(numpy_fn, backend="eager")(x, words)
+    np.testing.assert_allclose(got, np.add.reduce(x * 2))
+    assert same is words
+
+
 # -- Can I execute NumPy code on CUDA via torch.compile? -------------------------------
 
 

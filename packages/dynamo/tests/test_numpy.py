@@ -238,3 +238,34 @@ def test_wrap_numpy_graph_break_resumes_in_a_graph() -> None:
     assert isinstance(out, torch.Tensor)
     torch.testing.assert_close(out, (x * 3).sum(0))
     assert counter.frame_count >= 2  # before and after the break
+
+
+def test_numpy_on_constants_folds_to_python_scalars() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        n = int(np.prod(x.shape))
+        return x.reshape(n) * np.sqrt(4.0)
+
+    x = torch.randn(2, 3)
+    counter = CompileCounter()
+    got = ember.dynamo.compile(f, backend=counter)(x)
+    torch.testing.assert_close(got, f(x))
+    assert counter.frame_count == 1
+
+
+def test_non_numeric_arrays_pass_through_to_numpy() -> None:
+    def f(x: np.ndarray, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return x * 2, words
+
+    words = np.array(["a", "b"])
+    counter = CompileCounter()
+    got, same = ember.dynamo.compile(f, backend=counter)(np.arange(3.0), words)
+    assert same is words
+    np.testing.assert_allclose(got, np.arange(3.0) * 2)
+    assert counter.frame_count == 1
+
+
+def test_default_device_other_than_cpu_warns() -> None:
+    x = np.arange(4.0)
+    with torch.device("meta"), pytest.warns(UserWarning, match="on the CPU"):
+        got = ember.dynamo.compile(lambda a: a + 1, backend="eager")(x)
+    np.testing.assert_allclose(got, x + 1)

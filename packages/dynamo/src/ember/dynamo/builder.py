@@ -53,6 +53,7 @@ from .variables.ndarray import (
     NumpyFunctionVariable,
     NumpyNdarrayVariable,
     numpy_counterpart,
+    traceable_dtype,
 )
 from .variables.nn_module import NNModuleVariable
 from .variables.objects import (
@@ -137,7 +138,12 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
             return tx.output.register_attr_tensor(value, None)
         return tx.output.add_input(value, source)
     if type(value) is np.ndarray and source is not None and tx.options.trace_numpy:
-        return NumpyNdarrayVariable(tx.output.add_numpy_input(value, source), source)
+        if traceable_dtype(value.dtype):
+            return NumpyNdarrayVariable(tx.output.add_numpy_input(value, source), source)
+        if g is not None:  # strings, datetimes, float128...: passed through, used by NumPy
+            g.add_type(source, value)
+            g.add_constant(Attr(Attr(source, "dtype"), "str"), value.dtype.str)
+        return OpaqueObjectVariable(value, source)
     if isinstance(value, GradModeExit) and source is not None:
         return wrap_grad_mode_exit(tx, value, source)
     if isinstance(value, torch.nn.Module):

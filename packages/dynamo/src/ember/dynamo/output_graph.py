@@ -15,6 +15,7 @@ import itertools
 import operator
 import re
 import types
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -176,6 +177,13 @@ class OutputGraph:
         self.guards.add_constant(Attr(Attr(source, "dtype"), "str"), value.dtype.str)
         self.guards.add_constant(Attr(source, "shape"), tuple(int(s) for s in value.shape))
         self.guards.add_constant(Attr(source, "strides"), tuple(int(s) for s in value.strides))
+        device = torch.get_default_device()
+        if device.type != "cpu":
+            warnings.warn(
+                f"ember.dynamo traces NumPy arrays on the CPU: the default device ({device}) is "
+                f"not applied to the array at {key} (TorchDynamo would move it there)",
+                stacklevel=2,
+            )
         example = self.fake_mode.from_tensor(tensor, static_shapes=True)
         first = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
         if first is not None:

@@ -189,6 +189,19 @@ def numpy_counterpart(value: Any) -> Any | None:
     return hit[1] if hit is not None and hit[0] is value else None
 
 
+#: the NumPy dtypes torch has (native byte order only)
+TRACEABLE_DTYPES = frozenset(
+    np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+                          np.uint32, np.uint64, np.float16, np.float32, np.float64, np.complex64,
+                          np.complex128)
+)
+
+
+def traceable_dtype(dtype: np.dtype) -> bool:
+    """Whether an array of ``dtype`` can be a graph tensor."""
+    return dtype in TRACEABLE_DTYPES and dtype.isnative
+
+
 def dtype_argument(value: Any) -> Any:
     """NumPy dtypes (``np.float32``, ``np.dtype("f4")``) as the names ``torch._numpy``
     reads: graph code can spell a string, not a NumPy class."""
@@ -339,7 +352,29 @@ class NumpyFunctionVariable(VariableTracker):
     ) -> VariableTracker:
         if "out" in kwargs:
             raise Unsupported(f"`out=` of {self.describe()} is not traced")
+        folded = self._fold(args, kwargs)
+        if folded is not None:
+            return folded
         return numpy_call(tx, numpy_op(self.mirror), args, kwargs)
+
+    def _fold(self, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker | None:
+        """``np.prod((2, 3))``: on constants, a scalar result is computed now, with NumPy
+        (as Python's scalar: ``int(np.prod(x.shape))`` stays a constant). Arrays made
+        from constants are graph values, like any array."""
+        if not all(v.is_python_constant() for v in [*args, *kwargs.values()]):
+            return None
+        try:
+            value = self.value(
+                *[a.as_python_constant() for a in args],
+                **{k: v.as_python_constant() for k, v in kwargs.items()},
+            )
+        except Exception:
+            return None  # traced instead: the graph says what goes wrong
+        if isinstance(value, np.generic) and not isinstance(value, np.ndarray):
+            value = value.item()
+        if isinstance(value, (bool, int, float, complex)):
+            return ConstantVariable(value)
+        return None
 
     def reconstruct(self, cg: PyCodegen) -> None:
         if self.source is not None:
