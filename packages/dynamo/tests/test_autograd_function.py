@@ -53,9 +53,69 @@ class Clip(torch.autograd.Function):
         return ga * ctx.mask * w + gb, (ga * 3).sum(0)
 
 
+class SetupMul(torch.autograd.Function):
+    """The ``setup_context`` form: forward without ctx, ctx filled from inputs and output."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, w: torch.Tensor, scale: float) -> torch.Tensor:
+        return x * w * scale
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+        x, w, scale = inputs
+        ctx.save_for_backward(x, w, output)
+        ctx.scale = scale
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
+        x, w, out = ctx.saved_tensors
+        gx = g * w * ctx.scale + out if ctx.needs_input_grad[0] else None  # "+ out": on purpose
+        gw = (g * x * ctx.scale).sum(0) if ctx.needs_input_grad[1] else None
+        return gx, gw, None
+
+
+class ClampWithMask(torch.autograd.Function):
+    """A non-differentiable second output (``mark_non_differentiable``)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mask = x > 0
+        ctx.mark_non_differentiable(mask)
+        ctx.save_for_backward(mask)
+        return x.clamp(min=0), mask
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor, g_mask: torch.Tensor) -> torch.Tensor:
+        (mask,) = ctx.saved_tensors
+        return g * mask * 2 + g_mask.sum() * 0  # g_mask: materialized zeros
+
+
+class NoMaterialize(torch.autograd.Function):
+    """``set_materialize_grads(False)``: the unused output's gradient is None."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ctx.set_materialize_grads(False)
+        return x * 2, x * 3
+
+    @staticmethod
+    def backward(ctx: Any, ga: torch.Tensor | None, gb: torch.Tensor | None) -> torch.Tensor:
+        assert gb is None, "the second output has no gradient"
+        return ga * 5 if ga is not None else torch.zeros(())
+
+
+def _masked(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    y, mask = ClampWithMask.apply(x * w)
+    assert not mask.requires_grad
+    return y.sum() + mask.sum()
+
+
 CASES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "ctx attributes and saved tensors": lambda x, w: ScaledExp.apply(x.sin() * w, 0.5).sum(),
     "two inputs and two outputs": lambda x, w: sum(t.sum() for t in Clip.apply(x * 2, w)),
+    "setup_context": lambda x, w: SetupMul.apply(x.cos(), w, 1.5).sum(),
+    "mark_non_differentiable": _masked,
+    "set_materialize_grads": lambda x, w: NoMaterialize.apply(x * w)[0].sum(),
 }
 
 
@@ -113,9 +173,21 @@ class Dirty(torch.autograd.Function):
         return g
 
 
+def test_setup_context_with_nothing_saved() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return SetupContext.apply(x.clone()) + 1
+
+    counter = CompileCounter()
+    x = torch.randn(3, requires_grad=True)
+    out = ember.dynamo.compile(fn, backend=counter, fullgraph=True)(x)
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((3,), 2.0))
+    assert counter.frame_count == 1
+
+
 @pytest.mark.parametrize(
     ("fn_cls", "reason"),
-    [(SetupContext, "with a setup_context"), (Dirty, "ctx.mark_dirty")],
+    [(Dirty, "ctx.mark_dirty")],
 )
 def test_forms_not_captured_are_a_break_that_says_why(fn_cls: Any, reason: str) -> None:
     def fn(x: torch.Tensor) -> torch.Tensor:

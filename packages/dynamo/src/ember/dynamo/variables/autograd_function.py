@@ -9,12 +9,14 @@ holding what the forward saved. So every backend runs the forward as traced,
 and aotgrad, tracing the joint graph, records the ATen ops of the user's
 backward (it differentiates through it, never through the forward).
 
-Covered: the classic form (``forward(ctx, *args)``, ``backward(ctx, *grads)``),
-``ctx.save_for_backward``, ``ctx.saved_tensors``, ``ctx.needs_input_grad`` and
-attributes (tensors are saved; other values must be constants). A
-``setup_context``, ``mark_dirty`` / ``mark_non_differentiable`` /
-``set_materialize_grads``, a forward that changes Python state or a tensor in
-place, or outputs other than tensors are graph breaks that say so.
+Covered: the classic form (``forward(ctx, *args)``, ``backward(ctx, *grads)``)
+and the ``setup_context`` form (``forward(*args)``, then
+``setup_context(ctx, inputs, output)``, both traced into the one graph),
+``ctx.save_for_backward``, ``ctx.saved_tensors``, ``ctx.needs_input_grad``,
+``ctx.mark_non_differentiable`` (of outputs), ``ctx.set_materialize_grads`` and
+attributes (tensors are saved; other values must be constants). ``mark_dirty``,
+a forward that changes Python state or a tensor in place, or outputs other than
+tensors are graph breaks that say so.
 """
 
 from __future__ import annotations
@@ -67,6 +69,10 @@ class TracedFunction:
     #: for each argument of the user's forward: its index among the node's inputs, or None
     arg_inputs: tuple[int | None, ...]
     n_inputs: int
+    #: outputs the forward marked non-differentiable (``ctx.mark_non_differentiable``)
+    non_differentiable: tuple[int, ...] = ()
+    #: ``ctx.set_materialize_grads(...)`` (True: torch's default)
+    materialize_grads: bool = True
 
     def __call__(self, *inputs: torch.Tensor) -> Any:
         outs = _Apply.apply(self, *inputs)  # type: ignore[no-untyped-call]
@@ -79,6 +85,10 @@ class _Apply(torch.autograd.Function):
         outs = list(spec.graph(*inputs))
         ctx.spec = spec
         ctx.save_for_backward(*outs[spec.n_out:])
+        if spec.non_differentiable:
+            ctx.mark_non_differentiable(*[outs[i] for i in spec.non_differentiable])
+        if not spec.materialize_grads:
+            ctx.set_materialize_grads(False)
         return tuple(outs[: spec.n_out])
 
     @staticmethod
@@ -112,6 +122,8 @@ class CtxVariable(VariableTracker):
         self.needs = needs
         self.saved: list[TensorVariable] | None = None
         self.attrs: dict[str, VariableTracker] = {}
+        self.non_differentiable: list[TensorVariable] = []
+        self.materialize_grads = True
 
     def describe(self) -> str:
         return "the `ctx` of an autograd.Function forward"
@@ -125,6 +137,8 @@ class CtxVariable(VariableTracker):
             return _SaveForBackward(self)
         if name == "saved_tensors" and self.saved is not None:
             return TupleVariable(list(self.saved))
+        if name in ("mark_non_differentiable", "set_materialize_grads"):
+            return _CtxRecorder(self, name)
         raise Unsupported(f"`ctx.{name}` in an autograd.Function forward")
 
     def store_attr(self, tx: Tx, name: str, value: VariableTracker) -> None:
@@ -147,6 +161,56 @@ class _SaveForBackward(VariableTracker):
             raise Unsupported("ctx.save_for_backward of values other than tensors")
         self.ctx.saved = [a for a in args if isinstance(a, TensorVariable)]
         return ConstantVariable(None)
+
+
+class _CtxRecorder(VariableTracker):
+    """``ctx.mark_non_differentiable`` / ``ctx.set_materialize_grads``: recorded, and
+    replayed on the real ``ctx`` when the captured forward runs."""
+
+    def __init__(self, ctx: CtxVariable, name: str) -> None:
+        super().__init__(None)
+        self.ctx = ctx
+        self.name = name
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        if kwargs:
+            raise Unsupported(f"`ctx.{self.name}` with keyword arguments")
+        if self.name == "set_materialize_grads":
+            if len(args) != 1 or not args[0].is_python_constant():
+                raise Unsupported("`ctx.set_materialize_grads` of a value not known while tracing")
+            self.ctx.materialize_grads = bool(args[0].as_python_constant())
+        else:
+            if not all(isinstance(a, TensorVariable) for a in args):
+                raise Unsupported("`ctx.mark_non_differentiable` of values other than tensors")
+            self.ctx.non_differentiable.extend(a for a in args if isinstance(a, TensorVariable))
+        return ConstantVariable(None)
+
+
+class _ForwardThenSetup(VariableTracker):
+    """The ``setup_context`` form traced as one call: ``output = forward(*args)``, then
+    ``setup_context(ctx, args, output)``; its result is ``output``."""
+
+    def __init__(self, forward: VariableTracker, setup: VariableTracker, ctx: CtxVariable) -> None:
+        super().__init__(None)
+        self.forward = forward
+        self.setup = setup
+        self.ctx = ctx
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        output = self.forward.call_function(tx, list(args), {})
+        self.setup.call_function(tx, [self.ctx, TupleVariable(list(args)), output], {})
+        return output
+
+
+def _python_staticmethod(cls: type, name: str) -> Any:
+    found = inspect.getattr_static(cls, name, None)
+    if not isinstance(found, staticmethod) or not inspect.isfunction(found.__func__):
+        raise Unsupported(f"autograd.Function `{cls.__name__}` without a Python `{name}` staticmethod")
+    return found.__func__
 
 
 def _is_classic(cls: type) -> bool:
@@ -173,21 +237,26 @@ class AutogradApplyVariable(VariableTracker):
         what = f"autograd.Function forward `{cls.__name__}.forward`"
         if kwargs:
             raise Unsupported(f"{self.describe()} with keyword arguments")
-        if not _is_classic(cls):
-            raise Unsupported(f"autograd.Function `{cls.__name__}` with a setup_context")
-        forward = inspect.getattr_static(cls, "forward", None)
-        if not isinstance(forward, staticmethod) or not inspect.isfunction(forward.__func__):
-            raise Unsupported(f"autograd.Function `{cls.__name__}` without a Python forward")
+        classic = _is_classic(cls)
+        forward = _python_staticmethod(cls, "forward")
+        setup = None if classic else _python_staticmethod(cls, "setup_context")
         for a in args:
             if not isinstance(a, TensorVariable) and not a.is_python_constant():
                 raise Unsupported(f"{self.describe()} of {a.describe()} (tensors and constants only)")
         tensor_args = [a for a in args if isinstance(a, TensorVariable)]
         needs = tuple(isinstance(a, TensorVariable) and a.example.requires_grad for a in args)
         ctx = CtxVariable(needs)
-        src = Attr(self.cls_var.source, "forward") if self.cls_var.source is not None else None
-        fn = tx.wrap(forward.__func__, src) if src is not None else UserFunctionVariable(forward.__func__)
-        added, result = trace_subgraph(tx, fn, [ctx, *args], what)
+        fn = self._method(tx, "forward", forward)
+        if setup is None:
+            added, result = trace_subgraph(tx, fn, [ctx, *args], what)
+        else:
+            both = _ForwardThenSetup(fn, self._method(tx, "setup_context", setup), ctx)
+            added, result = trace_subgraph(tx, both, list(args), what)
         outs, single = tensors_of(result, what)
+        out_index = {o.node: i for i, o in enumerate(outs)}
+        if any(v.node not in out_index for v in ctx.non_differentiable):
+            raise Unsupported("`ctx.mark_non_differentiable` of a tensor that is not an output")
+        non_differentiable = tuple(sorted({out_index[v.node] for v in ctx.non_differentiable}))
         saved = list(ctx.saved or [])
         tensor_attrs = [(k, v) for k, v in ctx.attrs.items() if isinstance(v, TensorVariable)]
         const_attrs = tuple((k, v.as_python_constant()) for k, v in ctx.attrs.items() if not isinstance(v, TensorVariable))
@@ -198,12 +267,17 @@ class AutogradApplyVariable(VariableTracker):
         spec = TracedFunction(
             cls, gm, len(outs), single, len(saved), tuple(k for k, _ in tensor_attrs), const_attrs,
             tuple(index[a.node] if isinstance(a, TensorVariable) else None for a in args), len(inputs),
+            non_differentiable, ctx.materialize_grads,
         )
         target = GraphCallable(spec, f"{cls.__name__}_apply")
         with tx.output.fake_mode:
             example = target(*[n.meta["example_value"] for n in inputs])
         node = tx.output.graph.call_function(target, tuple(inputs))
         return tx.output.wrap_result(node, example, [])
+
+    def _method(self, tx: Tx, name: str, fn: Any) -> VariableTracker:
+        src = Attr(self.cls_var.source, name) if self.cls_var.source is not None else None
+        return tx.wrap(fn, src) if src is not None else UserFunctionVariable(fn)
 
 
 def is_autograd_function(cls: Any) -> bool:
