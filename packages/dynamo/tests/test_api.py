@@ -3,7 +3,6 @@ compared against eager, with counted graphs."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import pytest
@@ -11,7 +10,7 @@ import torch
 
 import ember.dynamo
 from ember.dynamo import CompileOptionsError, InvalidBackendError, OptimizedModule
-from ember.dynamo.testing import CompileCounter
+from ember.dynamo.testing import CompileCounter, CompileCounterWithBackend
 
 
 @pytest.fixture(autouse=True)
@@ -301,19 +300,37 @@ def test_set_grad_enabled_decorators_with_different_modes_do_not_share_a_graph()
     assert torch.is_grad_enabled()
 
 
-def test_inference_mode_decorator_says_why_it_runs_eagerly(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_inference_mode_decorator_is_captured_as_grad_mode_off() -> None:
     @torch.inference_mode()
     def f(x: torch.Tensor) -> torch.Tensor:
         return x.sin() + 1
 
-    x = torch.randn(4)
+    x = torch.randn(4, requires_grad=True)
     cnt = CompileCounter()
-    with caplog.at_level(logging.INFO, logger="ember.graph_breaks"):
-        got = ember.dynamo.compile(f, backend=cnt)(x)
-    assert got.is_inference() and cnt.frame_count == 0
-    assert "value of type `inference_mode` cannot be traced" in caplog.text
+    got, want = ember.dynamo.compile(f, backend=cnt)(x), f(x)
+    torch.testing.assert_close(got, want)
+    assert not got.requires_grad and cnt.frame_count == 1
+    # the documented difference: a graph's outputs are not inference tensors
+    assert want.is_inference() and not got.is_inference()
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_inference_mode_block_inside_a_graph(backend: str) -> None:
+    def f(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x * w
+        with torch.inference_mode():
+            z = y.sin() + w
+        return y * 2, z
+
+    cnt = CompileCounterWithBackend(backend)
+    x, w = torch.randn(5), torch.randn(5, requires_grad=True)
+    (y, z), (ey, ez) = ember.dynamo.compile(f, backend=cnt, fullgraph=True)(x, w), f(x, w)
+    torch.testing.assert_close((y, z), (ey, ez))
+    assert (y.requires_grad, z.requires_grad) == (True, False)
+    y.sum().backward()
+    torch.testing.assert_close(w.grad, 2 * x)
+    assert cnt.frame_count == 1 and torch.is_grad_enabled()
 
 
 def test_optimized_module_runs_the_originals_hooks_and_moves_its_params() -> None:

@@ -221,6 +221,10 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
             if g is not None and source is not None:
                 g.add_constant(Attr(source, "mode"), value.mode)
             return GradModeVariable(value.mode)
+        if isinstance(value, torch.inference_mode):  # grad mode off in the graph (variables.torch)
+            if g is not None and source is not None:
+                g.add_constant(Attr(source, "mode"), value.mode)
+            return GradModeVariable(False if value.mode else None)
         return GradModeVariable(isinstance(value, torch.enable_grad))
     control = control_kind(value)
     if control is not None:

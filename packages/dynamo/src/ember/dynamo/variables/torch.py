@@ -236,10 +236,11 @@ def grad_mode_ctx(
     elif fn is torch.enable_grad:
         target = True
     elif fn is torch.inference_mode:
+        # Inside a graph, inference mode is grad mode off: the ops and values are the
+        # same, but tensors made in the block are not inference tensors (as torch.compile's
+        # graphs, which trace the block with grad off too).
         mode = consts[0] if consts else ckw.get("mode", True)
-        if mode:
-            raise Unsupported("`torch.inference_mode()` inside a compiled region")
-        return GradModeVariable(None)
+        return GradModeVariable(False if mode else None)
     else:
         target = bool(consts[0] if consts else ckw["mode"])
         # set_grad_enabled(...) takes effect when called, not only in `with`.
@@ -250,7 +251,9 @@ def grad_mode_ctx(
 
 
 #: context objects whose ``with`` (and use as a decorator) is traced
-GRAD_MODE_OBJECTS: tuple[type, ...] = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
+GRAD_MODE_OBJECTS: tuple[type, ...] = (
+    torch.no_grad, torch.enable_grad, torch.set_grad_enabled, torch.inference_mode,
+)
 
 
 class GradModeVariable(VariableTracker):
