@@ -269,3 +269,36 @@ def test_default_device_other_than_cpu_warns() -> None:
     with torch.device("meta"), pytest.warns(UserWarning, match="on the CPU"):
         got = ember.dynamo.compile(lambda a: a + 1, backend="eager")(x)
     np.testing.assert_allclose(got, x + 1)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_one_array_passed_twice_is_one_tensor(backend: str) -> None:
+    # (inductor: see the report of issue 17: a kernel marks an aliased input __restrict__)
+    def f(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        a += 1
+        return b * 2
+
+    g = ember.dynamo.compile(f, backend=backend)
+    y = np.zeros(3)
+    np.testing.assert_allclose(g(y, y.copy()), np.zeros(3))
+    x, ex = np.zeros(3), np.zeros(3)
+    np.testing.assert_allclose(g(x, x), f(ex, ex))
+    np.testing.assert_allclose(x, ex)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_writing_an_array_read_through_a_copy_is_left_to_numpy(backend: str) -> None:
+    def f(x: np.ndarray) -> np.ndarray:
+        x += 1
+        return x * 2
+
+    base, expected_base = np.arange(4.0), np.arange(4.0)
+    got = ember.dynamo.compile(f, backend=backend)(base[::-1])
+    np.testing.assert_allclose(got, f(expected_base[::-1]))
+    np.testing.assert_allclose(base, expected_base)  # written through the view, as NumPy does
+    read_only = np.arange(3.0)
+    read_only.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        ember.dynamo.compile(f, backend=backend)(read_only)
+    report = ember.dynamo.explain(f)(np.arange(4.0)[::-1])
+    assert any("through a copy" in str(r) for r in report.break_reasons)

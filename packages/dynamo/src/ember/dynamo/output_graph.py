@@ -42,9 +42,13 @@ from .variables.constant import ConstantVariable, OpaqueConstantVariable, is_con
 from .variables.dicts import DictVariable
 from .variables.lazy import LazyVariable
 from .variables.lists import BaseListVariable, ListVariable, NamedTupleVariable, TupleVariable
-from .variables.ndarray import ndarray_to_tensor
+from .variables.ndarray import ndarray_needs_copy, ndarray_to_tensor, ndarrays_to_graph_inputs
 from .variables.sym import SYM_TYPES, SliceVariable, SymNodeVariable, is_symbolic
 from .variables.tensor import TensorVariable
+
+
+#: the local holding a graph call's converted NumPy inputs
+ARRAYS_LOCAL = "__ember_arrays"
 
 
 @dataclass
@@ -124,6 +128,9 @@ class OutputGraph:
         self.inline_leaves = False
         #: undo actions for process state entered while tracing (autocast)
         self.cleanups: list[Callable[[], Any]] = []
+        #: NumPy inputs the graph reads through a copy (negative strides, read-only), with
+        #: their example's version: writing one would be lost (``check_copied_arrays``)
+        self.copied_arrays: list[tuple[str, torch.Tensor, int]] = []
         #: trackers of cells that existed before the frame ran, by id(cell)
         self.real_cells: dict[int, Any] = {}
         self.guards.add_global_state()
@@ -177,6 +184,7 @@ class OutputGraph:
         self.guards.add_constant(Attr(Attr(source, "dtype"), "str"), value.dtype.str)
         self.guards.add_constant(Attr(source, "shape"), tuple(int(s) for s in value.shape))
         self.guards.add_constant(Attr(source, "strides"), tuple(int(s) for s in value.strides))
+        self.guards.add_constant(Attr(Attr(source, "flags"), "writeable"), bool(value.flags.writeable))
         device = torch.get_default_device()
         if device.type != "cpu":
             warnings.warn(
@@ -192,10 +200,22 @@ class OutputGraph:
         else:
             node = self.graph.placeholder(name_hint(source))
         node.meta["example_value"] = example
+        if ndarray_needs_copy(value):
+            self.copied_arrays.append((key, example, example._version))
         # no source on the tensor tracker: loading the source gives the array, not a tensor
         var = TensorVariable(node, example, None)
         self.inputs[key] = GraphInput(source, tensor, node, var, ndarray_to_tensor)
         return var
+
+    def check_copied_arrays(self) -> None:
+        """A NumPy input read through a copy must not be written (eager NumPy writes the
+        array itself, or raises for a read-only one): a break, so NumPy runs that code."""
+        for key, example, version in self.copied_arrays:
+            if example._version != version:
+                raise Unsupported(
+                    f"in-place change of the NumPy array at {key}, which the graph reads "
+                    "through a copy (negative strides or read-only)"
+                )
 
     def _unique_attr(self, hint: str) -> str:
         name = hint
@@ -381,6 +401,7 @@ class OutputGraph:
     ) -> tuple[str, CapturedGraph, list[GraphInput]]:
         """Finish the graph with ``outputs``, run the backend, install the result
         in the frame's globals; returns the global's name and the graph."""
+        self.check_copied_arrays()
         self.graph.output(tuple(v.node for v in outputs))
         self._drop_dead_sizes()
         self._drop_unused_inputs()
@@ -419,12 +440,23 @@ class OutputGraph:
             return [], []
         name, captured, inputs = self.compile(body.outputs, compiler, fn_name)
         head = PyCodegen(code.co_cellvars, code.co_freevars, code.co_firstlineno)
+        arrays = [inp for inp in inputs if inp.convert is not None]
+        if arrays:
+            # NumPy arrays are converted together: one array passed twice is one tensor
+            # (the backends see the aliasing, as for a tensor passed twice)
+            head.load_callable_const(ndarrays_to_graph_inputs)
+            for inp in arrays:
+                head.load_source(inp.source)
+            head.call(len(arrays))
+            head.store_local(ARRAYS_LOCAL)
         head.load_global(name, push_null=True)
+        converted = 0
         for inp in inputs:
             if inp.convert is not None:
-                head.load_callable_const(inp.convert)
-                head.load_source(inp.source)
-                head.call(1)
+                head.load_local(ARRAYS_LOCAL)
+                head.load_const(converted)
+                head.subscr()
+                converted += 1
             elif type(inp.value) in BASE_CLASSES:
                 head.load_source(inp.source)
             else:  # a subclass adding nothing: the graph takes it as a plain tensor

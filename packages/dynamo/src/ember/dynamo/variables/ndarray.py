@@ -55,11 +55,28 @@ tnp: Any = torch._numpy
 # -- run time: conversions at the graph's edges -------------------------------------------
 
 
+def ndarray_needs_copy(array: np.ndarray) -> bool:
+    """torch has no negative strides and no read-only tensors: such arrays are copied."""
+    return any(s < 0 for s in array.strides) or not array.flags.writeable
+
+
 def ndarray_to_tensor(array: np.ndarray) -> torch.Tensor:
     """A frame's ``np.ndarray`` as the graph's input tensor (shares memory where torch can)."""
-    if any(s < 0 for s in array.strides) or not array.flags.writeable:
-        array = array.copy()  # torch has no negative strides and no read-only tensors
+    if ndarray_needs_copy(array):
+        array = array.copy()
     return torch.from_numpy(array)
+
+
+def ndarrays_to_graph_inputs(*arrays: np.ndarray) -> tuple[torch.Tensor, ...]:
+    """A graph call's NumPy inputs as tensors; an array given twice is one tensor."""
+    seen: dict[int, torch.Tensor] = {}
+    out = []
+    for a in arrays:
+        t = seen.get(id(a))
+        if t is None:
+            t = seen[id(a)] = ndarray_to_tensor(a)
+        out.append(t)
+    return tuple(out)
 
 
 def tensor_to_ndarray(tensor: torch.Tensor) -> np.ndarray:
@@ -439,6 +456,7 @@ def numpy_call(
     node_args = [_argument(tx, a) for a in args]
     node_kwargs = {k: _argument(tx, v) for k, v in kwargs.items()}
     result = tx.output.create_op("call_function", target, node_args, node_kwargs)
+    tx.output.check_copied_arrays()
     return _arrays(result)
 
 
