@@ -46,7 +46,6 @@ from .variables.ndarray import ndarray_needs_copy, ndarray_to_tensor, ndarrays_t
 from .variables.sym import SYM_TYPES, SliceVariable, SymNodeVariable, is_symbolic
 from .variables.tensor import TensorVariable
 
-
 #: the local holding a graph call's converted NumPy inputs
 ARRAYS_LOCAL = "__ember_arrays"
 
