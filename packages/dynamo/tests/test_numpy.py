@@ -302,3 +302,117 @@ def test_writing_an_array_read_through_a_copy_is_left_to_numpy(backend: str) -> 
         ember.dynamo.compile(f, backend=backend)(read_only)
     report = ember.dynamo.explain(f)(np.arange(4.0)[::-1])
     assert any("through a copy" in str(r) for r in report.break_reasons)
+
+
+# -- a sweep of NumPy calls, each compared with NumPy (value, dtype, shape); where
+# torch._numpy would differ (dtype), the call is a break and NumPy runs it
+rng = np.random.default_rng(0)
+f64 = rng.standard_normal((4, 5)); f32 = f64.astype(np.float32); i64 = rng.integers(-5, 5, (4, 5)); i8 = i64.astype(np.int8)
+u8 = np.abs(i64).astype(np.uint8); b = f64 > 0; pos = np.abs(f64) + 0.5
+SWEEP: dict[str, Callable[[], tuple[Callable[..., Any], tuple[np.ndarray, ...]]]] = {
+ "i64_pow": lambda: (lambda a: a ** 2, (i64,)),
+ "floordiv_neg": lambda: (lambda a: a // -3, (i64,)),
+ "mod_neg": lambda: (lambda a: a % -3, (i64,)),
+ "f_mod": lambda: (lambda a: np.fmod(a, 3), (i64,)),
+ "sqrt_int": lambda: (lambda a: np.sqrt(np.abs(a)), (i64,)),
+ "exp_f32": lambda: (lambda a: np.exp(a), (f32,)),
+ "mean_int": lambda: (lambda a: np.mean(a, axis=0), (i64,)),
+ "sum_bool": lambda: (lambda a: a.sum(), (b,)),
+ "sum_i8": lambda: (lambda a: np.sum(a, axis=1), (i8,)),
+ "prod_u8": lambda: (lambda a: np.prod(a, axis=1), (u8,)),
+ "std": lambda: (lambda a: np.std(a, axis=1, ddof=1), (f64,)),
+ "var_f32": lambda: (lambda a: a.var(), (f32,)),
+ "argmax": lambda: (lambda a: np.argmax(a, axis=1), (f64,)),
+ "cumprod": lambda: (lambda a: np.cumprod(a, axis=0), (i8,)),
+ "matmul": lambda: (lambda a, c: a @ c.T, (f64, f32)),
+ "dot": lambda: (lambda a, c: np.dot(a, c.T), (i64, f64)),
+ "einsum": lambda: (lambda a, c: np.einsum("ij,kj->ik", a, c), (f64, f64)),
+ "where3": lambda: (lambda a: np.where(a > 0, a, -1), (i64,)),
+ "clip": lambda: (lambda a: np.clip(a, -1, 2), (i64,)),
+ "round": lambda: (lambda a: np.round(a * 10, 1), (f64,)),
+ "around_half": lambda: (lambda a: np.round(np.array([0.5, 1.5, 2.5, -0.5]) + a[0, :4] * 0), (f64,)),
+ "sort": lambda: (lambda a: np.sort(a, axis=1), (f64,)),
+ "argsort": lambda: (lambda a: np.argsort(a, axis=0), (f64,)),
+ "transpose": lambda: (lambda a: np.transpose(a) + 1, (f64,)),
+ "reshape_F": lambda: (lambda a: a.reshape(5, 4) * 2, (f64,)),
+ "ravel": lambda: (lambda a: a.T.ravel(), (f64,)),
+ "stack": lambda: (lambda a, c: np.stack([a, c], axis=-1), (f64, f32)),
+ "vstack": lambda: (lambda a, c: np.vstack([a, c]), (i8, u8)),
+ "linspace": lambda: (lambda a: a[0] + np.linspace(0, 1, 5), (f64,)),
+ "arange": lambda: (lambda a: a[0] + np.arange(5), (i8,)),
+ "zeros_like": lambda: (lambda a: np.zeros_like(a) + np.ones((4, 5)), (f32,)),
+ "eye": lambda: (lambda a: a[:4, :4] @ np.eye(4), (f64,)),
+ "full": lambda: (lambda a: np.full((4, 5), 7) + a, (i8,)),
+ "maximum": lambda: (lambda a, c: np.maximum(a, c), (i8, f32)),
+ "log1p": lambda: (lambda a: np.log1p(a), (pos,)),
+ "tanh_int": lambda: (lambda a: np.tanh(a), (i8,)),
+ "bool_ops": lambda: (lambda a, c: (a & c) | ~a, (b, b)),
+ "cmp_mixed": lambda: (lambda a, c: a < c, (i64, f32)),
+ "any_all": lambda: (lambda a: (np.any(a, axis=0), np.all(a, axis=1)), (b,)),
+ "astype_int": lambda: (lambda a: (a * 3.7).astype(np.int32), (f64,)),
+ "astype_u8_wrap": lambda: (lambda a: (a * 100).astype(np.uint8), (i64,)),
+ "float32_scalar": lambda: (lambda a: a * np.float32(2), (f32,)),
+ "float64_scalar_f32": lambda: (lambda a: a * np.float64(2), (f32,)),
+ "expand_dims": lambda: (lambda a: np.expand_dims(a, 0).shape, (f64,)),
+ "outer": lambda: (lambda a: np.outer(a[0], a[1]), (f64,)),
+ "diff": lambda: (lambda a: np.diff(a, axis=1), (i64,)),
+ "tril": lambda: (lambda a: np.tril(a), (f64,)),
+ "norm": lambda: (lambda a: np.linalg.norm(a), (f32,)),
+ "inv": lambda: (lambda a: np.linalg.inv(a[:4, :4] + 4 * np.eye(4)), (f64,)),
+ "fft": lambda: (lambda a: np.fft.fft(a).real, (f64,)),
+ "setitem_slice": lambda: (lambda a: (a.__setitem__((slice(None), 0), 9.0), a)[1], (f64.copy(),)),
+ "iadd_int_into_float": lambda: (lambda a: (a.__iadd__(2), a)[1], (f64.copy(),)),
+ "fancy_idx": lambda: (lambda a: a[[0, 2], 1:3], (f64,)),
+ "neg_idx_setitem": lambda: (lambda a: np.concatenate([a[-1:], a[:-1]]), (i64,)),
+ "true_divide_u8": lambda: (lambda a: a / a.max(), (u8,)),
+ "int_div_scalar_rev": lambda: (lambda a: 10 / (np.abs(a) + 1), (i64,)),
+ "square_int": lambda: (lambda a: np.square(a), (i8,)),
+ "power_neg_float": lambda: (lambda a: np.power(np.abs(a) + 1.0, -1), (i64,)),
+ "mean_f32_keep": lambda: (lambda a: a.mean(axis=1, keepdims=True), (f32,)),
+ "max_ret": lambda: (lambda a: a.max(axis=0), (i8,)),
+ "unique": lambda: (lambda a: np.unique(a), (i64,)),
+ "nonzero": lambda: (lambda a: np.nonzero(a), (i64,)),
+ "boolmask": lambda: (lambda a: a[a > 0], (f64,)),
+}
+
+
+@pytest.mark.parametrize("name", list(SWEEP))
+def test_numpy_call_matches_numpy(name: str) -> None:
+    fn, args = SWEEP[name]()
+    expected = fn(*[a.copy() for a in args])
+    got = ember.dynamo.compile(fn, backend="eager")(*[a.copy() for a in args])
+    assert_same(got, expected)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SWEEP))
+def test_numpy_call_matches_numpy_on_inductor(name: str) -> None:
+    fn, args = SWEEP[name]()
+    expected = fn(*[a.copy() for a in args])
+    got = ember.dynamo.compile(fn, backend="inductor")(*[a.copy() for a in args])
+    assert_same(got, expected)
+
+
+def test_dtype_differences_from_numpy_are_breaks() -> None:
+    def f(a: np.ndarray) -> np.ndarray:
+        return np.tanh(a) + 1
+
+    a = np.arange(6, dtype=np.int8)
+    report = ember.dynamo.explain(f)(a)
+    assert any("where NumPy gives float16" in str(r) for r in report.break_reasons), report
+    run(f, a, graphs=1)  # `+ 1` on NumPy's float16 result is still captured
+
+
+def test_python_int_out_of_range_raises_as_numpy_does() -> None:
+    with pytest.raises(OverflowError):
+        ember.dynamo.compile(lambda a: a + 300, backend="eager")(np.arange(3, dtype=np.int8))
+
+
+SCALE = np.float64(2.0)
+
+
+def test_numpy_scalars_promote_as_arrays() -> None:
+    def f(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return a * SCALE, np.float32(3) * a
+
+    run(f, np.ones(3, dtype=np.float32))

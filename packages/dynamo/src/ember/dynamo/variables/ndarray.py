@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -172,6 +173,24 @@ def numpy_attr(name: str) -> Callable[..., Any]:
     return numpy_op(read)
 
 
+@functools.cache
+def _method_reference(name: str) -> Callable[..., Any]:
+    def call(array: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(array, name)(*args, **kwargs)
+
+    call.__name__ = f"ndarray.{name}"
+    return call
+
+
+@functools.cache
+def _attr_reference(name: str) -> Callable[..., Any]:
+    def read(array: Any) -> Any:
+        return getattr(array, name)
+
+    read.__name__ = f"ndarray.{name}"
+    return read
+
+
 # -- which NumPy callables have a torch._numpy counterpart ---------------------------------
 
 #: NumPy namespaces traced, with their ``torch._numpy`` counterparts (``np.random`` is not:
@@ -227,6 +246,10 @@ def dtype_argument(value: Any) -> Any:
     return value
 
 
+#: the most elements an array computed from constants may have to become a graph constant
+FOLD_LIMIT = 1 << 16
+
+
 # -- trackers ---------------------------------------------------------------------------
 
 
@@ -269,7 +292,7 @@ class NumpyNdarrayVariable(VariableTracker):
         if name == "dtype":
             return OpaqueConstantVariable(np.dtype(str(example.dtype).removeprefix("torch.")))
         if name in ("T", "mT", "real", "imag"):
-            return numpy_call(tx, numpy_attr(name), [self], {})
+            return numpy_call(tx, numpy_attr(name), [self], {}, _attr_reference(name))
         if name == "__class__":
             return tx.wrap(np.ndarray, None)
         if callable(getattr(tnp.ndarray, name, None)):
@@ -294,7 +317,7 @@ class NumpyNdarrayVariable(VariableTracker):
             return ConstantVariable(_static(tx, self.tensor.example.shape[0]))
         if not callable(getattr(tnp.ndarray, name, None)):
             raise Unsupported(f"NumPy array method `{name}` has no torch._numpy counterpart")
-        return numpy_call(tx, numpy_method(name), [self, *args], kwargs)
+        return numpy_call(tx, numpy_method(name), [self, *args], kwargs, _method_reference(name))
 
     def unpack(self, tx: Tx) -> list[VariableTracker]:
         if self.tensor.example.dim() == 0:
@@ -369,17 +392,21 @@ class NumpyFunctionVariable(VariableTracker):
     ) -> VariableTracker:
         if "out" in kwargs:
             raise Unsupported(f"`out=` of {self.describe()} is not traced")
-        folded = self._fold(args, kwargs)
+        folded = self._fold(tx, args, kwargs)
         if folded is not None:
             return folded
-        return numpy_call(tx, numpy_op(self.mirror), args, kwargs)
+        return numpy_call(tx, numpy_op(self.mirror), args, kwargs, self.value)
 
-    def _fold(self, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker | None:
-        """``np.prod((2, 3))``: on constants, a scalar result is computed now, with NumPy
-        (as Python's scalar: ``int(np.prod(x.shape))`` stays a constant). Arrays made
-        from constants are graph values, like any array."""
-        if not all(v.is_python_constant() for v in [*args, *kwargs.values()]):
-            return None
+    def _fold(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker | None:
+        """A call on constants is computed now, with NumPy: a scalar result as Python's
+        scalar (``int(np.prod(x.shape))`` stays a constant), a small array
+        (``np.full((4, 5), 7)``, ``np.eye(3)``) as a constant of the graph."""
+        if isinstance(self.value, type) or not all(
+            v.is_python_constant() for v in [*args, *kwargs.values()]
+        ):
+            return None  # np.float32(3): a 0-D array in the graph (the seed's first deviation)
         try:
             value = self.value(
                 *[a.as_python_constant() for a in args],
@@ -391,6 +418,9 @@ class NumpyFunctionVariable(VariableTracker):
             value = value.item()
         if isinstance(value, (bool, int, float, complex)):
             return ConstantVariable(value)
+        if type(value) is np.ndarray and traceable_dtype(value.dtype) and value.size <= FOLD_LIMIT:
+            constant = tx.output.register_attr_tensor(ndarray_to_tensor(value.copy()), None)
+            return NumpyNdarrayVariable(constant)
         return None
 
     def reconstruct(self, cg: PyCodegen) -> None:
@@ -450,14 +480,109 @@ def as_tensor(array: NumpyNdarrayVariable) -> TensorVariable:
 
 
 def numpy_call(
-    tx: Tx, target: Callable[..., Any], args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    tx: Tx,
+    target: Callable[..., Any],
+    args: list[VariableTracker],
+    kwargs: dict[str, VariableTracker],
+    reference: Callable[..., Any] | None = None,
 ) -> VariableTracker:
-    """One graph node running ``target`` (from :func:`numpy_op`); its tensors as arrays."""
+    """One graph node running ``target`` (from :func:`numpy_op`); its tensors as arrays.
+
+    ``reference``, NumPy's own callable, is run on small arrays of the arguments' dtypes
+    (:func:`check_dtypes`): where ``torch._numpy`` would give another dtype, this call is
+    a graph break and NumPy runs it."""
     node_args = [_argument(tx, a) for a in args]
     node_kwargs = {k: _argument(tx, v) for k, v in kwargs.items()}
     result = tx.output.create_op("call_function", target, node_args, node_kwargs)
     tx.output.check_copied_arrays()
+    if reference is not None:
+        check_dtypes(reference, args, kwargs, result)
     return _arrays(result)
+
+
+class _NoSample(Exception):
+    """An argument with no small NumPy stand-in."""
+
+
+def _sample(value: VariableTracker) -> Any:
+    """A small real stand-in for an argument: arrays of the same dtype and rank, each
+    dimension 0, 1 or 2 (so broadcasting between them is as it was)."""
+    tensor = value.tensor if isinstance(value, NumpyNdarrayVariable) else value
+    if isinstance(tensor, TensorVariable):
+        example = tensor.example
+        try:
+            dtype = np.dtype(str(example.dtype).removeprefix("torch."))
+        except TypeError as e:  # bfloat16, ...: NumPy has no such dtype
+            raise _NoSample from e
+        shape = tuple(min(int(d), 2) for d in example.shape)
+        return np.ones(shape, dtype=dtype)
+    if isinstance(value, (TupleVariable, ListVariable)) and type(value) in (TupleVariable, ListVariable):
+        items = [_sample(v) for v in value.items]
+        return tuple(items) if isinstance(value, TupleVariable) else items
+    if value.is_python_constant():
+        return value.as_python_constant()
+    raise _NoSample
+
+
+def _dtypes(value: Any) -> list[Any] | None:
+    if isinstance(value, (np.ndarray, np.generic)):
+        return [value.dtype]
+    if isinstance(value, (tuple, list)):
+        found = [_dtypes(v) for v in value]
+        if any(f is None or len(f) != 1 for f in found):
+            return None
+        return [f[0] for f in found if f is not None]
+    return None
+
+
+def _traced_dtypes(result: VariableTracker) -> list[Any] | None:
+    if isinstance(result, TensorVariable):
+        try:
+            return [np.dtype(str(result.example.dtype).removeprefix("torch."))]
+        except TypeError:
+            return None
+    if type(result) in (TupleVariable, ListVariable):
+        found = [_traced_dtypes(v) for v in result.items]  # type: ignore[attr-defined]
+        if any(f is None or len(f) != 1 for f in found):
+            return None
+        return [f[0] for f in found if f is not None]
+    return None
+
+
+def check_dtypes(
+    reference: Callable[..., Any],
+    args: list[VariableTracker],
+    kwargs: dict[str, VariableTracker],
+    result: VariableTracker,
+) -> None:
+    """Raise ``Unsupported`` where NumPy gives other dtypes than the traced call
+    (``torch._numpy`` differs from NumPy on some: ``np.tanh`` of int8 is float16,
+    ``np.prod`` of uint8 is uint64, a NumPy float64 scalar widens a float32 array)."""
+    traced = _traced_dtypes(result)
+    if traced is None:
+        return
+    try:
+        sample_args = [_sample(a) for a in args]
+        sample_kwargs = {k: _sample(v) for k, v in kwargs.items()}
+    except _NoSample:
+        return
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        try:
+            expected = reference(*sample_args, **sample_kwargs)
+        except OverflowError as e:  # a Python int out of the array dtype's range: NumPy raises
+            raise Unsupported(f"NumPy raises OverflowError here ({e})") from e
+        except Exception:
+            return  # shape-specific arguments: the small stand-ins do not fit them
+    want = _dtypes(expected)
+    if want is None or len(want) != len(traced):
+        return  # a Python value, or a documented change of structure (tril_indices)
+    if want != traced:
+        name = getattr(reference, "__name__", "this call")
+        raise Unsupported(
+            f"torch._numpy gives {', '.join(map(str, traced))} where NumPy gives "
+            f"{', '.join(map(str, want))} for `{name}`: left to NumPy"
+        )
 
 
 def _argument(tx: Tx, value: VariableTracker) -> VariableTracker:
@@ -471,8 +596,14 @@ def _argument(tx: Tx, value: VariableTracker) -> VariableTracker:
             const = value.as_python_constant()
         except Unsupported:
             return value
-        if isinstance(const, np.generic):  # a NumPy scalar read from the frame
-            return ConstantVariable(const.item())
+        if isinstance(const, np.generic):
+            # a NumPy scalar read from the frame: a 0-D array of its dtype (NEP 50: it
+            # promotes as an array, unlike the Python number ``item()`` would give)
+            array = numpy_call(
+                tx, numpy_op(tnp.asarray), [ConstantVariable(const.item()), ConstantVariable(const.dtype.name)], {}
+            )
+            assert isinstance(array, NumpyNdarrayVariable)
+            return array.tensor
         converted = dtype_argument(const)
         if converted is not const:
             return ConstantVariable(converted)

@@ -86,7 +86,7 @@ def apply_operator(tx: Tx, fn: Any, args: Args) -> VariableTracker:
     """``a + b``, ``a < b``, ``-a``... for any trackers."""
     if any(isinstance(a, NumpyNdarrayVariable) for a in args):
         # NumPy's meaning (NEP 50 promotion, ...): through torch._numpy
-        return numpy_call(tx, numpy_op(fn), args, {})
+        return numpy_call(tx, numpy_op(fn), args, {}, fn)
     sequence = sequence_operator(tx, fn, args)
     if sequence is not None:
         return sequence
