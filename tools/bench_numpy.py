@@ -79,12 +79,12 @@ def main() -> None:
         compilers: dict[str, Callable[..., Any]] = {"ember": ember.dynamo.compile(fn)}
         if not args.no_torch:
             compilers["torch"] = torch.compile(fn)
-        times = {"numpy": _time(lambda: fn(*inputs), args.repeat)}
+        times = {"numpy": _time(lambda f=fn, i=inputs: f(*i), args.repeat)}
         for label, compiled in compilers.items():
             got = compiled(*inputs)
             assert isinstance(got, np.ndarray), (label, type(got))
             np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-8)
-            times[label] = _time(lambda c=compiled: c(*inputs), args.repeat)
+            times[label] = _time(lambda c=compiled, i=inputs: c(*i), args.repeat)
         torch_ms = times.get("torch", float("nan")) * 1e3
         print(
             f"{name:<12} {times['numpy'] * 1e3:>10.3f} {times['ember'] * 1e3:>10.3f} {torch_ms:>17.3f} "
