@@ -430,3 +430,63 @@ def test_numpy_scalars_promote_as_arrays() -> None:
         return a * SCALE, np.float32(3) * a
 
     run(f, np.ones(3, dtype=np.float32))
+
+
+# -- common NumPy programs: loops, masks, linalg results, lists, dicts, dtypes ---------
+
+
+def _accumulate_rows(X: np.ndarray) -> np.ndarray:
+    total = np.zeros(X.shape[1])
+    for i in range(X.shape[0]):
+        total += X[i]
+    return total
+
+
+def _mask_and_copies(X: np.ndarray) -> tuple[Any, ...]:
+    Y = X.copy()
+    Y[Y > 0] = 0.0
+    return Y, X.flatten(), np.zeros_like(X), np.empty(X.shape).shape
+
+
+def _linalg(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    A = X[:3, :3] @ X[:3, :3].T + np.eye(3)
+    w, _ = np.linalg.eigh(A)
+    return w, np.linalg.solve(A, np.ones(3))
+
+
+def _dict_and_dtypes(X: np.ndarray) -> dict[str, Any]:
+    return {"int": X.astype(int), "kind": X.dtype.kind, "is_f64": X.dtype == np.float64}
+
+
+PROGRAMS: dict[str, Callable[[np.ndarray], Any]] = {
+    "accumulate rows": _accumulate_rows,
+    "mask and copies": _mask_and_copies,
+    "linalg results": _linalg,
+    "split into a list": lambda X: [p.sum(axis=0) for p in np.split(X, 2, axis=0)],
+    "dict and dtypes": _dict_and_dtypes,
+    "enumerate rows": lambda X: np.stack([r * i for i, r in enumerate(X)]),
+    "views": lambda X: (X.T.ravel()[::2], np.ascontiguousarray(X.T), X.reshape(-1)[:5]),
+}
+
+
+def _same(got: Any, want: Any) -> None:
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and got.keys() == want.keys()
+        for k in want:
+            _same(got[k], want[k])
+    elif isinstance(want, (list, tuple)):
+        assert isinstance(got, type(want)) and len(got) == len(want)
+        for g, w in zip(got, want):
+            _same(g, w)
+    else:
+        assert_same(got, want)
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_common_numpy_programs(name: str, backend: str) -> None:
+    fn = PROGRAMS[name]
+    X = np.random.default_rng(0).standard_normal((4, 6))
+    counter = CompileCounterWithBackend(backend)
+    _same(ember.dynamo.compile(fn, backend=counter)(X.copy()), fn(X.copy()))
+    assert counter.frame_count == 1

@@ -43,7 +43,7 @@ from ..errors import Unsupported
 from .base import VariableTracker
 from .constant import ConstantVariable, OpaqueConstantVariable
 from .dicts import DictVariable
-from .lists import BaseListVariable, ListVariable, TupleVariable
+from .lists import BaseListVariable, ListVariable, NamedTupleVariable, TupleVariable
 from .tensor import SPECIAL_METHODS, TensorVariable
 
 if TYPE_CHECKING:
@@ -242,6 +242,8 @@ def dtype_argument(value: Any) -> Any:
     """NumPy dtypes (``np.float32``, ``np.dtype("f4")``) as the names ``torch._numpy``
     reads: graph code can spell a string, not a NumPy class."""
     if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
+        return np.dtype(value).name
+    if value in (bool, int, float, complex):  # `a.astype(int)`: NumPy's default for the type
         return np.dtype(value).name
     return value
 
@@ -591,11 +593,8 @@ def _argument(tx: Tx, value: VariableTracker) -> VariableTracker:
     if isinstance(value, (TupleVariable, ListVariable)) and type(value) in (TupleVariable, ListVariable):
         items = [_argument(tx, v) for v in value.items]
         return TupleVariable(items) if isinstance(value, TupleVariable) else ListVariable(items)
-    if isinstance(value, (NumpyFunctionVariable, OpaqueConstantVariable, ConstantVariable)):
-        try:
-            const = value.as_python_constant()
-        except Unsupported:
-            return value
+    if not isinstance(value, TensorVariable) and value.is_python_constant():
+        const = value.as_python_constant()
         if isinstance(const, np.generic):
             # a NumPy scalar read from the frame: a 0-D array of its dtype (NEP 50: it
             # promotes as an array, unlike the Python number ``item()`` would give)
@@ -614,6 +613,8 @@ def _arrays(result: VariableTracker) -> VariableTracker:
     if isinstance(result, TensorVariable):
         return NumpyNdarrayVariable(result)
     if type(result) is TupleVariable:
+        return TupleVariable([_arrays(v) for v in result.items])
+    if type(result) is NamedTupleVariable:  # np.linalg.eigh, ...: a tuple of arrays
         return TupleVariable([_arrays(v) for v in result.items])
     if type(result) is ListVariable:
         return ListVariable([_arrays(v) for v in result.items])
