@@ -13,7 +13,7 @@ from torch import nn
 
 import ember.dynamo
 from ember.dynamo.optimizer import CompiledOptimizerStep
-from ember.dynamo.testing import CompileCounter
+from ember.dynamo.testing import CompileCounter, CompileCounterWithBackend
 
 Factory = Callable[..., torch.optim.Optimizer]
 OPTIMIZERS: dict[str, Factory] = {
@@ -46,10 +46,13 @@ def assert_same_state(a: torch.optim.Optimizer, b: torch.optim.Optimizer, **tol:
     for key, state in sa["state"].items():
         assert state.keys() == sb["state"][key].keys()
         for name, value in state.items():
-            torch.testing.assert_close(sb["state"][key][name], value, **tol)
+            if isinstance(value, torch.Tensor):
+                torch.testing.assert_close(sb["state"][key][name], value, **tol)
+            else:
+                assert sb["state"][key][name] == value
 
 
-def check_ten_steps_match_eager(make: Callable[[Any], torch.optim.Optimizer]) -> None:
+def check_ten_steps_match_eager(make: Callable[[Any], torch.optim.Optimizer], compiles: int = 1) -> None:
     eager_model, compiled_model = model(), model()
     eager_opt, opt = make(eager_model.parameters()), make(compiled_model.parameters())
     counter = CompileCounter()
@@ -62,8 +65,10 @@ def check_ten_steps_match_eager(make: Callable[[Any], torch.optim.Optimizer]) ->
     for a, b in zip(eager_model.parameters(), compiled_model.parameters(), strict=True):
         torch.testing.assert_close(b, a, **tol)
     assert_same_state(eager_opt, opt, **tol)
-    # step 1 initializes the state eagerly; steps 2-10 run one captured graph
-    assert counter.frame_count == 1
+    # Adam's state is created by its ``_init_group`` before the first step is captured:
+    # one graph for all ten steps; SGD's first step creates its momentum buffers in the
+    # captured graph (they are its outputs), steps 2-10 run a second graph
+    assert counter.frame_count == compiles
     assert isinstance(opt.step, CompiledOptimizerStep)
     assert all(entry is not None for entry in opt.step.entries.values())
 
@@ -71,7 +76,7 @@ def check_ten_steps_match_eager(make: Callable[[Any], torch.optim.Optimizer]) ->
 @pytest.mark.parametrize("foreach", [False, True])
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_compiled_step_matches_eager_after_ten_steps(name: str, foreach: bool) -> None:
-    check_ten_steps_match_eager(lambda params: OPTIMIZERS[name](params, foreach))
+    check_ten_steps_match_eager(lambda params: OPTIMIZERS[name](params, foreach), 2 if name == "sgd" else 1)
 
 
 VARIANTS: dict[str, Factory] = {
@@ -88,7 +93,7 @@ VARIANTS: dict[str, Factory] = {
 def test_fused_and_amsgrad_steps_are_captured(name: str) -> None:
     """``fused=True`` is recorded through the foreach path (same update, same state);
     amsgrad's ``_foreach_maximum_`` as ``maximum`` then ``copy_``."""
-    check_ten_steps_match_eager(lambda params: VARIANTS[name](params, None))
+    check_ten_steps_match_eager(lambda params: VARIANTS[name](params, None), 2 if name.startswith("sgd") else 1)
 
 
 def test_per_parameter_adam_is_eager_bit_for_bit() -> None:
@@ -126,12 +131,12 @@ def test_a_new_layout_recompiles_once() -> None:
     counter = CompileCounter()
     step = ember.dynamo.compile(opt.step, backend=counter)
     train(m, opt, step, 3)
-    assert counter.frame_count == 1
+    assert counter.frame_count == 2  # the first step (it creates the momentum buffers), the rest
     m[2].bias.requires_grad_(False)  # its gradient is gone from now on
     m[2].bias.grad = None
     reference = copy.deepcopy((m, opt.state_dict()))
     train(m, opt, step, 3)
-    assert counter.frame_count == 2
+    assert counter.frame_count == 3
     ref_model, ref_state = reference
     ref_opt = torch.optim.SGD(ref_model.parameters(), lr=0.1, momentum=0.9)
     ref_opt.load_state_dict(ref_state)
@@ -181,3 +186,46 @@ def test_layouts_are_guarded_by_ember_guards() -> None:
     assert "['betas']" in explained[0] and "['params'][3]" in explained[1], explained
     train(m, opt, opt.step, 2)
     assert counter.frame_count == 3
+
+
+class HeavyBall(torch.optim.Optimizer):
+    """An optimizer whose step creates its state inline (no ``_init_group``), with a
+    non-tensor entry: the first step's graph returns the new state."""
+
+    def __init__(self, params: Any, lr: float = 0.1) -> None:
+        super().__init__(params, {"lr": lr})
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["kind"] = "heavy-ball"
+                    state["velocity"] = torch.zeros_like(p)
+                    state["seen"] = p.grad.abs()
+                state["velocity"].mul_(0.5).add_(p.grad)
+                torch.maximum(state["seen"], p.grad.abs(), out=state["seen"])
+                p.sub_(state["velocity"] / (state["seen"] + 1), alpha=group["lr"])
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_first_step_creating_state_inline_compiles_and_installs_it(backend: str) -> None:
+    eager_model, compiled_model = model(), model()
+    eager_opt, opt = HeavyBall(eager_model.parameters()), HeavyBall(compiled_model.parameters())
+    counter = CompileCounterWithBackend(backend)
+    opt.step = ember.dynamo.compile(opt.step, backend=counter)
+    train(eager_model, eager_opt, eager_opt.step, 1)
+    train(compiled_model, opt, opt.step, 1)
+    assert counter.frame_count == 1  # the first step itself was captured
+    assert_same_state(eager_opt, opt, rtol=0, atol=0)
+    assert list(opt.state[next(compiled_model.parameters())]) == ["kind", "velocity", "seen"]
+    train(eager_model, eager_opt, eager_opt.step, 4)
+    train(compiled_model, opt, opt.step, 4)
+    assert counter.frame_count == 2
+    # ``sub_(..., alpha=lr)`` with a tensor lr is a product then a subtraction (ADR 0024)
+    for a, b in zip(eager_model.parameters(), compiled_model.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    assert_same_state(eager_opt, opt, rtol=1e-5, atol=1e-6)

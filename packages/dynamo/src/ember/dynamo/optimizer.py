@@ -9,8 +9,8 @@ whose parameters, gradients and state are fake tensors, under a
 ``TorchFunctionMode`` that records every torch call into one FX graph
 (torch dialect, like the graphs capture makes). The graph's inputs are the
 parameters, their gradients, the state tensors and each group's learning rate
-as a 0-d float64 tensor; it returns nothing and updates parameters and state
-in place. The backend compiles it like any captured graph.
+as a 0-d float64 tensor; it updates parameters and state in place and returns
+the state a first step creates (nothing on later steps). The backend compiles it like any captured graph.
 
 A structural key over the optimizer (parameter identities, which have a
 gradient, every tensor's metadata, the state's keys, each group's
@@ -18,9 +18,15 @@ hyperparameters other than ``lr``) guards the compiled step: a change
 recaptures (up to ``cache_size_limit`` entries, then runs eagerly). ``lr``
 is an input, so schedulers change it without recompiling (ADR 0024).
 
-Steps run eagerly (with the reason logged under ``dynamo``) when the recorded
-step would create optimizer state (a first step: Adam's moments, SGD's momentum
-buffers), with a ``closure``, with ``differentiable=True``, or when the step cannot be traced.
+A first step, which creates the optimizer's state, compiles too. Where the
+optimizer creates its state in ``_init_group`` (Adam's and AdamW's moments and
+step count, as torch.optim does for most optimizers), that runs eagerly first,
+as eager's step would run it, and the step compiles with the layout of every
+later step: one compile (:func:`init_state`). Where the step's own code creates
+state (SGD's momentum buffers are clones of the first gradients), the created
+tensors are the graph's outputs, installed in ``optimizer.state`` after it ran,
+in eager's order; the next step has another layout and compiles once more. Steps run eagerly (with the reason logged under ``dynamo``) with a
+``closure``, with ``differentiable=True``, or when the step cannot be traced.
 Optimizer step hooks and the profiler label run as in eager, around the
 compiled step.
 """
@@ -28,10 +34,12 @@ compiled step.
 from __future__ import annotations
 
 import copy
+import inspect
 import operator
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -62,10 +70,6 @@ _SCALED = ("add", "sub", "addcdiv", "addcmul")
 
 class StepNotTraceable(Exception):
     """The step did something the recorder cannot put in a graph."""
-
-
-class StateInitialization(Exception):
-    """The recorded step created optimizer state: a first step, which runs eagerly."""
 
 
 class _Recorder(TorchFunctionMode):
@@ -241,10 +245,23 @@ def _hyper_key(group: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(items)
 
 
+@dataclass(frozen=True)
+class _NewState:
+    """One state entry a first step creates: parameter ``param`` (in plan order) gets
+    ``key`` = the graph's output ``output``, or the constant ``value``."""
+
+    param: int
+    key: str
+    output: int | None
+    value: Any = None
+
+
 class _Plan:
     """One group layout of the optimizer: which tensors are inputs, in what order."""
 
     def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        #: the state entries the step creates (set by ``trace_step``), in eager's order
+        self.created: tuple[_NewState, ...] = ()
         self.params: list[torch.Tensor] = []
         self.state_keys: list[list[str]] = []
         key: list[Any] = []
@@ -274,6 +291,12 @@ class _Plan:
             flat += [p, p.grad, *(state[k] for k in names)]
         flat += [_lr_tensor(group["lr"]) for group in optimizer.param_groups]
         return flat
+
+    def install(self, optimizer: torch.optim.Optimizer, outputs: Any) -> None:
+        """Put the state a first step created (the graph's ``outputs``) in ``optimizer``."""
+        for new in self.created:
+            state = optimizer.state[self.params[new.param]]
+            state[new.key] = copy.deepcopy(new.value) if new.output is None else outputs[new.output]
 
 
 def _lr_tensor(lr: Any) -> torch.Tensor:
@@ -345,20 +368,37 @@ def trace_step(optimizer: torch.optim.Optimizer, plan: _Plan) -> tuple[torch.fx.
     before = {id(sp): dict(state) for sp, state in shadow.state.items()}
     with _compiling_flag(), torch.no_grad(), fake_mode, recorder:
         core_step(optimizer)(shadow)
-    for sp, state in shadow.state.items():
+    created: list[_NewState] = []
+    outputs: list[torch.fx.Node] = []
+    for i, (sp, state) in enumerate(shadow.state.items()):
         old = before.get(id(sp))
+        if old is None:
+            raise StepNotTraceable("the step gave state to a parameter without a gradient")
         if not old and state:
-            raise StateInitialization()
-        if old is None or any(state.get(k) is not v for k, v in old.items()) or set(state) != set(old):
+            # the first step of this parameter: the state it creates is returned by the
+            # graph and installed in the optimizer after the compiled step ran
+            for k, v in state.items():
+                if not isinstance(v, torch.Tensor):
+                    created.append(_NewState(i, k, None, copy.deepcopy(v)))
+                    continue
+                node = recorder.node_of(v)
+                if node.op == "placeholder":
+                    raise StepNotTraceable(f"the step made an input its new state {k!r}")
+                created.append(_NewState(i, k, len(outputs)))
+                outputs.append(node)
+            continue
+        if any(state.get(k) is not v for k, v in old.items()) or set(state) != set(old):
             raise StepNotTraceable("the step replaced optimizer state objects instead of updating them")
-    graph.output(())
+    graph.output(tuple(outputs))
+    plan.created = tuple(created)
     return torch.fx.GraphModule(torch.nn.Module(), graph), plan.inputs(optimizer)
 
 
 def check_step(optimizer: torch.optim.Optimizer, plan: _Plan, compiled: Callable[..., Any]) -> None:
     """Run eager's step and ``compiled`` on copies of the tensors and compare
-    (float tolerances): a compiled step that fails or computes something else
-    raises here, before it touches the real parameters."""
+    (float tolerances), the state a first step creates included: a compiled step
+    that fails or computes something else raises here, before it touches the real
+    parameters."""
     eager_copies: list[torch.Tensor] = []
 
     def copy_of(t: torch.Tensor, name: str) -> torch.Tensor:
@@ -371,9 +411,52 @@ def check_step(optimizer: torch.optim.Optimizer, plan: _Plan, compiled: Callable
     compiled_copies = [t.detach().clone() for t in inputs[: len(eager_copies)]]
     with torch.no_grad():
         core_step(optimizer)(shadow)
-        compiled(*compiled_copies, *lrs)
+        outputs = compiled(*compiled_copies, *lrs)
     for got, want in zip(compiled_copies, eager_copies, strict=True):
         torch.testing.assert_close(got, want, msg=lambda m: f"the compiled step differs from eager: {m}")
+    states = list(shadow.state.values())
+    for new in plan.created:
+        want_state = states[new.param][new.key]
+        if new.output is None:
+            if new.value != want_state:
+                raise AssertionError(f"the compiled step creates state {new.key!r} = {new.value!r}, "
+                                     f"eager {want_state!r}")
+            continue
+        got_state = outputs[new.output]
+        if got_state.dtype != want_state.dtype or got_state.shape != want_state.shape:
+            raise AssertionError(f"the compiled step creates state {new.key!r} as {got_state.dtype}"
+                                 f"{list(got_state.shape)}, eager as {want_state.dtype}{list(want_state.shape)}")
+        torch.testing.assert_close(got_state, want_state,
+                                   msg=lambda m: f"the compiled step's new state differs from eager: {m}")
+
+
+def init_state(optimizer: torch.optim.Optimizer) -> bool:
+    """Create the state of parameters that have a gradient and no state yet, as eager's
+    step does first, by the optimizer's own ``_init_group(group, *lists)`` (torch.optim's
+    Adam, AdamW, RMSprop, Adagrad, ...: zeros and a step count). Then a first step has the
+    layout of every later one and compiles once. False when nothing was created (no such
+    parameter, no ``_init_group`` of that shape, or one that raised: the step then
+    records the state creation itself, or runs eagerly and raises as eager does)."""
+    init = getattr(optimizer, "_init_group", None)
+    if init is None or not any(
+        p.grad is not None and not optimizer.state.get(p) for group in optimizer.param_groups for p in group["params"]
+    ):
+        return False
+    try:
+        params = list(inspect.signature(init).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if not params or any(p.kind not in positional or p.default is not p.empty for p in params):
+        return False
+    try:
+        with torch.no_grad():
+            for group in optimizer.param_groups:
+                init(group, *([] for _ in params[1:]))
+    except Exception as e:
+        log.debug("optimizer step of %s: _init_group raised %s: %s", type(optimizer).__name__, type(e).__name__, e)
+        return False
+    return True
 
 
 def _eager_foreach(group: dict[str, Any], optimizer: torch.optim.Optimizer) -> bool:
@@ -394,6 +477,8 @@ class CompiledOptimizerStep:
         self._limit = cache_size_limit
         #: plan key -> compiled step (``None``: this layout runs eagerly)
         self.entries: dict[Any, Callable[..., Any] | None] = {}
+        #: plan key -> the state entries that layout's step creates (a first step's)
+        self._created: dict[Any, tuple[_NewState, ...]] = {}
         self.compiles = 0
         #: (ember.guards ``CheckFn``, layout, compiled step or None), tried in order
         self._guarded: list[tuple[Any, _Plan, Callable[..., Any] | None]] = []
@@ -425,6 +510,8 @@ class CompiledOptimizerStep:
         if getattr(optimizer, "grad_scale", None) is not None or getattr(optimizer, "found_inf", None) is not None:
             return self._eager("a GradScaler passes grad_scale/found_inf to the fused kernel", closure)
         found = self._lookup(step_locals(optimizer))
+        if found is None and init_state(optimizer):
+            found = self._lookup(step_locals(optimizer))
         if found is not None:
             plan, compiled = found
         else:
@@ -432,16 +519,17 @@ class CompiledOptimizerStep:
             if not plan.params:
                 return self._eager("no parameter has a gradient", closure)
             if plan.key not in self.entries:
-                try:
-                    self.entries[plan.key] = self._compile(plan)
-                except StateInitialization:
-                    return self._eager("the first step initializes the optimizer state", closure)
+                self.entries[plan.key] = self._compile(plan)
+                self._created[plan.key] = plan.created
+            plan.created = self._created[plan.key]
             compiled = self.entries[plan.key]
             self._guard(plan, compiled)
         if compiled is None:
             return self._eager("this layout could not be compiled (logged when it was tried)", closure)
         with torch.no_grad():
-            compiled(*plan.inputs(optimizer))
+            outputs = compiled(*plan.inputs(optimizer))
+        if plan.created:
+            plan.install(optimizer, outputs)
         return None
 
     def _lookup(self, values: dict[str, Any]) -> tuple[_Plan, Callable[..., Any] | None] | None:
@@ -476,8 +564,6 @@ class CompiledOptimizerStep:
             return None
         try:
             gm, inputs = trace_step(self.optimizer, plan)
-        except StateInitialization:
-            raise
         except Exception as e:  # ember's limitation, not the user's error: run eagerly
             log.warning(
                 "optimizer step of %s is not compiled, it runs eagerly: %s: %s",
