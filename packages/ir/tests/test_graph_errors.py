@@ -86,14 +86,14 @@ def test_binary_garbage() -> None:
 def test_newer_major_names_both_versions() -> None:
     data = small_json()
     data["version"] = [2, 1]
-    err = _expect(data, r"version 2\.1 is a newer major version than this reader supports \(1\.0")
+    err = _expect(data, r"version 2\.1 is a newer major version than this reader supports \(1\.1")
     assert err.field == "version"
 
 
 def test_older_major_is_rejected_too() -> None:
     data = small_json()
     data["version"] = [0, 9]
-    _expect(data, r"version 0\.9 is a older major|0\.9.*1\.0")
+    _expect(data, r"version 0\.9 is a older major|0\.9.*1\.1")
 
 
 def test_newer_minor_with_unknown_optional_fields_loads() -> None:

@@ -235,7 +235,7 @@ def test_no_example_inputs_means_no_meta_not_wrong_meta() -> None:
 def test_printer_shows_program_text() -> None:
     ir = from_fx(torch.fx.symbolic_trace(MLP()), [torch.randn(4, 8)])
     text = str(ir)
-    assert text.splitlines()[0] == "graph(dialect='torch', version=1.0):"
+    assert text.splitlines()[0] == "graph(dialect='torch', version=1.1):"
     assert "  %x: f32[4, 8] = placeholder x" in text
     assert "  %fc1: f32[4, 32] = call_module fc1(%x)" in text
     assert "  %gelu: f32[4, 32] = torch.nn.functional.gelu(%fc1)" in text

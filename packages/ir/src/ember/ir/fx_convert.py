@@ -233,6 +233,7 @@ def from_fx(
                 kwargs={k: _plain(v, n.name, "kwargs") for k, v in n.kwargs.items()},
                 meta=meta if n.op != "output" else None,
                 stack_trace=trace if isinstance(trace, str) else None,
+                recompute=_recompute_region(n),
             )
         )
     ir = GraphIR(
@@ -251,6 +252,12 @@ def from_fx(
     except FormatError as e:
         raise UnsupportedGraphError(e.problem, file=e.file, node=e.node, field=e.field) from None
     return ir
+
+
+def _recompute_region(n: torch.fx.Node) -> int | None:
+    """``n.meta["recompute"]``: the checkpoint region a node belongs to (see ``Node.recompute``)."""
+    region = n.meta.get("recompute")
+    return region if isinstance(region, int) and not isinstance(region, bool) and region >= 1 else None
 
 
 def _node_meta(n: torch.fx.Node, fake: Mapping[str, object], device: torch.device) -> Meta:
@@ -389,6 +396,8 @@ def to_fx(ir: GraphIR) -> torch.fx.GraphModule:
         fx_node.meta["ember_meta"] = node.meta
         if node.stack_trace is not None:
             fx_node.meta["stack_trace"] = node.stack_trace
+        if node.recompute is not None:
+            fx_node.meta["recompute"] = node.recompute
         env[node.name] = fx_node
     if ir.codegen is not None:
         _set_codegen(graph, ir.codegen)

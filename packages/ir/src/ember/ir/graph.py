@@ -109,6 +109,9 @@ class Node:
     kwargs: Mapping[str, object] = field(default_factory=dict)
     meta: Meta = None
     stack_trace: str | None = None
+    #: the activation-checkpointing region (``torch.utils.checkpoint``) the node belongs
+    #: to, numbered from 1: its value is recomputed in backward, not saved (format 1.1)
+    recompute: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "args", tuple(self.args))
@@ -323,7 +326,13 @@ def _arg_text(value: object) -> str:
 
 
 def format_node(node: Node) -> str:
-    """One line of program text: ``%relu: f32[4, 8] = torch.relu(%x)``."""
+    """One line of program text: ``%relu: f32[4, 8] = torch.relu(%x)`` (``  # recompute 1``
+    after a node of checkpoint region 1)."""
+    line = _format_node(node)
+    return line if node.recompute is None else f"{line}  # recompute {node.recompute}"
+
+
+def _format_node(node: Node) -> str:
     head = f"%{node.name}"
     meta = meta_text(node.meta)
     if meta:

@@ -64,6 +64,8 @@ def _node_json(node: Node) -> dict[str, JSON]:
     }
     if node.stack_trace is not None:
         out["stack_trace"] = node.stack_trace
+    if node.recompute is not None:
+        out["recompute"] = node.recompute
     return out
 
 
@@ -222,6 +224,9 @@ def _node_from_json(data: JSON, index: int) -> Node:
         args = _get(data, "args", list, "node")
         kwargs = _get(data, "kwargs", dict, "node")
         trace = _get(data, "stack_trace", str, "node", optional=True)
+        recompute = _get(data, "recompute", int, "node", optional=True)
+        if isinstance(recompute, bool) or (recompute is not None and recompute < 1):
+            raise FormatError(f"'recompute' must be a region number >= 1, got {recompute!r}", field="recompute")
         return Node(
             name=name,
             op=op,
@@ -230,6 +235,7 @@ def _node_from_json(data: JSON, index: int) -> Node:
             kwargs={k: decode_value(v, field="kwargs") for k, v in kwargs.items()},
             meta=meta_from_json(data.get("meta"), "meta"),
             stack_trace=trace,
+            recompute=recompute,
         )
     except FormatError as e:
         raise e.with_context(node=where) from None

@@ -15,7 +15,7 @@ from ember.ir.values import JSON
 
 GRAPH_FORMAT = "ember.graph"
 GUARDS_FORMAT = "ember.guards"
-GRAPH_VERSION: tuple[int, int] = (1, 0)
+GRAPH_VERSION: tuple[int, int] = (1, 1)  # 1.1: a node's optional ``recompute``
 GUARDS_VERSION: tuple[int, int] = (1, 0)
 
 
