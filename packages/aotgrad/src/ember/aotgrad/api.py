@@ -37,6 +37,7 @@ from ember.aotgrad.partition import (
     node_bytes,
 )
 from ember.aotgrad.plan_cache import StoredPlan
+from ember.aotgrad.regions import has_regions, run_marking_regions
 from ember.aotgrad.runtime import Compiled, CompiledPlan
 from ember.aotgrad.sizes import bind_sizes, expr_of, pass_sizes, symint_args
 from ember.ir.cache_entry import default_cache_dir
@@ -478,6 +479,17 @@ class AotModule(torch.nn.Module):
         return self._compiled(params, buffers, *args, **kwargs)
 
 
+class _MarkingRegions(torch.nn.Module):
+    """Runs ``gm`` through ``regions.run_marking_regions`` (its tensors under ``gm.``)."""
+
+    def __init__(self, gm: fx.GraphModule) -> None:
+        super().__init__()
+        self.gm = gm
+
+    def forward(self, *args: Any) -> Any:
+        return run_marking_regions(self.gm, *args)
+
+
 def aot_module(
     mod: torch.nn.Module,
     fw_compiler: GraphCompiler,
@@ -490,9 +502,19 @@ def aot_module(
     graph inputs, so training updates are seen and buffer updates (BatchNorm
     running statistics) are written back to ``mod``."""
 
+    target: torch.nn.Module = mod
+    prefix = ""
+    if isinstance(mod, fx.GraphModule) and has_regions(mod):
+        # checkpointed regions: run the graph node by node so the ATen ops of each
+        # region are marked (``regions.py``)
+        target, prefix = _MarkingRegions(mod), "gm."
+
     def functional(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
                    *args: Any, **kwargs: Any) -> Any:
-        return torch.func.functional_call(mod, (params, buffers), args, kwargs)
+        if prefix:
+            params = {prefix + k: v for k, v in params.items()}
+            buffers = {prefix + k: v for k, v in buffers.items()}
+        return torch.func.functional_call(target, (params, buffers), args, kwargs)
 
     functional.__qualname__ = f"{type(mod).__name__}.forward"
     compiled = AotFunction(functional, fw_compiler, bw_compiler, partition_fn, decompositions,

@@ -130,12 +130,16 @@ class _Functionalizer:
         self.multi_view_src: dict[fx.Node, fx.Node] = {}
         #: storages whose base's elements share memory (an ``expand``ed input)
         self.overlapping: set[int] = set()
+        #: the checkpoint region of the node being rewritten: the nodes emitted for it keep it
+        self.region: int | None = None
 
     # -- emitting ------------------------------------------------------------
 
     def emit(self, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> fx.Node:
         kwargs = kwargs or {}
         node = call_node(self.graph, op, args, kwargs)
+        if self.region is not None:
+            node.meta["recompute"] = self.region
         vals = tree_map(lambda a: a.meta["val"] if isinstance(a, fx.Node) else a, (args, kwargs))
         with self.fake_mode, torch.no_grad():
             node.meta["val"] = op(*vals[0], **vals[1])
@@ -312,6 +316,7 @@ class _Functionalizer:
     def run(self) -> FunctionalGraph:
         position = 0
         for node in self.old.graph.nodes:
+            self.region = node.meta.get("recompute")
             if node.op == "placeholder":
                 new = self.graph.placeholder(node.name)
                 new.meta.update(node.meta)

@@ -14,6 +14,10 @@ backward; :func:`split_joint` then builds the two graphs from that choice:
 minimum cut (networkx) that weighs each value by its bytes, lets the backward
 recompute cheap pointwise/view ops, and never recomputes matmuls,
 convolutions, reductions or random ops (see :func:`op_category`).
+
+Both honour activation-checkpointing regions (``regions.py``): a value marked
+``meta["recompute"]`` is never saved; the backward recomputes it, matmuls
+included, from the values that flow into its region (:func:`must_recompute`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import torch
 import torch.fx as fx
 
 from ember.aotgrad.errors import PartitionError, VerifyError
+from ember.aotgrad.regions import region_of
 from ember.aotgrad.sizes import hint
 
 aten = torch.ops.aten
@@ -139,7 +144,47 @@ def default_partition(joint: fx.GraphModule, *, num_fw_outputs: int) -> Partitio
     backward = _ancestors(grads) - forward
     saved = [n for n in joint.graph.nodes if n in forward and (
         any(u in backward for u in n.users) or n in grads)]
+    saved = _outside_regions(joint, saved, _tangent_dependent(joint))
     return split_joint(joint, saved, num_fw_outputs=num_fw_outputs)
+
+
+def must_recompute(node: fx.Node, backward: set[fx.Node]) -> bool:
+    """Whether ``node`` is a forward value of a checkpointed region (``regions.py``) that
+    the backward recomputes instead of saving: not a random op (recomputing it would
+    draw other numbers), not a value the backward compares exactly (see
+    :func:`_compared_exactly`); ``backward`` holds the tangent-dependent nodes."""
+    if region_of(node) is None or node.op != "call_function" or node in backward:
+        return False
+    if op_category(node.target) is OpCategory.RANDOM:
+        return False
+    val = node.meta.get("val")
+    exact = isinstance(val, torch.Tensor) and val.dtype.is_floating_point and any(
+        isinstance(u.target, torch._ops.OpOverload) and u in backward
+        and u.target.overloadpacket.__name__ in _EXACT_COMPARISONS for u in node.users)
+    return not exact
+
+
+def _outside_regions(joint: fx.GraphModule, saved: list[fx.Node], backward: set[fx.Node]) -> list[fx.Node]:
+    """``saved`` with each checkpointed value replaced by the values its region reads
+    from outside, which the backward recomputes it from."""
+    out: set[fx.Node] = set()
+    seen: set[fx.Node] = set()
+    stack = list(saved)
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        inputs = node.all_input_nodes
+        # a multi-output op outside the region is saved through its items, never as a tuple
+        if must_recompute(node, backward) and not any(
+            isinstance(a.meta.get("val"), (tuple, list)) and not must_recompute(a, backward) for a in inputs
+        ):
+            stack.extend(inputs)
+        else:
+            out.add(node)
+    order = {n: i for i, n in enumerate(joint.graph.nodes)}
+    return sorted(out, key=order.__getitem__)
 
 
 def node_bytes(node: fx.Node) -> int:
@@ -207,7 +252,8 @@ def _min_cut(joint: fx.GraphModule, *, num_fw_outputs: int) -> Partition:
 
     fw_outs, grads = _joint_parts(joint, num_fw_outputs)
     required_fw = _ancestors(fw_outs)
-    required_bw = _tangent_dependent(joint) | {g for g in grads if isinstance(g, fx.Node)}
+    tangent_dep = _tangent_dependent(joint)
+    required_bw = tangent_dep | {g for g in grads if isinstance(g, fx.Node)}
     flow = nx.DiGraph()
     for node in joint.graph.nodes:
         if node.op == "output":
@@ -216,13 +262,15 @@ def _min_cut(joint: fx.GraphModule, *, num_fw_outputs: int) -> Partition:
             flow.add_edge(node.name + "_in", "sink", capacity=math.inf)
             continue
         is_input = node.op in ("placeholder", "get_attr")
-        banned = not is_input and (op_category(node.target) not in RECOMPUTABLE
-                                   or _compared_exactly(node, required_fw))
+        # a checkpointed value (``regions.py``) is recomputed whatever its op costs
+        recompute = not is_input and must_recompute(node, tangent_dep)
+        banned = not is_input and not recompute and (
+            op_category(node.target) not in RECOMPUTABLE or _compared_exactly(node, required_fw))
         if is_input or (banned and node in required_fw):
             # inputs exist in the forward; banned ops must run there, never again
             flow.add_edge("source", node.name + "_in", capacity=math.inf)
         val = node.meta.get("val")
-        weight = node_bytes(node) if isinstance(val, torch.Tensor) else math.inf
+        weight = node_bytes(node) if isinstance(val, torch.Tensor) and not recompute else math.inf
         flow.add_edge(node.name + "_in", node.name + "_out", capacity=weight)
         for user in node.users:
             if user.op != "output":

@@ -11,13 +11,15 @@ called, so a node may alias or mutate another node's storage. Every node gets
 ``meta["val"]`` (its fake value), ``meta["storage"]`` (an id of the storage it
 lives in) and ``meta["layout"]`` (size, stride, storage offset at the time it
 was produced); :mod:`ember.aotgrad.functionalize` uses them to remove the
-mutations.
+mutations. An op recorded while ``RECOMPUTE_REGION`` is set (the torch-level
+node being run is in a checkpointed region) gets ``meta["recompute"]``.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -33,6 +35,10 @@ from ember.aotgrad.errors import TraceError
 from ember.aotgrad.sizes import call_node
 
 DecompTable = Mapping[Any, Callable[..., Any]]
+
+#: the activation-checkpointing region (``node.meta["recompute"]`` of the torch-level node
+#: being run, see ``regions.py``) whose ATen ops the tracer is recording now, or None
+RECOMPUTE_REGION: ContextVar[int | None] = ContextVar("ember_aotgrad_recompute_region", default=None)
 
 _IMPLICIT = torch._C.DispatchKey.CompositeImplicitAutograd
 
@@ -185,6 +191,9 @@ class GraphTracer(TorchDispatchMode):  # type: ignore[no-untyped-call]
         node = call_node(self.graph, func, tuple(node_args), dict(node_kwargs))
         # an in-place op under no_grad changes values without autograd history
         node.meta["grad_enabled"] = torch.is_grad_enabled()
+        region = RECOMPUTE_REGION.get()
+        if region is not None:
+            node.meta["recompute"] = region
         if isinstance(out, torch.Tensor):
             self._bind(out, node)
         elif isinstance(out, (tuple, list)):
