@@ -1,4 +1,5 @@
-"""torch functions that call user code: ``torch.func.functional_call`` and ``torch.cond``.
+"""torch functions that call user code: ``torch.func.functional_call``, ``torch.cond`` and
+``torch.utils.checkpoint.checkpoint``.
 
 ``functional_call(module, state, args, kwargs)`` is traced as the module's
 call with its parameters and buffers read from ``state``: while the call is
@@ -7,7 +8,7 @@ gives the dict's tracker instead of the module's own ``get_attr``, and a
 torch.nn leaf module holding one is inlined rather than made one
 ``call_module`` node (which would read the module's real tensors).
 
-``torch.cond`` is traced by ``variables.cond``.
+``torch.cond`` is traced by ``variables.cond``, ``checkpoint`` by ``variables.checkpoint``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.utils.checkpoint
 from torch import nn
 
 from ..errors import Unsupported
@@ -43,7 +45,7 @@ def _functional_calls() -> frozenset[Any]:
 #: ``torch.func.functional_call`` (and the older ``torch.nn.utils.stateless`` one)
 FUNCTIONAL_CALLS: frozenset[Any] = _functional_calls()
 #: every torch function ``HigherOrderVariable`` handles
-HIGHER_ORDER_FUNCTIONS: frozenset[Any] = FUNCTIONAL_CALLS | {torch.cond}
+HIGHER_ORDER_FUNCTIONS: frozenset[Any] = FUNCTIONAL_CALLS | {torch.cond, torch.utils.checkpoint.checkpoint}
 
 
 def _bind(
@@ -134,13 +136,17 @@ def functional_call(
 
 
 class HigherOrderVariable(TorchFunctionVariable):
-    """A torch function that calls user code (``functional_call``, ``cond``)."""
+    """A torch function that calls user code (``functional_call``, ``cond``, ``checkpoint``)."""
 
     def call_function(
         self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
     ) -> VariableTracker:
         if self.value in FUNCTIONAL_CALLS:
             return functional_call(tx, args, kwargs)
+        if self.value is torch.utils.checkpoint.checkpoint:
+            from .checkpoint import checkpoint_call
+
+            return checkpoint_call(tx, args, kwargs)
         from .cond import cond_call
 
         return cond_call(tx, args, kwargs)
