@@ -1,18 +1,28 @@
 """Training-step benchmark: eager, ember and torch.compile side by side (issue 18).
 
     .venv/bin/python tools/bench_training.py [--steps 30] [--rows optimizer,model,model+optimizer,ddp]
+                                              [--model mlp|blog]
 
-Rows, on a 6-layer MLP (width 512) trained with Adam (foreach, the default):
+Rows, on a 6-layer MLP (width 512), or with ``--model blog`` on the seed blog's
+ViT+GPT-2 captioner (``integration_tests/models/zoo.py``, small config, captions
+padded to 16, the blog's loop: ``model(**batch).loss``), trained with Adam
+(foreach, the default):
 
 - ``optimizer``: ``optimizer.step`` alone, gradients fixed;
 - ``model``: the model compiled, the optimizer eager;
 - ``model+optimizer``: both compiled (the seed blog's step 3);
-- ``ddp``: two gloo processes, ``compile(DDP(model))``, SGD eager.
+- ``ddp``: two gloo processes, ``compile(DDP(model))``, SGD eager (the MLP under a
+  forward in user code, so that torch.compile, which starts tracing only in user
+  frames, has a frame to compile after DDP's forward breaks; each process gets
+  ``cpu_count // 2`` OpenMP threads, as torchrun gives).
 
 Columns: ``eager``, ``ember`` (backend ``inductor``) and ``torch.compile``
 (inductor). Each cell reports the median step time after warm-up, the speedup
-over eager, and how many graphs the backend compiled (for DDP: graphs per
-step, the pieces a forward is split into at gradient-bucket boundaries). Every
+over eager, and how many graphs the backend compiled (for DDP: the graphs one
+step runs, the pieces a forward is split into at gradient-bucket boundaries).
+The ``optimizer`` row also gives kernels per step: the C++ kernels in the
+compiled step's code (ember: its wrapper's kernel calls; torch.compile: the
+kernels inductor generated), for eager the ATen calls one step makes. Every
 cell also checks its result against eager's (losses / parameters, float
 tolerance) and says ``WRONG`` if they differ. Timings depend on the machine's
 load: note ``uptime`` beside them.
@@ -22,8 +32,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -58,6 +70,76 @@ class Counter:
         return self.inner(gm, example_inputs)
 
 
+class Blog:
+    """The seed blog's captioner and its loop's batches (``zoo.caption_batch``)."""
+
+    def __init__(self) -> None:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration_tests"))
+        from models import zoo
+
+        self.zoo = zoo
+        self.model: nn.Module = zoo.build("vit_gpt2_train").model
+
+    def batch(self, i: int) -> dict[str, torch.Tensor]:
+        batch: dict[str, torch.Tensor] = self.zoo.caption_batch(length=16, seed=i % 4)
+        return batch
+
+
+class KernelCount:
+    """Kernels in the compiled optimizer step (see the module docstring)."""
+
+    def __init__(self, column: str) -> None:
+        self.column = column
+        self.messages: list[str] = []
+        self.handler: logging.Handler | None = None
+        self.before = 0
+
+    def __enter__(self) -> KernelCount:
+        if self.column == "ember":
+            outer = self
+
+            class Keep(logging.Handler):
+                def emit(self, record: logging.LogRecord) -> None:
+                    outer.messages.append(record.getMessage())
+
+            self.handler = Keep(logging.INFO)
+            log = logging.getLogger("ember.output_code")
+            log.addHandler(self.handler)
+            self.level = log.level
+            log.setLevel(logging.INFO)
+        elif self.column == "torch.compile":
+            from torch._inductor import metrics
+
+            self.before = metrics.generated_kernel_count
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.handler is not None:
+            log = logging.getLogger("ember.output_code")
+            log.removeHandler(self.handler)
+            log.setLevel(self.level)
+
+    def kernels(self) -> int | None:
+        if self.column == "ember":
+            wrappers = [m.split("kernels:")[0] for m in self.messages if "kernels:" in m]
+            return len(re.findall(r"^\s+kernel\d+\(", wrappers[-1], flags=re.M)) if wrappers else None
+        if self.column == "torch.compile":
+            from torch._inductor import metrics
+
+            return int(metrics.generated_kernel_count - self.before)
+        return None
+
+
+def eager_aten_calls(step: Callable[[], Any]) -> int:
+    """ATen calls one eager step makes (top-level ``aten::`` profiler events)."""
+    with torch.profiler.profile() as prof:
+        step()
+    return sum(
+        1 for e in prof.events()
+        if e.name.startswith("aten::") and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))
+    )
+
+
 def compiler(column: str) -> tuple[Callable[[Any], Any], Counter | None]:
     """``compile(target)`` for a column, and its graph counter."""
     if column == "eager":
@@ -74,8 +156,9 @@ def compiler(column: str) -> tuple[Callable[[Any], Any], Counter | None]:
     return (lambda target: torch.compile(target, backend=counter)), counter
 
 
-def run_cell(row: str, column: str, steps: int, warmup: int) -> dict[str, Any]:
-    model = mlp()
+def run_cell(row: str, column: str, steps: int, warmup: int, which: str = "mlp") -> dict[str, Any]:
+    blog = Blog() if which == "blog" else None
+    model = blog.model if blog is not None else mlp()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     compile_fn, counter = compiler(column)
     gen = torch.Generator().manual_seed(0)
@@ -88,27 +171,38 @@ def run_cell(row: str, column: str, steps: int, warmup: int) -> dict[str, Any]:
     if row == "optimizer":
         for p in model.parameters():
             p.grad = torch.randn(p.shape, generator=gen) * 1e-2
+    count = 0
 
     def step() -> float:
+        nonlocal count
+        count += 1
         if row == "optimizer":
             opt.step()
             return 0.0
         opt.zero_grad()
-        loss = nn.functional.mse_loss(forward(x), y)
+        if blog is not None:
+            loss = forward(**blog.batch(count)).loss
+        else:
+            loss = nn.functional.mse_loss(forward(x), y)
         loss.backward()
         opt.step()
-        return loss.item()
+        return float(loss.item())
 
     times, losses = [], []
-    for i in range(warmup + steps):
-        start = time.perf_counter()
-        losses.append(step())
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
+    with KernelCount(column) as kernels:
+        for i in range(warmup + steps):
+            start = time.perf_counter()
+            losses.append(step())
+            if i >= warmup:
+                times.append(time.perf_counter() - start)
+    kernel_count = kernels.kernels()
     params = torch.cat([p.detach().flatten() for p in model.parameters()])
+    if row == "optimizer" and column == "eager":
+        kernel_count = eager_aten_calls(step)  # one more step, after the parameters were taken
     return {
         "seconds": statistics.median(times),
         "graphs": None if counter is None else counter.graphs,
+        "kernels": kernel_count if row == "optimizer" else None,
         "losses": losses,
         "params": params,
     }
@@ -120,9 +214,14 @@ def run_ddp(column: str, steps: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.json"
         port = random.randrange(20000, 40000)
+        # one OpenMP thread per process per core, as torchrun sets it (OMP_NUM_THREADS=1 for
+        # 2 processes on 2 cores): more threads than cores make every parallel region of
+        # either process wait for the other's spinning threads
+        threads = max(1, (os.cpu_count() or 2) // 2)
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
         done = subprocess.run(
             [sys.executable, str(worker), "bench", column, str(port), str(out), str(steps)],
-            capture_output=True, text=True, check=False,
+            capture_output=True, text=True, check=False, env=env,
         )
         if done.returncode != 0:
             return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"}
@@ -135,10 +234,13 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--rows", default="optimizer,model,model+optimizer,ddp")
+    parser.add_argument("--model", choices=("mlp", "blog"), default="mlp",
+                        help="the model of the single-process rows (DDP always runs the MLP)")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2))))
     columns = ("eager", "ember", "torch.compile")
-    print(f"load average: {os.getloadavg()}; torch {torch.__version__}; {torch.get_num_threads()} threads")
+    print(f"load average: {os.getloadavg()}; torch {torch.__version__}; {torch.get_num_threads()} threads; "
+          f"model {args.model}")
     print(f"{'row':18} " + " ".join(f"{c:>30}" for c in columns))
     for row in args.rows.split(","):
         cells = []
@@ -152,15 +254,17 @@ def main() -> int:
                     continue
                 ok = "" if close(results["eager"]["losses"], r["losses"]) else " WRONG"
                 speed = f"{base / r['seconds']:.2f}x" if base else "-"
-                graphs = "-" if r["graphs_per_step"] is None else f"{r['graphs_per_step']} g/step"
+                graphs = "-" if r["graphs_per_step"] is None else f"{r['graphs_per_step']:g} g/step"
                 cells.append(f"{r['seconds'] * 1e3:8.2f} ms {speed:>6} {graphs}{ok}")
         else:
-            results = {c: run_cell(row, c, args.steps, args.warmup) for c in columns}
+            results = {c: run_cell(row, c, args.steps, args.warmup, args.model) for c in columns}
             base = results["eager"]["seconds"]
             for c in columns:
                 r = results[c]
                 same = torch.allclose(r["params"], results["eager"]["params"], rtol=1e-3, atol=1e-5)
-                graphs = "-" if r["graphs"] is None else f"{r['graphs']} graphs"
+                graphs = "-" if r["graphs"] is None else f"{r['graphs']} g"
+                if r["kernels"] is not None:
+                    graphs += f" {r['kernels']} {'aten' if c == 'eager' else 'krn'}/step"
                 cells.append(
                     f"{r['seconds'] * 1e3:8.2f} ms {base / r['seconds']:5.2f}x {graphs}{'' if same else ' WRONG'}"
                 )
