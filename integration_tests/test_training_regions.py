@@ -203,3 +203,39 @@ def test_checkpoint_calls_ember_does_not_capture_run_eagerly(how: str) -> None:
     assert got_loss.requires_grad == want_loss.requires_grad
     for g, w in zip(grads(block), want, strict=True):
         torch.testing.assert_close(g, w)
+
+
+class GPT2Loss(nn.Module):
+    def __init__(self, checkpointed: bool) -> None:
+        super().__init__()
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        config = GPT2Config(vocab_size=256, n_positions=64, n_embd=64, n_layer=2, n_head=2, resid_pdrop=0.0,
+                            embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False, bos_token_id=1, eos_token_id=2)
+        torch.manual_seed(0)
+        self.model = GPT2LMHeadModel(config).train()
+        if checkpointed:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            # transformers adds a forward hook on the input embeddings for reentrant
+            # checkpointing; module hooks are graph breaks in ember (not traced)
+            self.model.get_input_embeddings()._forward_hooks.clear()
+        self.ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        loss: torch.Tensor = self.model(ids, labels=ids).loss
+        return loss
+
+
+def test_transformers_gradient_checkpointing_is_captured_and_recomputed() -> None:
+    pytest.importorskip("transformers")
+    ids = GPT2Loss(False).ids
+    eager_saved, eager_grads = saved_numel(GPT2Loss(True), ids)
+    plain_saved, _ = saved_numel(ember.dynamo.compile(GPT2Loss(False), backend="aot_eager"), ids)
+    counter = ember.dynamo.testing.CompileCounterWithBackend("aot_eager")
+    ckpt_saved, ckpt_grads = saved_numel(ember.dynamo.compile(GPT2Loss(True), backend=counter), ids)
+    assert counter.frame_count == 1
+    regions = {n.meta.get("recompute") for n in counter.graphs[0].graph.nodes} - {None}
+    assert regions == {1, 2}  # one per GPT-2 block
+    assert ckpt_saved < plain_saved
+    for g, w in zip(ckpt_grads, eager_grads, strict=True):
+        torch.testing.assert_close(g, w)
