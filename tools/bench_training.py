@@ -23,8 +23,9 @@ step runs, the pieces a forward is split into at gradient-bucket boundaries).
 The ``optimizer`` row also gives kernels per step: the C++ kernels in the
 compiled step's code (ember: its wrapper's kernel calls; torch.compile: the
 kernels inductor generated), for eager the ATen calls one step makes. Every
-cell also checks its result against eager's (losses / parameters, float
-tolerance) and says ``WRONG`` if they differ. Timings depend on the machine's
+cell also checks its result against eager's (parameters; for the blog model's
+training rows the losses, within 1e-3 relative: see ``main``) and says ``WRONG``
+if they differ. Timings depend on the machine's
 load: note ``uptime`` beside them.
 """
 
@@ -261,7 +262,13 @@ def main() -> int:
             base = results["eager"]["seconds"]
             for c in columns:
                 r = results[c]
-                same = torch.allclose(r["params"], results["eager"]["params"], rtol=1e-3, atol=1e-5)
+                if args.model == "blog" and row != "optimizer":
+                    # a transformer trained with Adam (lr 1e-3): a gradient at float noise
+                    # level moves a parameter by about lr in either direction, so the
+                    # parameters are not comparable after a few steps; the losses are
+                    same = close(results["eager"]["losses"], r["losses"], rel=1e-3)
+                else:
+                    same = torch.allclose(r["params"], results["eager"]["params"], rtol=1e-3, atol=1e-5)
                 graphs = "-" if r["graphs"] is None else f"{r['graphs']} g"
                 if r["kernels"] is not None:
                     graphs += f" {r['kernels']} {'aten' if c == 'eager' else 'krn'}/step"
@@ -272,10 +279,10 @@ def main() -> int:
     return 0
 
 
-def close(want: list[float], got: list[float]) -> bool:
+def close(want: list[float], got: list[float], rel: float = 1e-4) -> bool:
     """Every loss within float tolerance of eager's."""
     return len(want) == len(got) and all(
-        abs(a - b) <= 1e-4 * max(1.0, abs(a)) for a, b in zip(want, got, strict=True)
+        abs(a - b) <= rel * max(1.0, abs(a)) for a, b in zip(want, got, strict=True)
     )
 
 
