@@ -29,6 +29,7 @@ from ember.ir import Attr, Item, Source
 from . import trace_rules
 from .errors import Unsupported
 from .function_entry import CompiledFunction
+from .numpy_ops import numpy_counterpart, traceable_dtype
 from .variables import hooks as _hooks  # noqa: F401  (registers Tensor.register_hook)
 from .variables.autograd_function import AutogradFunctionClassVariable, is_autograd_function
 from .variables.base import VariableTracker
@@ -52,8 +53,6 @@ from .variables.ndarray import (
     NumpyConversionVariable,
     NumpyFunctionVariable,
     NumpyNdarrayVariable,
-    numpy_counterpart,
-    traceable_dtype,
 )
 from .variables.nn_module import NNModuleVariable
 from .variables.objects import (

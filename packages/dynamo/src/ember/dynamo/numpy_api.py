@@ -13,7 +13,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .variables.ndarray import ndarrays_to_tensors, tensors_to_ndarrays
+from .numpy_ops import ndarrays_to_tensors, tensors_to_ndarrays
 
 F = TypeVar("F", bound=Callable[..., Any])
 

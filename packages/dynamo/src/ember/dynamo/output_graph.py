@@ -34,6 +34,7 @@ from .errors import Unsupported
 from .frame import CapturedGraph, CompilerFn, next_graph_name
 from .guard_collector import GuardCollector
 from .mutable import Trail
+from .numpy_ops import ndarray_needs_copy, ndarray_to_tensor, ndarrays_to_graph_inputs
 from .shapes import ShapePolicy
 from .side_effects import SideEffects
 from .tensor_subclass import BASE_CLASSES, as_plain, is_capturable_class, result_class
@@ -42,7 +43,6 @@ from .variables.constant import ConstantVariable, OpaqueConstantVariable, is_con
 from .variables.dicts import DictVariable
 from .variables.lazy import LazyVariable
 from .variables.lists import BaseListVariable, ListVariable, NamedTupleVariable, TupleVariable
-from .variables.ndarray import ndarray_needs_copy, ndarray_to_tensor, ndarrays_to_graph_inputs
 from .variables.sym import SYM_TYPES, SliceVariable, SymNodeVariable, is_symbolic
 from .variables.tensor import TensorVariable
 

@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Unsupported
+from ..numpy_ops import numpy_op
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .lists import BaseListVariable, ListVariable, TupleVariable
-from .ndarray import NumpyNdarrayVariable, numpy_call, numpy_op
+from .ndarray import NumpyNdarrayVariable, numpy_call
 from .objects import MISSING, ObjectVariable
 from .sets import SetVariable
 from .sym import SymNodeVariable
