@@ -490,3 +490,17 @@ def test_common_numpy_programs(name: str, backend: str) -> None:
     counter = CompileCounterWithBackend(backend)
     _same(ember.dynamo.compile(fn, backend=counter)(X.copy()), fn(X.copy()))
     assert counter.frame_count == 1
+
+
+def test_out_arguments_are_left_to_numpy() -> None:
+    def f(x: np.ndarray, buf: np.ndarray) -> np.ndarray:
+        np.add(x, 1, out=buf)
+        x.sum(axis=0, out=buf[0])
+        return buf * 2
+
+    x, buf, ebuf = np.ones((2, 2)), np.zeros((2, 2)), np.zeros((2, 2))
+    expected = f(x.copy(), ebuf)
+    report = ember.dynamo.explain(f)(x.copy(), np.zeros((2, 2)))
+    assert sum("`out=`" in str(r) for r in report.break_reasons) == 2, report
+    np.testing.assert_allclose(ember.dynamo.compile(f, backend="eager")(x, buf), expected)
+    np.testing.assert_allclose(buf, ebuf)

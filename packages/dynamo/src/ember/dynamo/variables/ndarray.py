@@ -128,6 +128,8 @@ class NumpyNdarrayVariable(VariableTracker):
             return ConstantVariable(_static(tx, self.tensor.example.shape[0]))
         if not callable(getattr(tnp.ndarray, name, None)):
             raise Unsupported(f"NumPy array method `{name}` has no torch._numpy counterpart")
+        if "out" in kwargs:
+            raise Unsupported(f"`out=` of `ndarray.{name}` is not traced")
         return numpy_call(tx, numpy_method(name), [self, *args], kwargs, method_reference(name))
 
     def unpack(self, tx: Tx) -> list[VariableTracker]:
