@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import ember.dynamo
-from ember.dynamo.testing import CompileCounter
+from ember.dynamo.testing import CompileCounter, CompileCounterWithBackend
 
 BACKENDS = ["eager", "aot_eager", "inductor"]
 
@@ -163,14 +163,48 @@ class SetupContext(torch.autograd.Function):
 
 
 class Dirty(torch.autograd.Function):
+    """``mark_dirty``: the input changed in place and returned."""
+
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
         ctx.mark_dirty(x)
-        return x.add_(1)
+        return x.mul_(2)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return g * 3  # "wrong" on purpose
+
+
+class Undeclared(torch.autograd.Function):
+    """Changes its input in place without ``mark_dirty``."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        x.add_(1)
+        return x * 2
 
     @staticmethod
     def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
         return g
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mark_dirty_changes_the_input_and_the_users_backward_runs(backend: str) -> None:
+    def fn(w: torch.Tensor) -> torch.Tensor:
+        x = w * 1.5
+        y = Dirty.apply(x)
+        return y.sum() + x.sum() * 2  # x is y now: changed in place
+
+    counter = CompileCounterWithBackend(backend)
+    w1 = torch.randn(4, requires_grad=True)
+    w2 = w1.detach().clone().requires_grad_()
+    out = ember.dynamo.compile(fn, backend=counter, fullgraph=True)(w1)
+    out.backward()
+    ref = fn(w2)
+    ref.backward()
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(w1.grad, w2.grad)
+    assert counter.frame_count == 1
 
 
 def test_setup_context_with_nothing_saved() -> None:
@@ -187,7 +221,7 @@ def test_setup_context_with_nothing_saved() -> None:
 
 @pytest.mark.parametrize(
     ("fn_cls", "reason"),
-    [(Dirty, "ctx.mark_dirty")],
+    [(Undeclared, "changes a tensor in place")],
 )
 def test_forms_not_captured_are_a_break_that_says_why(fn_cls: Any, reason: str) -> None:
     def fn(x: torch.Tensor) -> torch.Tensor:

@@ -13,9 +13,10 @@ Covered: the classic form (``forward(ctx, *args)``, ``backward(ctx, *grads)``)
 and the ``setup_context`` form (``forward(*args)``, then
 ``setup_context(ctx, inputs, output)``, both traced into the one graph),
 ``ctx.save_for_backward``, ``ctx.saved_tensors``, ``ctx.needs_input_grad``,
-``ctx.mark_non_differentiable`` (of outputs), ``ctx.set_materialize_grads`` and
-attributes (tensors are saved; other values must be constants). ``mark_dirty``,
-a forward that changes Python state or a tensor in place, or outputs other than
+``ctx.mark_non_differentiable`` (of outputs), ``ctx.mark_dirty`` (of inputs the
+forward changes in place and returns), ``ctx.set_materialize_grads`` and
+attributes (tensors are saved; other values must be constants). A forward that
+changes Python state or a tensor it does not mark dirty, or outputs other than
 tensors are graph breaks that say so.
 """
 
@@ -73,6 +74,8 @@ class TracedFunction:
     non_differentiable: tuple[int, ...] = ()
     #: ``ctx.set_materialize_grads(...)`` (True: torch's default)
     materialize_grads: bool = True
+    #: inputs (indices among the node's inputs) the forward changed in place (``ctx.mark_dirty``)
+    dirty: tuple[int, ...] = ()
 
     def __call__(self, *inputs: torch.Tensor) -> Any:
         outs = _Apply.apply(self, *inputs)  # type: ignore[no-untyped-call]
@@ -85,6 +88,8 @@ class _Apply(torch.autograd.Function):
         outs = list(spec.graph(*inputs))
         ctx.spec = spec
         ctx.save_for_backward(*outs[spec.n_out:])
+        if spec.dirty:
+            ctx.mark_dirty(*[inputs[i] for i in spec.dirty])
         if spec.non_differentiable:
             ctx.mark_non_differentiable(*[outs[i] for i in spec.non_differentiable])
         if not spec.materialize_grads:
@@ -123,6 +128,7 @@ class CtxVariable(VariableTracker):
         self.saved: list[TensorVariable] | None = None
         self.attrs: dict[str, VariableTracker] = {}
         self.non_differentiable: list[TensorVariable] = []
+        self.dirty: list[TensorVariable] = []
         self.materialize_grads = True
 
     def describe(self) -> str:
@@ -137,7 +143,7 @@ class CtxVariable(VariableTracker):
             return _SaveForBackward(self)
         if name == "saved_tensors" and self.saved is not None:
             return TupleVariable(list(self.saved))
-        if name in ("mark_non_differentiable", "set_materialize_grads"):
+        if name in ("mark_non_differentiable", "set_materialize_grads", "mark_dirty"):
             return _CtxRecorder(self, name)
         raise Unsupported(f"`ctx.{name}` in an autograd.Function forward")
 
@@ -183,8 +189,9 @@ class _CtxRecorder(VariableTracker):
             self.ctx.materialize_grads = bool(args[0].as_python_constant())
         else:
             if not all(isinstance(a, TensorVariable) for a in args):
-                raise Unsupported("`ctx.mark_non_differentiable` of values other than tensors")
-            self.ctx.non_differentiable.extend(a for a in args if isinstance(a, TensorVariable))
+                raise Unsupported(f"`ctx.{self.name}` of values other than tensors")
+            marked = self.ctx.dirty if self.name == "mark_dirty" else self.ctx.non_differentiable
+            marked.extend(a for a in args if isinstance(a, TensorVariable))
         return ConstantVariable(None)
 
 
@@ -247,16 +254,23 @@ class AutogradApplyVariable(VariableTracker):
         needs = tuple(isinstance(a, TensorVariable) and a.example.requires_grad for a in args)
         ctx = CtxVariable(needs)
         fn = self._method(tx, "forward", forward)
+        def dirty() -> list[torch.fx.Node]:
+            return [v.node for v in ctx.dirty]
+
         if setup is None:
-            added, result = trace_subgraph(tx, fn, [ctx, *args], what)
+            added, result = trace_subgraph(tx, fn, [ctx, *args], what, dirty)
         else:
             both = _ForwardThenSetup(fn, self._method(tx, "setup_context", setup), ctx)
-            added, result = trace_subgraph(tx, both, list(args), what)
+            added, result = trace_subgraph(tx, both, list(args), what, dirty)
         outs, single = tensors_of(result, what)
         out_index = {o.node: i for i, o in enumerate(outs)}
         if any(v.node not in out_index for v in ctx.non_differentiable):
             raise Unsupported("`ctx.mark_non_differentiable` of a tensor that is not an output")
         non_differentiable = tuple(sorted({out_index[v.node] for v in ctx.non_differentiable}))
+        arg_nodes = {a.node for a in tensor_args}
+        for v in ctx.dirty:
+            if v.node not in arg_nodes or v.node not in out_index:
+                raise Unsupported("`ctx.mark_dirty` of a tensor that is not an input the forward returns")
         saved = list(ctx.saved or [])
         tensor_attrs = [(k, v) for k, v in ctx.attrs.items() if isinstance(v, TensorVariable)]
         const_attrs = tuple((k, v.as_python_constant()) for k, v in ctx.attrs.items() if not isinstance(v, TensorVariable))
@@ -267,7 +281,7 @@ class AutogradApplyVariable(VariableTracker):
         spec = TracedFunction(
             cls, gm, len(outs), single, len(saved), tuple(k for k, _ in tensor_attrs), const_attrs,
             tuple(index[a.node] if isinstance(a, TensorVariable) else None for a in args), len(inputs),
-            non_differentiable, ctx.materialize_grads,
+            non_differentiable, ctx.materialize_grads, tuple(sorted({index[v.node] for v in ctx.dirty})),
         )
         target = GraphCallable(spec, f"{cls.__name__}_apply")
         with tx.output.fake_mode:

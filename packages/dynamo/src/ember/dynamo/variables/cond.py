@@ -19,6 +19,7 @@ just traces the branch it selects.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -72,10 +73,16 @@ def _versions(graph: torch.fx.Graph) -> dict[torch.fx.Node, int]:
 
 
 def trace_subgraph(
-    tx: Tx, fn: VariableTracker, args: list[VariableTracker], what: str
+    tx: Tx,
+    fn: VariableTracker,
+    args: list[VariableTracker],
+    what: str,
+    may_change: Callable[[], Collection[torch.fx.Node]] | None = None,
 ) -> tuple[list[torch.fx.Node], VariableTracker]:
     """Trace ``fn(*args)`` into the outer graph: (the nodes it added, its result).
-    ``fn`` must compute tensors only (module doc)."""
+    ``fn`` must compute tensors only (module doc); only the tensors of the nodes
+    ``may_change()`` names after the call (an autograd.Function's ``mark_dirty``
+    inputs) may be changed in place."""
     output = tx.output
     before = set(output.graph.nodes)
     versions = _versions(output.graph)
@@ -88,8 +95,9 @@ def trace_subgraph(
         output.inline_leaves = saved
     if output.trail.writes != writes:  # every observable change goes through the trail
         raise Unsupported(f"{what} changes Python state")
+    allowed = set(may_change()) if may_change is not None else set()
     for n, v in versions.items():
-        if n.meta["example_value"]._version != v:
+        if n.meta["example_value"]._version != v and n not in allowed:
             raise Unsupported(f"{what} changes a tensor in place")
     return [n for n in output.graph.nodes if n not in before], result
 
