@@ -92,3 +92,35 @@ class EagerOnError:
         if name in ("compiled", "gm", "name", "failed"):
             raise AttributeError(name)
         return getattr(self.compiled, name)
+
+
+class AliasChecked:
+    """``compiled`` for a graph that changes some inputs in place; where one of those
+    shares memory with another input in a call (``f(x, x)``, one NumPy array passed
+    twice), ``gm`` runs instead: the backends compile a graph for distinct inputs
+    (a kernel may read one input after writing the other, or not see the write),
+    and ``gm`` runs the ops in the program's order, as eager does."""
+
+    def __init__(self, compiled: Callable[..., Any], gm: torch.fx.GraphModule, mutated: tuple[int, ...]) -> None:
+        self.compiled = compiled
+        self.gm = gm
+        self.mutated = mutated
+
+    def __call__(self, *args: Any) -> Any:
+        for i in self.mutated:
+            a = args[i]
+            if not isinstance(a, torch.Tensor):
+                continue
+            where = a.untyped_storage().data_ptr()
+            for j, b in enumerate(args):
+                if j != i and isinstance(b, torch.Tensor) and where != 0 and (
+                    b.untyped_storage().data_ptr() == where
+                ):
+                    return self.gm(*args)
+        return self.compiled(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("compiled", "gm", "mutated"):
+            raise AttributeError(name)
+        return getattr(self.compiled, name)
+

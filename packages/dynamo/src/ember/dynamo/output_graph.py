@@ -30,6 +30,7 @@ from ember.ir import Attr, Global, Item, Local, Source
 
 from .builder import wrap_constant_result
 from .codegen import OUT_LOCAL, PyCodegen
+from .eager_fallback import AliasChecked
 from .errors import Unsupported
 from .frame import CapturedGraph, CompilerFn, next_graph_name
 from .guard_collector import GuardCollector
@@ -59,6 +60,9 @@ class GraphInput:
     #: what turns the frame's value into the graph's tensor (a NumPy array's
     #: ``ndarray_to_tensor``); None: the value is the tensor
     convert: Callable[[Any], torch.Tensor] | None = None
+    #: the example's version when the input was made: a later one means the graph
+    #: changes the input in place
+    version: int = 0
 
 
 def _path_text(source: Source) -> str:
@@ -164,7 +168,7 @@ class OutputGraph:
             node = self.graph.placeholder(name_hint(source))
         node.meta["example_value"] = example
         var = TensorVariable(node, example, source, type(value))
-        self.inputs[key] = GraphInput(source, value, node, var)
+        self.inputs[key] = GraphInput(source, value, node, var, version=example._version)
         return var
 
     def add_numpy_input(self, value: Any, source: Source) -> TensorVariable:
@@ -203,7 +207,7 @@ class OutputGraph:
             self.copied_arrays.append((key, example, example._version))
         # no source on the tensor tracker: loading the source gives the array, not a tensor
         var = TensorVariable(node, example, None)
-        self.inputs[key] = GraphInput(source, tensor, node, var, ndarray_to_tensor)
+        self.inputs[key] = GraphInput(source, tensor, node, var, ndarray_to_tensor, example._version)
         return var
 
     def check_copied_arrays(self) -> None:
@@ -415,6 +419,9 @@ class OutputGraph:
         # a backward
         with torch.set_grad_enabled(self.entry_grad):
             compiled = compiler(gm, example_inputs)
+        mutated = tuple(k for k, i in enumerate(inputs) if i.var.example._version != i.version)
+        if mutated and len(inputs) > 1:
+            compiled = AliasChecked(compiled, gm, mutated)
         name = next_graph_name()
         self.f_globals[name] = compiled
         captured = CapturedGraph(
