@@ -107,15 +107,16 @@ class AliasChecked:
         self.mutated = mutated
 
     def __call__(self, *args: Any) -> Any:
+        seen: dict[int, int] = {}
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                where = a.untyped_storage().data_ptr()
+                seen[where] = seen.get(where, 0) + 1
         for i in self.mutated:
             a = args[i]
-            if not isinstance(a, torch.Tensor):
-                continue
-            where = a.untyped_storage().data_ptr()
-            for j, b in enumerate(args):
-                if j != i and isinstance(b, torch.Tensor) and where != 0 and (
-                    b.untyped_storage().data_ptr() == where
-                ):
+            if isinstance(a, torch.Tensor):
+                where = a.untyped_storage().data_ptr()
+                if where != 0 and seen[where] > 1:
                     return self.gm(*args)
         return self.compiled(*args)
 
