@@ -62,7 +62,7 @@ class GraphInput:
     convert: Callable[[Any], torch.Tensor] | None = None
     #: the example's version when the input was made: a later one means the graph
     #: changes the input in place
-    version: int = 0
+    version: int | None = 0
 
 
 def _path_text(source: Source) -> str:
@@ -81,6 +81,15 @@ def name_hint(source: Source) -> str:
     if not text or text[0].isdigit():
         text = "v_" + text
     return text
+
+
+def _version_of(t: torch.Tensor) -> int | None:
+    """``t._version``; None for an inference tensor (it has no version counter, and
+    cannot be changed in place outside inference mode)."""
+    try:
+        return int(t._version)
+    except RuntimeError:
+        return None
 
 
 def _result_class(args: list[VariableTracker]) -> type:
@@ -168,7 +177,7 @@ class OutputGraph:
             node = self.graph.placeholder(name_hint(source))
         node.meta["example_value"] = example
         var = TensorVariable(node, example, source, type(value))
-        self.inputs[key] = GraphInput(source, value, node, var, version=example._version)
+        self.inputs[key] = GraphInput(source, value, node, var, version=_version_of(example))
         return var
 
     def add_numpy_input(self, value: Any, source: Source) -> TensorVariable:
@@ -207,7 +216,7 @@ class OutputGraph:
             self.copied_arrays.append((key, example, example._version))
         # no source on the tensor tracker: loading the source gives the array, not a tensor
         var = TensorVariable(node, example, None)
-        self.inputs[key] = GraphInput(source, tensor, node, var, ndarray_to_tensor, example._version)
+        self.inputs[key] = GraphInput(source, tensor, node, var, ndarray_to_tensor, _version_of(example))
         return var
 
     def check_copied_arrays(self) -> None:
@@ -419,7 +428,10 @@ class OutputGraph:
         # a backward
         with torch.set_grad_enabled(self.entry_grad):
             compiled = compiler(gm, example_inputs)
-        mutated = tuple(k for k, i in enumerate(inputs) if i.var.example._version != i.version)
+        mutated = tuple(
+            k for k, i in enumerate(inputs)
+            if i.version is not None and _version_of(i.var.example) != i.version
+        )
         if mutated and len(inputs) > 1:
             compiled = AliasChecked(compiled, gm, mutated)
         name = next_graph_name()
