@@ -1,4 +1,4 @@
-"""NumPy at run time: what graphs that hold NumPy code call (ADR 0036).
+"""NumPy at run time: what graphs that hold NumPy code call (ADR 0037).
 
 The graph-side half of ``variables.ndarray``: converting a frame's arrays to
 graph inputs and graph outputs back to arrays, the graph targets that run a
