@@ -17,7 +17,8 @@ padded to 16, the blog's loop: ``model(**batch).loss``), trained with Adam
   ``cpu_count // 2`` OpenMP threads, as torchrun gives).
 
 Columns: ``eager``, ``ember`` (backend ``inductor``) and ``torch.compile``
-(inductor). Each cell reports the median step time after warm-up, the speedup
+(inductor). The columns of a row are timed step by step in turn (a drifting load
+weighs on each alike). Each cell reports the median step time after warm-up, the speedup
 over eager, and how many graphs the backend compiled (for DDP: the graphs one
 step runs, the pieces a forward is split into at gradient-bucket boundaries).
 The ``optimizer`` row also gives kernels per step: the C++ kernels in the
@@ -157,56 +158,81 @@ def compiler(column: str) -> tuple[Callable[[Any], Any], Counter | None]:
     return (lambda target: torch.compile(target, backend=counter)), counter
 
 
-def run_cell(row: str, column: str, steps: int, warmup: int, which: str = "mlp") -> dict[str, Any]:
-    blog = Blog() if which == "blog" else None
-    model = blog.model if blog is not None else mlp()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    compile_fn, counter = compiler(column)
-    gen = torch.Generator().manual_seed(0)
-    x, y = torch.randn(BATCH, WIDTH, generator=gen), torch.randn(BATCH, 1, generator=gen)
-    forward: Any = model
-    if row in ("model", "model+optimizer"):
-        forward = compile_fn(model)
-    if row in ("optimizer", "model+optimizer"):
-        opt.step = compile_fn(opt.step)
-    if row == "optimizer":
-        for p in model.parameters():
-            p.grad = torch.randn(p.shape, generator=gen) * 1e-2
-    count = 0
+class Cell:
+    """One (row, column) training setup: its model, optimizer and ``step``."""
 
-    def step() -> float:
-        nonlocal count
-        count += 1
+    def __init__(self, row: str, column: str, which: str) -> None:
+        self.row, self.column = row, column
+        self.blog = Blog() if which == "blog" else None
+        self.model = self.blog.model if self.blog is not None else mlp()
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        compile_fn, self.counter = compiler(column)
+        gen = torch.Generator().manual_seed(0)
+        self.x, self.y = torch.randn(BATCH, WIDTH, generator=gen), torch.randn(BATCH, 1, generator=gen)
+        self.forward: Any = self.model
+        if row in ("model", "model+optimizer"):
+            self.forward = compile_fn(self.model)
+        if row in ("optimizer", "model+optimizer"):
+            self.opt.step = compile_fn(self.opt.step)
         if row == "optimizer":
-            opt.step()
+            for p in self.model.parameters():
+                p.grad = torch.randn(p.shape, generator=gen) * 1e-2
+        self.count = 0
+        self.losses: list[float] = []
+        self.times: list[float] = []
+        self.kernels: int | None = None
+
+    def step(self) -> float:
+        self.count += 1
+        if self.row == "optimizer":
+            self.opt.step()
             return 0.0
-        opt.zero_grad()
-        if blog is not None:
-            loss = forward(**blog.batch(count)).loss
+        self.opt.zero_grad()
+        if self.blog is not None:
+            loss = self.forward(**self.blog.batch(self.count)).loss
         else:
-            loss = nn.functional.mse_loss(forward(x), y)
+            loss = nn.functional.mse_loss(self.forward(self.x), self.y)
         loss.backward()
-        opt.step()
+        self.opt.step()
         return float(loss.item())
 
-    times, losses = [], []
-    with KernelCount(column) as kernels:
-        for i in range(warmup + steps):
-            start = time.perf_counter()
-            losses.append(step())
-            if i >= warmup:
-                times.append(time.perf_counter() - start)
-    kernel_count = kernels.kernels()
-    params = torch.cat([p.detach().flatten() for p in model.parameters()])
-    if row == "optimizer" and column == "eager":
-        kernel_count = eager_aten_calls(step)  # one more step, after the parameters were taken
-    return {
-        "seconds": statistics.median(times),
-        "graphs": None if counter is None else counter.graphs,
-        "kernels": kernel_count if row == "optimizer" else None,
-        "losses": losses,
-        "params": params,
-    }
+    def warm_up(self, steps: int) -> None:
+        """The first steps (compiles included), untimed; counts the step's kernels."""
+        with KernelCount(self.column) as kernels:
+            for _ in range(steps):
+                self.losses.append(self.step())
+        self.kernels = kernels.kernels()
+
+    def timed_step(self) -> None:
+        start = time.perf_counter()
+        self.losses.append(self.step())
+        self.times.append(time.perf_counter() - start)
+
+    def result(self) -> dict[str, Any]:
+        params = torch.cat([p.detach().flatten() for p in self.model.parameters()])
+        kernels = self.kernels
+        if self.row == "optimizer" and self.column == "eager":
+            kernels = eager_aten_calls(self.step)  # one more step, after the parameters were taken
+        return {
+            "seconds": statistics.median(self.times),
+            "graphs": None if self.counter is None else self.counter.graphs,
+            "kernels": kernels if self.row == "optimizer" else None,
+            "losses": self.losses,
+            "params": params,
+        }
+
+
+def run_row(row: str, columns: tuple[str, ...], steps: int, warmup: int, which: str = "mlp") -> dict[str, Any]:
+    """Every column's cell, warmed up, then timed step by step in turn (the order rotating),
+    so that the load of a shared machine, which drifts, weighs on each column alike."""
+    cells = {c: Cell(row, c, which) for c in columns}
+    for cell in cells.values():
+        cell.warm_up(warmup)
+    for i in range(steps):
+        k = i % len(columns)
+        for c in columns[k:] + columns[:k]:
+            cells[c].timed_step()
+    return {c: cell.result() for c, cell in cells.items()}
 
 
 def run_ddp(column: str, steps: int) -> dict[str, Any]:
@@ -258,7 +284,7 @@ def main() -> int:
                 graphs = "-" if r["graphs_per_step"] is None else f"{r['graphs_per_step']:g} g/step"
                 cells.append(f"{r['seconds'] * 1e3:8.2f} ms {speed:>6} {graphs}{ok}")
         else:
-            results = {c: run_cell(row, c, args.steps, args.warmup, args.model) for c in columns}
+            results = run_row(row, columns, args.steps, args.warmup, args.model)
             base = results["eager"]["seconds"]
             for c in columns:
                 r = results[c]
