@@ -457,9 +457,12 @@ def _relation_text(relation: sympy.Basic, names: Mapping[sympy.Symbol, str]) -> 
     return text(relation)
 
 
-def parts_for(builder: GuardBuilder, guards: Sequence[Guard]) -> list[Part]:
-    """Every guard's part, sorted cheapest first (stable: equal costs keep their order)."""
+def parts_for(
+    builder: GuardBuilder, guards: Sequence[Guard], extra: Sequence[Part] = ()
+) -> list[Part]:
+    """Every guard's part (and ``extra`` ones, first), sorted cheapest first (stable:
+    equal costs keep their order)."""
     if not all(isinstance(g.kind, GuardKind) for g in guards):
         raise GuardCompileError("guards must have an ember.ir.GuardKind kind")
-    parts = [builder.build(g) for g in guards]
+    parts = list(extra) + [builder.build(g) for g in guards]
     return sorted(parts, key=lambda part: part.cost)

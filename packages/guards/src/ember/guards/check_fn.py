@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ember.guards.alias import Alias, share_aliases
 from ember.guards.builder import GuardBuilder, Part, eval_source, parts_for
 from ember.guards.errors import GuardCompileError
 from ember.ir import Guard, GuardKind, GuardSet, Source
@@ -131,6 +132,21 @@ def _relation_guards(guard_set: GuardSet) -> list[Guard]:
     ]
 
 
+def _alias_part(b: GuardBuilder, alias: Alias) -> Part:
+    """``later is earlier``: one object reached by two paths (``alias.py``)."""
+    later, earlier = alias.later, alias.earlier
+    text, first = alias.original.expr(), earlier.expr()
+
+    def explain(values: Sequence[Any]) -> str:
+        return (
+            f"{text} was no longer the same object as {first} (the graph was captured "
+            "with one object reached by both paths)"
+        )
+
+    guard = Guard(later, GuardKind.ID_MATCH, {"id": 0, "repr": f"the object at {first}"})
+    return Part(guard, (later, earlier), f"{b.var(later)} is {b.var(earlier)}", explain, 1)
+
+
 def compile_guards(
     guard_set: GuardSet,
     f_locals: Mapping[str, Any] | None = None,
@@ -149,7 +165,10 @@ def compile_guards(
         )
     builder = GuardBuilder(f_locals, f_globals)
     guards = list(guard_set.guards) + _relation_guards(guard_set)
-    parts = parts_for(builder, guards)
+    aliases: list[Alias] = []
+    if builder.frame is not None:
+        guards, aliases = share_aliases(guards, builder.frame, eval_source)
+    parts = parts_for(builder, guards, [_alias_part(builder, a) for a in aliases])
     code = generate(parts, builder)  # reads the frame's values to pick cheaper reads
     builder.frame = None  # the check must not keep the captured frame's objects alive
     return CheckFn(guard_set, parts, builder, code)
