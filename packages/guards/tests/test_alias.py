@@ -80,3 +80,16 @@ def test_without_the_frame_nothing_is_merged() -> None:
     L = _frame()
     fn = ember.guards.compile(GuardSet(tuple(_config_guards(L))))
     assert len(fn.parts) == 4 and fn(L, {})
+
+
+def test_identity_with_a_singleton_makes_the_type_guard_redundant() -> None:
+    L: dict[str, Any] = {"flag": True, "n": None}
+    guards = [
+        _type(Local("flag"), True), _const(Local("flag"), True),
+        _type(Local("n"), None), _const(Local("n"), None),
+    ]
+    fn = ember.guards.compile(GuardSet(tuple(guards)), L, {})
+    assert len(fn.parts) == 2 and fn(L, {})
+    assert fn.explain({"flag": 1, "n": None}, {}) == "L['flag'] was 1, the graph assumed True"
+    assert fn({"flag": 1, "n": None}, {}) is False
+    assert fn({"flag": True, "n": 0}, {}) is False

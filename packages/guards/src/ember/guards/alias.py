@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from ember.ir import Guard, Source
+from ember.ir import Guard, GuardKind, Source, decode_value
 
 #: Values whose identity carries no meaning (caches and interning make equal ones shared).
 _NO_IDENTITY = (type(None), bool, int, float, complex, str, bytes, torch.Tensor)
@@ -116,3 +116,26 @@ def share_aliases(
             seen.add(g)
             out.append(g)
     return out, aliases
+
+
+def drop_implied(guards: Sequence[Guard]) -> list[Guard]:
+    """``guards`` without the TYPE_MATCH that a same-source identity check implies:
+    ``v is None`` / ``v is True`` / ``v is False`` (a CONSTANT_MATCH on a singleton)
+    already pins ``type(v)``."""
+    singleton_types: dict[Source, int] = {}
+    for g in guards:
+        if g.kind is GuardKind.CONSTANT_MATCH and g.source is not None:
+            value = decode_value(g.payload["value"], field="payload.value")
+            if value is None or isinstance(value, bool):
+                singleton_types[g.source] = id(type(value))
+    if not singleton_types:
+        return list(guards)
+    return [
+        g
+        for g in guards
+        if not (
+            g.kind is GuardKind.TYPE_MATCH
+            and g.source is not None
+            and singleton_types.get(g.source) == g.payload["type_id"]
+        )
+    ]

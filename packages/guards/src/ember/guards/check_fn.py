@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ember.guards.alias import Alias, share_aliases
+from ember.guards.alias import Alias, drop_implied, share_aliases
 from ember.guards.builder import GuardBuilder, Part, eval_source, parts_for
 from ember.guards.errors import GuardCompileError
 from ember.ir import Guard, GuardKind, GuardSet, Source
@@ -168,6 +168,7 @@ def compile_guards(
     aliases: list[Alias] = []
     if builder.frame is not None:
         guards, aliases = share_aliases(guards, builder.frame, eval_source)
+    guards = drop_implied(guards)
     parts = parts_for(builder, guards, [_alias_part(builder, a) for a in aliases])
     code = generate(parts, builder)  # reads the frame's values to pick cheaper reads
     builder.frame = None  # the check must not keep the captured frame's objects alive
