@@ -45,6 +45,28 @@ def _view(
     return torch.as_strided(t, size, stride, t.storage_offset() + offset)
 
 
+def _const_view(
+    cache: dict[int, tuple[torch.Tensor, int, torch.Tensor]],
+    key: int,
+    t: torch.Tensor,
+    size: tuple[int, ...],
+    stride: tuple[int, ...],
+    offset: int,
+) -> torch.Tensor:
+    """``_view`` of a graph constant (a weight), made once and reused while the constant
+    keeps its storage (``param.data = ...`` gives it another: the view is made again).
+    Where autograd would record the view (grad mode, a weight that requires grad) it is
+    made afresh, as ``_view`` makes it."""
+    if t.requires_grad and torch.is_grad_enabled():
+        return torch.as_strided(t, size, stride, t.storage_offset() + offset)
+    hit = cache.get(key)
+    if hit is not None and hit[0] is t and hit[1] == t.data_ptr():
+        return hit[2]
+    view = torch.as_strided(t, size, stride, t.storage_offset() + offset)
+    cache[key] = (t, t.data_ptr(), view)
+    return view
+
+
 def _input(
     i: int, t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype
 ) -> torch.Tensor:
@@ -90,14 +112,25 @@ class WrapperWriter:
         #: the same tensor, and viewed with its own layout only where an op or the caller
         #: sees it (``ref``), which saves an ``as_strided`` (~1-2 us) per reuse
         self.lazy: dict[str, Layout] = {}
+        self.const_views = 0
 
     def ref(self, name: str) -> str:
         """``name`` as a tensor with its own layout."""
         lay = self.lazy.get(name)
         return name if lay is None else self.view(name, lay)
 
-    def view(self, name: str, lay: Layout) -> str:
-        """``name`` viewed with ``lay`` (its offset relative to ``name``'s own)."""
+    def view(self, name: str, lay: Layout, shared: bool = True) -> str:
+        """``name`` viewed with ``lay`` (its offset relative to ``name``'s own); ``shared``:
+        a view of a constant may be one object made on the first call (never returned to
+        the caller, who may change its metadata)."""
+        if shared and name in self.graph.constants and all(
+            isinstance(v, int) for v in (*lay.size, *lay.stride, lay.offset)
+        ):
+            self.const_views += 1
+            return (
+                f"_const_view(_vc, {self.const_views}, {name}, {pysizes(lay.size)}, "
+                f"{pysizes(lay.stride)}, {pyexpr(lay.offset)})"
+            )
         if name in self.fresh:
             off = pyexpr(lay.offset)
             tail = "" if off == "0" else f", {off}"
@@ -219,7 +252,7 @@ class WrapperWriter:
             return pyexpr(o.value)
         if o.kind == "view":
             assert o.layout is not None
-            return self.view(o.name, o.layout)
+            return self.view(o.name, o.layout, shared=False)
         return self.ref(o.name)
 
 
@@ -238,6 +271,8 @@ def namespace(
         "_restride": _restride,
         "_view": _view,
         "_as_strided": torch.as_strided,
+        "_const_view": _const_view,
+        "_vc": {},  # this compiled graph's views of its constants
         "_input": _input,
         # an aten overload's __call__ only forwards to its C++ operation: call that directly
         "_c": [c._op if isinstance(c, torch._ops.OpOverload) else c for c in consts],
