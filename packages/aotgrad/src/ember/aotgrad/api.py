@@ -602,8 +602,15 @@ def aot_autograd(
         if symbolic is not None:
             return symbolic
 
+        # The frontend made ``gm`` for this backend and never changes which tensors it
+        # holds (an in-place update or ``.data =`` keeps the objects, and their metadata
+        # is in the call's cache key), so they are collected once: walking the module
+        # tree cost ~0.1-0.3 ms per call on a 2-layer ViT+GPT-2 training step.
+        params, buffers = dict(gm.named_parameters()), dict(gm.named_buffers())
+        call = compiled._compiled
+
         def run(*args: Any) -> Any:
-            return compiled(*args)
+            return call(params, buffers, *args)
 
         return run
 
