@@ -113,6 +113,18 @@ class WrapperWriter:
         #: sees it (``ref``), which saves an ``as_strided`` (~1-2 us) per reuse
         self.lazy: dict[str, Layout] = {}
         self.const_views = 0
+        #: ``_as_strided`` expression of a fresh buffer -> the local holding that view
+        self.views: dict[str, str] = {}
+        self.view_of: dict[str, tuple[str, str]] = {}  # local -> (its buffer, expression)
+        self.n_views = 0
+
+    def free(self, name: str) -> None:
+        """``del name`` and of the views of it held in locals (they would keep it alive)."""
+        self.lines.append(f"    del {name}")
+        for var, (base, expr) in list(self.view_of.items()):
+            if base == name:
+                self.lines.append(f"    del {var}")
+                del self.view_of[var], self.views[expr]
 
     def ref(self, name: str) -> str:
         """``name`` as a tensor with its own layout."""
@@ -132,9 +144,18 @@ class WrapperWriter:
                 f"{pysizes(lay.stride)}, {pyexpr(lay.offset)})"
             )
         if name in self.fresh:
+            # bound to a local on first use, so ops reading the same view of a buffer (the
+            # q, k and v projections of one input) share it: as_strided costs ~1-2 us
             off = pyexpr(lay.offset)
             tail = "" if off == "0" else f", {off}"
-            return f"_as_strided({name}, {pysizes(lay.size)}, {pysizes(lay.stride)}{tail})"
+            expr = f"_as_strided({name}, {pysizes(lay.size)}, {pysizes(lay.stride)}{tail})"
+            var = self.views.get(expr)
+            if var is None:
+                var = self.views[expr] = f"view{self.n_views}"
+                self.n_views += 1
+                self.view_of[var] = (name, expr)
+                self.lines.append(f"    {var} = {expr}")
+            return var
         return _view_call(name, lay)
 
     def const(self, value: Any) -> str:
@@ -220,7 +241,8 @@ class WrapperWriter:
                 ln.append(f"    {self.backend.call(step.name, self.kernels[step.name])}")
             else:
                 self._extern(step)
-            ln.extend(f"    del {name}" for name in mem.free)
+            for name in mem.free:
+                self.free(name)
         ln.append(f"    return [{', '.join(self._output(o) for o in g.outputs)}]")
         return WrapperCode("\n".join(ln) + "\n", self.consts)
 
