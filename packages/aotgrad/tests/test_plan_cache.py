@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import operator
 from pathlib import Path
 from typing import Any
 
@@ -220,3 +221,54 @@ def test_inference_plan_binds_the_live_weights(tmp_path: Path, monkeypatch: pyte
         want = other(x)
     torch.testing.assert_close(again[0], want[0])
     torch.testing.assert_close(again[1], want[1])
+
+
+
+class Shift(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return self.fc(x).clone() * ids.clone().float()
+
+
+def _shift_graph(model: Shift) -> torch.fx.GraphModule:
+    """``model`` with ``h[:, 0] = 0.1`` and ``ids[:, 0] = 3`` on the clones, as ember.dynamo
+    captures them (``operator.setitem``; torch.fx cannot trace an item assignment):
+    tracing makes a scalar tensor constant of each, which is no weight of the graph."""
+    gm = torch.fx.symbolic_trace(model)
+    for node in list(gm.graph.nodes):
+        if node.op == "call_method" and node.target == "clone":
+            value = 3 if node.args[0].op == "placeholder" else 0.1
+            with gm.graph.inserting_after(node):
+                gm.graph.call_function(operator.setitem, (node, (slice(None), 0), value))
+    gm.recompile()
+    return gm
+
+
+def test_small_constants_made_while_tracing_are_stored_by_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch.manual_seed(0)
+    model = Shift()
+    gm = _shift_graph(model)
+    x, ids = torch.randn(4, 8), torch.randint(0, 9, (4, 8))
+
+    def step(fn: Any) -> list[torch.Tensor]:
+        for p in model.parameters():
+            p.grad = None
+        out = fn(x, ids)
+        out.square().sum().backward()
+        return [out.detach(), *[p.grad.clone() for p in model.parameters() if p.grad is not None]]
+
+    expected = step(gm)  # eager
+    assert bool((expected[0][:, 0] == 0.1 * 3).all())
+    first = step(_backend(tmp_path)(gm, [x, ids]))
+    assert len(_entries(tmp_path)) == 1
+    assert '"values": {"' in _entries(tmp_path)[0].read_text()  # constants stored by value
+    _no_tracing(monkeypatch)
+    second = step(_backend(tmp_path)(gm, [x, ids]))
+    for e, a, b in zip(expected, first, second, strict=True):
+        torch.testing.assert_close(a, e)
+        torch.testing.assert_close(b, e)

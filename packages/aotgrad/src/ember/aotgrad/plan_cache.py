@@ -18,8 +18,9 @@ IR cannot hold (user modules, ops outside its allow-list) are traced every
 time. Tensor constants are stored by reference only: a constant that is one of
 the source graph's parameters or buffers (an inference graph reads its weights
 so) is stored as that weight's name and bound to the live weight when the
-entry is loaded; any other constant makes the plan uncacheable. Weight data is
-never on disk, so new weights never meet a stale entry.
+entry is loaded; a small CPU constant made while tracing (``x[:, 0] = 1`` traces a
+scalar tensor) is stored by value, exactly; any other constant makes the plan
+uncacheable. Weight data is never on disk, so new weights never meet a stale entry.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from ember.ir.cache_entry import (
 LOG = logging.getLogger("ember.aotgrad")
 
 #: Bumped when the entry layout changes.
-FORMAT = 3
+FORMAT = 4
 
 
 
@@ -133,12 +134,57 @@ def _graph_json(gm: fx.GraphModule, weights: Weights) -> dict[str, Any]:
 
     graph_ir = to_graph_ir(gm)
     refs: dict[str, str] = {}
+    values: dict[str, dict[str, Any]] = {}
     for const, value in graph_ir.tensors.items():
         name = next((n for n, w in weights.items() if _same_memory(value, w)), None)
-        if name is None:
-            raise ValueError(f"the graph holds tensor constant {const!r}, which is not a weight of the source graph")
-        refs[const] = name
-    return {"ir": ir.dumps(graph_ir), "constants": refs}
+        if name is not None:
+            refs[const] = name
+            continue
+        small = _small_constant_json(value)
+        if small is None:
+            raise ValueError(
+                f"the graph holds tensor constant {const!r}, which is not a weight of the "
+                "source graph nor a small CPU constant"
+            )
+        values[const] = small
+    return {"ir": ir.dumps(graph_ir), "constants": refs, "values": values}
+
+
+#: Largest tensor constant made while tracing that is stored by value (``x[:, 0] = 1``
+#: traces ``fill(x, tensor(1))``: a scalar tensor that is no weight of the source graph).
+SMALL_CONSTANT_NUMEL = 64
+
+_EXACT_DTYPES = {
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.float16, torch.bfloat16, torch.float32, torch.float64,
+}
+
+
+def _small_constant_json(value: torch.Tensor) -> dict[str, Any] | None:
+    """A small, contiguous, CPU, real-valued constant as exact data; None for anything else."""
+    if (
+        type(value) is not torch.Tensor
+        or value.device.type != "cpu"
+        or value.requires_grad
+        or value.dtype not in _EXACT_DTYPES
+        or value.numel() > SMALL_CONSTANT_NUMEL
+        or not value.is_contiguous()
+        or value.storage_offset() != 0
+    ):
+        return None
+    flat = value.detach().reshape(-1).tolist()
+    data = [float(x).hex() if value.is_floating_point() else int(x) for x in flat]
+    return {"dtype": ir.dtype_name(value.dtype), "shape": list(value.shape), "data": data}
+
+
+def _small_constant(data: dict[str, Any]) -> torch.Tensor:
+    dtype = ir.parse_dtype(str(data["dtype"]))
+    if dtype not in _EXACT_DTYPES:
+        raise ValueError(f"stored constant of dtype {dtype}")
+    shape = [int(n) for n in data["shape"]]
+    raw = data["data"]
+    flat = [float.fromhex(x) for x in raw] if dtype.is_floating_point else [int(x) for x in raw]
+    return torch.tensor(flat, dtype=dtype).reshape(shape)
 
 
 class _Placeholders:
@@ -166,11 +212,14 @@ class _Placeholders:
 def _load_graph(data: dict[str, Any], placeholders: _Placeholders, weights: Weights) -> fx.GraphModule:
     graph_ir = ir.loads(data["ir"])
     refs: dict[str, str] = data["constants"]
-    if refs:
+    values: dict[str, dict[str, Any]] = data.get("values", {})
+    if refs or values:
         missing = sorted(set(refs.values()) - set(weights))
         if missing:
             raise ValueError(f"the source graph has no weight {missing[0]!r}")
-        graph_ir = graph_ir.with_tensors({c: weights[w].detach() for c, w in refs.items()})
+        tensors = {c: weights[w].detach() for c, w in refs.items()}
+        tensors.update({c: _small_constant(v) for c, v in values.items()})
+        graph_ir = graph_ir.with_tensors(tensors)
     gm = ir.to_fx(graph_ir)
     for node in gm.graph.nodes:
         if node.op != "placeholder":
