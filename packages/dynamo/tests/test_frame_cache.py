@@ -183,6 +183,56 @@ def test_a_frame_split_at_a_graph_break_warm_starts_with_its_resume_function(
     assert warm["modules"]["ember.dynamo.symbolic_convert"] is False
 
 
+TRANSFORMERS_LIKE_MODEL = textwrap.dedent(
+    """
+    import dataclasses, enum
+    import torch
+
+    class Mode(str, enum.Enum):  # transformers' `Action`: a str enum read by the frame
+        SUM = "sum"
+        MEAN = "mean"
+
+    MODE = Mode.MEAN
+
+    @dataclasses.dataclass
+    class Out:  # made in the frame and kept: the transformed code rebuilds it
+        loss: torch.Tensor
+        h: torch.Tensor
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            h = self.fc(x)
+            reduction = "mean" if MODE is Mode.MEAN else "sum"
+            # a stateless module made while tracing: no frame source, rebuilt from the IR
+            loss_fct = torch.nn.CrossEntropyLoss(reduction=reduction)
+            target = torch.zeros(x.shape[0], dtype=torch.long)
+            self.last = Out(loss_fct(h, target), h)
+            return self.last.loss * 2 + h.sum()
+    """
+)
+
+
+def test_frames_like_transformers_models_warm_start(tmp_path: Path) -> None:
+    """What kept transformers' GPT-2 and the ViT+GPT-2 captioner from the store: a str
+    enum member read by the frame (stored as a plain str, so it never matched again), an
+    object rebuilt by ``ember.dynamo.rebuild`` (not imported by a warm process), and a
+    ``CrossEntropyLoss()`` made inside ``forward`` (a graph attribute with no frame source)."""
+    cache = tmp_path / "cache"
+    (tmp_path / "models").mkdir()
+    path = tmp_path / "models" / "model_tf_like.py"
+    path.write_text(TRANSFORMERS_LIKE_MODEL)
+    first, _ = _run(tmp_path, cache, [["cold", str(path)]])
+    assert first["cold"] == {"equal": True, "events": ["captured"]}
+    warm, _ = _run(tmp_path, cache, [["hit", str(path)], ["hit", str(path)]])
+    assert warm["hit"] == {"equal": True, "events": ["frame cache"]}
+    stored = json.loads(next((cache / "frames").rglob("*.json")).read_text().partition("\n")[2])
+    assert len(stored["frames"]) == 1  # the warm process added no second copy of the frame
+
+
 class BrokenBlock(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -429,3 +479,65 @@ def test_frames_with_symbolic_sizes_are_not_reused_at_their_first_sizes(backend:
     finally:
         api.STATE.listeners.remove(listen)
     assert "frame cache" not in events
+
+
+SIZES_DRIVER = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    import ember.dynamo as ed
+    from ember.dynamo import api
+
+    events = []
+
+    def listen(e):
+        if e.kind == "capture":
+            dynamic = bool(getattr(e.guarded, "dynamic", None))
+            events.append((e.reason or "captured") + (" dynamic" if dynamic else ""))
+
+    api.STATE.listeners.append(listen)
+
+    def f(x, w):
+        return torch.cat([x, x[:1]]) @ w + x.shape[0]
+
+    torch.manual_seed(0)
+    w = torch.randn(8, 3)
+    compiled = ed.compile(f, backend=sys.argv[2])
+    ok = []
+    for n in json.loads(sys.argv[1]):
+        x = torch.randn(n, 8)
+        out = compiled(x, w)
+        want = f(x, w)
+        ok.append(out.shape == want.shape and bool(torch.allclose(out, want)))
+    print(json.dumps({"events": events, "ok": ok}))
+    """
+)
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_a_warm_process_keeps_automatic_dynamic_state_and_right_sizes(
+    tmp_path: Path, backend: str
+) -> None:
+    """The static frame is stored with the sizes it saw; a warm process that meets a new
+    size compiles the dynamic frame at once (as the process that stored it did at its
+    second size), and every size gives eager's output and shape."""
+    driver = tmp_path / "sizes.py"
+    driver.write_text(SIZES_DRIVER)
+    env = dict(os.environ, EMBER_CACHE_DIR=str(tmp_path / "cache"), EMBER_FRAME_CACHE="1")
+    env.pop("EMBER_COMPILE_DEBUG", None)
+
+    def run(sizes: list[int]) -> dict[str, Any]:
+        proc = subprocess.run(
+            [sys.executable, str(driver), json.dumps(sizes), backend],
+            capture_output=True, text=True, env=env, timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        return result
+
+    cold = run([3, 5, 6])
+    assert cold == {"events": ["captured", "captured dynamic"], "ok": [True] * 3}
+    warm = run([3, 7, 9, 4])
+    assert warm == {"events": ["frame cache", "captured dynamic"], "ok": [True] * 4}
+    fresh = run([7, 9])  # a process whose first size the stored static frame does not fit
+    assert fresh == {"events": ["captured dynamic"], "ok": [True] * 2}

@@ -40,7 +40,7 @@ from ember.aotgrad.plan_cache import StoredPlan
 from ember.aotgrad.regions import has_regions, run_marking_regions
 from ember.aotgrad.runtime import Compiled, CompiledPlan
 from ember.aotgrad.sizes import bind_sizes, expr_of, pass_sizes, symint_args
-from ember.ir.cache_entry import default_cache_dir
+from ember.ir.cache_entry import default_cache_dir, paused_gc
 from ember.ir.debug import debug_dir_of, set_debug_dir
 from ember.ir.logs import get_logger
 from ember.ir.updates import input_updates_of, set_input_updates
@@ -292,6 +292,9 @@ class AotFunction:
         else:
             LOG.debug("ember.aotgrad: traced graphs of %s loaded from the plan cache",
                       getattr(self.fn, "__qualname__", "?"))
+            self._report(stored, joint)
+            with paused_gc():  # a warm start: the backend's caches hit too (cache_entry.paused_gc)
+                return self._compile_stored(stored), stored.out_spec
         self._report(stored, joint)
         return self._compile_stored(stored), stored.out_spec
 

@@ -34,6 +34,7 @@ the Python version, torch's version, ember's own source (``ember.ir``,
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import marshal
@@ -63,9 +64,15 @@ from ember.ir.modules import module_spec
 from .frame import CapturedGraph, CompilerFn, GraphBreak, GuardedCode, next_graph_name
 from .logs import get_logger
 from .portable import bind, code_digest, identity_of, make_portable, resolve
+from .rebuild import rebuild_object as _rebuild_object
 from .resume import RESUME_PREFIX, resume_name
 
 log = get_logger("frame_cache")
+
+# The transformed code calls ``rebuild.rebuild_object`` / ``rebuild_module`` (objects made
+# while tracing) as constants, stored by name; ``resolve`` never imports, and a warm process
+# that loads every frame imports no capture module that would have imported ``rebuild``.
+assert _rebuild_object.__module__ == "ember.dynamo.rebuild"
 
 #: Bumped when the stored layout changes.
 FORMAT = 2
@@ -168,9 +175,14 @@ class StoredFrame:
     #: index in the transformed code's constants -> stable name of an object marshal
     #: cannot write (the callable a graph break calls, e.g. ``builtin:builtins.print``)
     consts: tuple[tuple[int, str], ...] = ()
+    #: tensor sizes the capture saw per input source: a process that loads the frame folds
+    #: them into the code's ``seen_sizes`` (automatic dynamic shapes), so a new size there
+    #: compiles the dynamic frame at once, as it did in the process that stored this one
+    input_sizes: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "input_sizes": [[src, list(sizes)] for src, sizes in self.input_sizes],
             "guards": self.guards,
             "code": base64.b64encode(self.code).decode(),
             "graphs": [g.to_json() for g in self.graphs],
@@ -196,7 +208,17 @@ class StoredFrame:
                 for b in data["breaks"]
             ),
             tuple((int(index), str(name)) for index, name in data["consts"]),
+            tuple(
+                (str(src), tuple(int(n) for n in sizes))
+                for src, sizes in data.get("input_sizes", [])
+            ),
         )
+
+
+@functools.lru_cache(maxsize=256)
+def _guard_set(text: str) -> ir.GuardSet:
+    """A stored frame's guard IR, parsed once (when its file is checked, then bound)."""
+    return ir.GuardSet.loads(text)
 
 
 def _dump(frames: list[StoredFrame]) -> str:
@@ -211,7 +233,7 @@ def _load(text: str) -> list[StoredFrame]:
         raise ValueError(f"frame cache format {data.get('format')!r}, this ember writes {FORMAT}")
     frames = [StoredFrame.from_json(f) for f in data["frames"]]
     for frame in frames:  # everything must parse now, so a damaged entry never half-runs
-        ir.GuardSet.loads(frame.guards)
+        _guard_set(frame.guards)
         for g in frame.graphs:
             ir.loads(g.ir)
             for src in (*g.inputs, *g.attrs.values()):
@@ -360,7 +382,11 @@ def to_stored(
     if portable is None:
         return None, why
     breaks = tuple(StoredBreak.of(b) for b in guarded.graph_breaks)
-    return StoredFrame(portable.dumps(), code, tuple(graphs), resumes, breaks, tuple(named)), ""
+    sizes = tuple((src, tuple(int(n) for n in shape)) for src, shape in guarded.input_sizes.items())
+    return (
+        StoredFrame(portable.dumps(), code, tuple(graphs), resumes, breaks, tuple(named), sizes),
+        "",
+    )
 
 
 def _stored_resumes(
@@ -400,10 +426,24 @@ def _symbolic(guarded: GuardedCode) -> bool:
     return False
 
 
+def _stateless_module(gm: torch.fx.GraphModule, name: str) -> bool:
+    """Whether graph attribute ``name`` is a leaf module without tensors or hooks."""
+    module = gm._modules.get(name)
+    if not isinstance(module, torch.nn.Module):
+        return False
+    if any(True for _ in module.parameters()) or any(True for _ in module.buffers()):
+        return False
+    return not any(has_hooks(m) for m in module.modules())
+
+
 def _stored_graph(captured: CapturedGraph) -> tuple[StoredGraph | None, str]:
     if captured.unstorable:
         return None, captured.unstorable
-    missing = [name for name, src in captured.attr_sources.items() if src is None]
+    missing = [
+        name
+        for name, src in captured.attr_sources.items()
+        if src is None and not _stateless_module(captured.gm, name)
+    ]
     if missing:
         return (
             None,
@@ -413,7 +453,10 @@ def _stored_graph(captured: CapturedGraph) -> tuple[StoredGraph | None, str]:
         graph_ir = ir.from_fx(captured.gm)
     except ir.FormatError as exc:
         return None, f"the graph IR cannot hold graph {captured.name}: {exc}"
-    attrs = {name: src.expr() for name, src in captured.attr_sources.items()}
+    # A stateless leaf module made while tracing (``CrossEntropyLoss()`` inside ``forward``)
+    # has no frame source: the graph IR's module record is all of it, and ``to_fx``
+    # rebuilds it from that record.
+    attrs = {name: src.expr() for name, src in captured.attr_sources.items() if src is not None}
     inputs = tuple(src.expr() for src in captured.input_sources)
     return StoredGraph(captured.name, ir.dumps(graph_ir), inputs, attrs), ""
 
@@ -434,7 +477,7 @@ def instantiate(
 
     Raises on an entry that parses but cannot be rebuilt (the caller drops it).
     """
-    bound, why = bind(ir.GuardSet.loads(stored.guards), f_locals, f_globals)
+    bound, why = bind(_guard_set(stored.guards), f_locals, f_globals)
     if bound is None:
         log.debug("stored frame does not bind: %s", why)
         return None
@@ -462,6 +505,8 @@ def instantiate(
         }
         gm = ir.to_fx(graph_ir.with_tensors(tensors))
         for path in graph_ir.modules:
+            if path not in graph.attrs:
+                continue  # made while tracing, without tensors: rebuilt from its record
             # The live leaf module itself, as capture registers it (its spec was checked
             # equal above): same object, same parameter order for the backend's caches.
             gm._modules[path] = guards.eval_source(
@@ -485,7 +530,14 @@ def instantiate(
         co_names=tuple(names.get(n, n) for n in code.co_names),
         co_consts=tuple(consts.get(i, c) for i, c in enumerate(code.co_consts)),
     )
-    return GuardedCode(code, check_fn, bound, graphs, [b.live() for b in stored.breaks])
+    return GuardedCode(
+        code,
+        check_fn,
+        bound,
+        graphs,
+        [b.live() for b in stored.breaks],
+        input_sizes=dict(stored.input_sizes),
+    )
 
 
 def _modules_match(
@@ -493,6 +545,8 @@ def _modules_match(
 ) -> bool:
     """Each leaf module the graph calls is configured here as it was when captured, without hooks."""
     for path, spec in graph_ir.modules.items():
+        if path not in graph.attrs:
+            continue  # made while tracing: the graph's own copy, rebuilt from ``spec``
         live = guards.eval_source(ir.parse_source(graph.attrs[path]), f_locals, f_globals)
         if not isinstance(live, torch.nn.Module) or has_hooks(live):
             return False
@@ -526,6 +580,11 @@ def attempt(
         if guarded is not None:
             return guarded
     return None
+
+
+def seen_sizes(store: FrameStore, code: types.CodeType) -> list[dict[str, tuple[int, ...]]]:
+    """The input sizes of every stored frame of ``code`` (automatic dynamic shapes' state)."""
+    return [dict(stored.input_sizes) for stored in store.frames(code)]
 
 
 def remember(

@@ -38,6 +38,8 @@ from typing import Any
 
 import torch
 
+from ember.ir.cache_entry import paused_gc
+
 from . import frame_cache, frame_hook, trace_rules
 from .cache import CacheTable, CodeCache, RecompileError, first_failure
 from .config import DynamoOptions
@@ -316,7 +318,7 @@ class Runtime:
         self.state.compiling += 1
         start = time.perf_counter()
         try:
-            with frame_hook.suspended():
+            with frame_hook.suspended(), paused_gc():
                 guarded = frame_cache.attempt(
                     self.frames,
                     cache.code,
@@ -330,8 +332,14 @@ class Runtime:
             self.state.compiling -= 1
             self.state.record_time("frame_cache_load", time.perf_counter() - start)
         if guarded is None:
+            # No stored frame fits this call, but the sizes they were captured with were
+            # seen by this code (in this process or the one that stored them): the capture
+            # that follows marks the dimensions that differ dynamic, as it would have there.
+            for sizes in frame_cache.seen_sizes(self.frames, cache.code):
+                cache.merge_sizes(sizes)
             return None
         cache.add(guarded, loaded=True)
+        cache.merge_sizes(guarded.input_sizes)
         frame_hook.mark_skip(guarded.code)
         log_capture(cache.where(), cache.code, guarded)
         self.emit("capture", cache.code, guarded, "frame cache")

@@ -8,6 +8,7 @@ the ``GuardSet`` that ``ember.guards.compile`` turns into a check function.
 
 from __future__ import annotations
 
+import enum
 import types
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +65,12 @@ class GuardCollector:
     def add_constant(self, source: Source, value: Any) -> None:
         """Pin a Python value read from the frame: by value where it can be
         encoded, by identity otherwise."""
+        if isinstance(value, enum.Enum):
+            # A member of a str/int enum is a str/int, but its encoding is the plain
+            # value: stored and loaded, ``type(v) is Action`` would become ``type(v) is
+            # str`` and never hold again. Members are singletons: pin the member itself.
+            self.add_id(source, value)
+            return
         kind = (
             ir.GuardKind.CONSTANT_MATCH
             if isinstance(value, _CONSTANT_TYPES)

@@ -288,4 +288,16 @@ def parse_source(text: str) -> Source:
     """
     if not isinstance(text, str):
         raise FormatError(f"source text must be a string, got {type(text).__name__}")
-    return _Parser(text).parse()
+    found = _PARSED.get(text)
+    if found is None:
+        # Sources are immutable: a stored frame's hundreds of guard sources, parsed once
+        # when its file is checked and again when it is bound, are parsed once.
+        found = _Parser(text).parse()
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[text] = found
+    return found
+
+
+_PARSED: dict[str, Source] = {}
+_PARSED_MAX = 1 << 16
