@@ -541,3 +541,53 @@ def test_a_warm_process_keeps_automatic_dynamic_state_and_right_sizes(
     assert warm == {"events": ["frame cache", "captured dynamic"], "ok": [True] * 4}
     fresh = run([7, 9])  # a process whose first size the stored static frame does not fit
     assert fresh == {"events": ["captured dynamic"], "ok": [True] * 2}
+
+
+def _synthetic_frame(i: int) -> frame_cache.StoredFrame:
+    from ember.ir import GuardSet
+
+    return frame_cache.StoredFrame(GuardSet(()).dumps(), b"code %d" % i, ())
+
+
+def _code(i: int) -> Any:
+    namespace: dict[str, Any] = {}
+    exec(f"def f{i}(x):\n    return x + {i}\n", namespace)
+    return namespace[f"f{i}"].__code__
+
+
+def test_stored_frames_per_code_are_capped_oldest_first(tmp_path: Path) -> None:
+    store = frame_cache.FrameStore("test", str(tmp_path))
+    code = _code(0)
+    frames = [_synthetic_frame(i) for i in range(frame_cache.MAX_FRAMES_PER_CODE + 3)]
+    for f in frames:
+        store.add(code, f)
+    assert store.frames(code) == frames[3:]
+    fresh = frame_cache.FrameStore("test", str(tmp_path))  # another process reads the file
+    assert fresh.frames(code) == frames[3:]
+
+
+def test_frame_cache_folder_is_capped_least_recently_used_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = frame_cache.FrameStore("test", str(tmp_path))
+    codes = [_code(i) for i in range(6)]
+    store.add(codes[0], _synthetic_frame(0))
+    one = next((tmp_path / "frames").rglob("*.json")).stat().st_size
+    # room for three files: each new file evicts the least recently used one
+    monkeypatch.setenv("EMBER_FRAME_CACHE_MAX_MB", str(3.5 * one / (1024 * 1024)))
+    def written(i: int) -> Path:
+        return frame_cache.entry_path(str(tmp_path), "frames", store.key(codes[i]))
+
+    os.utime(written(0), (0, 0))
+    for i, code in enumerate(codes[1:], start=1):
+        store.add(code, _synthetic_frame(i))
+        if written(i).exists():
+            os.utime(written(i), (i, i))  # file times are coarse: make the order explicit
+        # ... except a file that was just used: reading codes[1] again keeps it
+        if i == 3:
+            store.clear()
+            assert store.frames(codes[1])  # a load marks the file used now
+    left = {p.stem for p in (tmp_path / "frames").rglob("*.json")}
+    assert len(left) == 3
+    assert store.key(codes[5]) in left and store.key(codes[1]) in left
+    assert store.key(codes[0]) not in left

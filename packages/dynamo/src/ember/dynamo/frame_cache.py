@@ -34,6 +34,7 @@ the Python version, torch's version, ember's own source (``ember.ir``,
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import hashlib
 import json
@@ -221,6 +222,13 @@ def _guard_set(text: str) -> ir.GuardSet:
     return ir.GuardSet.loads(text)
 
 
+@functools.lru_cache(maxsize=256)
+def _graph_ir(text: str) -> ir.GraphIR:
+    """A stored graph's IR (immutable; weights are attached per binding with ``with_tensors``),
+    parsed once: when its file is checked, then per bound instance (regional compilation)."""
+    return ir.loads(text)
+
+
 def _dump(frames: list[StoredFrame]) -> str:
     return json.dumps(
         {"format": FORMAT, "frames": [f.to_json() for f in frames]}, separators=(",", ":")
@@ -235,7 +243,7 @@ def _load(text: str) -> list[StoredFrame]:
     for frame in frames:  # everything must parse now, so a damaged entry never half-runs
         _guard_set(frame.guards)
         for g in frame.graphs:
-            ir.loads(g.ir)
+            _graph_ir(g.ir)
             for src in (*g.inputs, *g.attrs.values()):
                 ir.parse_source(src)
         for name, code in frame.resumes:
@@ -271,6 +279,9 @@ class FrameStore:
         if found is None:
             path = self._path(key)
             loaded = load_entry(path, _load, log) if path is not None else None
+            if loaded and path is not None:
+                with contextlib.suppress(OSError):
+                    os.utime(path)  # last use, for eviction (atime is often not kept)
             found = self._frames[key] = loaded or []
         return found
 
@@ -279,12 +290,18 @@ class FrameStore:
         if stored in frames:
             return
         frames.append(stored)
+        if len(frames) > MAX_FRAMES_PER_CODE:
+            # Every process tries a code's stored frames in order: the oldest goes first.
+            del frames[0]
+            log.info("`%s` has %d stored frames: the oldest is dropped", code.co_name, len(frames))
         path = self._path(self.key(code))
         if path is not None:
             try:
                 store_entry(path, _dump(frames), _load, log)
             except OSError as exc:
                 log.info("frame of `%s` not written to %s: %s", code.co_name, path, exc)
+                return
+            evict(path.parent.parent, max_bytes_from_env(), keep=path)
 
     def drop(self, code: types.CodeType, stored: StoredFrame) -> None:
         frames = self.frames(code)
@@ -310,6 +327,49 @@ class FrameStore:
 
 
 _ALL_STORES: weakref.WeakSet[FrameStore] = weakref.WeakSet()
+
+#: Stored frames kept per code object (each is a guard set a miss may try).
+MAX_FRAMES_PER_CODE = 8
+
+#: Size cap of ``$EMBER_CACHE_DIR/frames`` without ``EMBER_FRAME_CACHE_MAX_MB``.
+DEFAULT_MAX_MB = 256.0
+
+
+def max_bytes_from_env() -> int:
+    """``EMBER_FRAME_CACHE_MAX_MB`` (default 256) in bytes; a bad value is the default."""
+    text = os.environ.get("EMBER_FRAME_CACHE_MAX_MB", "")
+    try:
+        mb = float(text) if text else DEFAULT_MAX_MB
+    except ValueError:
+        log.warning("EMBER_FRAME_CACHE_MAX_MB=%r is not a number; using %s", text, DEFAULT_MAX_MB)
+        mb = DEFAULT_MAX_MB
+    return max(0, int(mb * 1024 * 1024))
+
+
+def evict(folder: Path, max_bytes: int, keep: Path | None = None) -> list[Path]:
+    """Delete the least recently used frame files under ``folder`` until it holds at most
+    ``max_bytes`` (``keep``, the file just written, stays). Returns what was deleted."""
+    files: list[tuple[float, int, Path]] = []
+    for path in folder.glob("*/*.json"):
+        try:
+            st = path.stat()
+        except OSError:
+            continue  # deleted meanwhile by another process
+        files.append((st.st_mtime, st.st_size, path))
+    total = sum(size for _, size, _ in files)
+    removed: list[Path] = []
+    for _, size, path in sorted(files, key=lambda f: f[0]):
+        if total <= max_bytes:
+            break
+        if keep is not None and path == keep:
+            continue
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed.append(path)
+        total -= size
+    if removed:
+        log.info("frame cache over %d bytes: %d least recently used files deleted", max_bytes, len(removed))
+    return removed
 
 
 def forget_misses() -> None:
@@ -491,7 +551,7 @@ def instantiate(
         if consts[index] is None:
             log.debug("stored frame does not apply: %s is not loaded in this process", name)
             return None
-    parsed = [(g, ir.loads(g.ir)) for g in stored.graphs]
+    parsed = [(g, _graph_ir(g.ir)) for g in stored.graphs]
     for graph, graph_ir in parsed:
         if not _modules_match(graph, graph_ir, f_locals, f_globals):
             log.debug("stored frame does not apply: a leaf module differs or has hooks")
