@@ -1,6 +1,6 @@
 """Regional compilation vs compiling the whole model: cold compile time of a 12-layer transformer.
 
-    python tools/bench_regional.py [--layers 12] [--repeats 3] [--train]
+    python tools/bench_regional.py [--layers 12] [--repeats 3] [--train] [--torch] [--preimport]
 
 Each measurement is a fresh interpreter with an empty ``EMBER_CACHE_DIR`` (nothing
 cached: capture, tracing, lowering and the C++ compiler all run), timing the compiler
@@ -35,7 +35,7 @@ WORKER = textwrap.dedent(
     sys.path.insert(0, {tools!r})
     from bench.workloads import GPTBlock
 
-    mode, layers, train = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+    mode, layers, train, preimport = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
 
     class Model(nn.Module):
         def __init__(self):
@@ -51,8 +51,11 @@ WORKER = textwrap.dedent(
     torch.manual_seed(0)
     model = Model()
     x = torch.randn(8, 64, 128)
-    if mode.startswith("torch"):
-        import torch._dynamo  # imported before the clock, as tools/bench does for torch.compile
+    if mode.startswith("torch") or preimport:
+        # imported before the clock, as tools/bench does for torch.compile; ember's first
+        # capture imports it too (torch's FakeTensorMode does), so --preimport leaves
+        # the same fixed cost out of ember's figures
+        import torch._dynamo
     start = time.perf_counter()
     if mode == "whole":
         import ember.dynamo
@@ -78,7 +81,7 @@ WORKER = textwrap.dedent(
 )
 
 
-def measure(mode: str, layers: int, train: bool) -> float:
+def measure(mode: str, layers: int, train: bool, preimport: bool = False) -> float:
     tools = str(Path(__file__).resolve().parent)
     with tempfile.TemporaryDirectory(prefix="ember-regional-") as tmp:
         script = Path(tmp) / "worker.py"
@@ -86,7 +89,7 @@ def measure(mode: str, layers: int, train: bool) -> float:
         env = dict(os.environ, EMBER_CACHE_DIR=str(Path(tmp) / "cache"), TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / "torch"))
         env.pop("EMBER_COMPILE_DEBUG", None)
         proc = subprocess.run(
-            [sys.executable, str(script), mode, str(layers), "1" if train else "0"],
+            [sys.executable, str(script), mode, str(layers), "1" if train else "0", "1" if preimport else "0"],
             capture_output=True, text=True, env=env, timeout=1800,
         )
         if proc.returncode != 0:
@@ -101,16 +104,20 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--train", action="store_true", help="a training step (forward + backward) instead of inference")
     p.add_argument("--torch", action="store_true", help="also measure torch.compile")
+    p.add_argument("--preimport", action="store_true",
+                   help="import TorchDynamo before the clock for ember's modes too (as for torch's): "
+                   "the figures are then compile work without that fixed import")
     args = p.parse_args()
     modes = ["whole", "regional"] + (["torch whole", "torch regional"] if args.torch else [])
     times: dict[str, list[float]] = {m: [] for m in modes}
     for _ in range(args.repeats):
         for mode in modes:  # interleaved, so load changes hit every mode alike
-            times[mode].append(measure(mode, args.layers, args.train))
+            times[mode].append(measure(mode, args.layers, args.train, args.preimport))
     median = {m: statistics.median(v) for m, v in times.items()}
     what = "training step" if args.train else "inference"
+    imports = ", TorchDynamo imported before the clock for every mode" if args.preimport else ""
     print(f"cold compile (compiler call + first call), {args.layers} GPT layers, {what}, "
-          f"median of {args.repeats}, load {os.getloadavg()[0]:.1f}")
+          f"median of {args.repeats}, load {os.getloadavg()[0]:.1f}{imports}")
     for mode in modes:
         print(f"  {mode:15s} {median[mode]:7.2f} s   runs: {', '.join(f'{t:.2f}' for t in times[mode])}")
     print(f"  ember regional / whole: {median['regional'] / median['whole']:.2f}x")
