@@ -90,7 +90,23 @@ def fn_name(fn: Any) -> str:
 
 def table_fingerprint(table: dict[Any, Any]) -> str:
     """The decomposition table as text: each op, the function decomposing it, and its code."""
-    return repr(sorted(f"{op}={fn_name(fn)}:{code_digest(fn)}" for op, fn in table.items()))
+    return repr(sorted(_table_item(op, fn) for op, fn in table.items()))
+
+
+#: (op, function, its code object) -> that entry's text: digesting ~1000 functions' code
+#: took ~30 ms per backend call, and a regional compile makes one call per block.
+_ITEMS: dict[tuple[Any, Any, Any], str] = {}
+
+
+def _table_item(op: Any, fn: Any) -> str:
+    try:
+        key = (op, fn, getattr(fn, "__code__", None))
+        found = _ITEMS.get(key)
+    except TypeError:  # an unhashable callable: not memoised
+        return f"{op}={fn_name(fn)}:{code_digest(fn)}"
+    if found is None:
+        found = _ITEMS[key] = f"{op}={fn_name(fn)}:{code_digest(fn)}"
+    return found
 
 
 def plan_key(gm: fx.GraphModule, call: str, decompositions: str, partitioner: str) -> str | None:
@@ -209,8 +225,16 @@ class _Placeholders:
             return torch.empty_strided(shape, stride, dtype=meta.dtype, device=meta.device)  # type: ignore[arg-type]
 
 
+@functools.lru_cache(maxsize=128)
+def _graph_ir(text: str) -> ir.GraphIR:
+    """A stored graph's IR, parsed once per process: the IR is immutable (constants are
+    attached per load with ``with_tensors``), and a regional compile loads the same plan
+    once per block."""
+    return ir.loads(text)
+
+
 def _load_graph(data: dict[str, Any], placeholders: _Placeholders, weights: Weights) -> fx.GraphModule:
-    graph_ir = ir.loads(data["ir"])
+    graph_ir = _graph_ir(data["ir"])
     refs: dict[str, str] = data["constants"]
     values: dict[str, dict[str, Any]] = data.get("values", {})
     if refs or values:
