@@ -193,6 +193,7 @@ def run_grid(
                 if warm.get("status") == "ok":
                     result["warm_first_call_s"] = warm.get("first_call_s")
                     result["warm_compile_s"] = warm.get("compile_s", warm.get("first_call_s"))
+                    result["warm_compile_cpu_s"] = warm.get("compile_cpu_s")
                 else:
                     result["warm_error"] = warm.get("error")
             progress.finish(describe(result))
