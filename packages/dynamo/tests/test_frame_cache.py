@@ -591,3 +591,50 @@ def test_frame_cache_folder_is_capped_least_recently_used_first(
     assert len(left) == 3
     assert store.key(codes[5]) in left and store.key(codes[1]) in left
     assert store.key(codes[0]) not in left
+
+
+ENCODER_DRIVER = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    import ember.dynamo as ed
+    from ember.dynamo import api
+
+    events = []
+    api.STATE.listeners.append(
+        lambda e: events.append(e.reason or "captured") if e.kind == "capture" else None
+    )
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True).eval()
+    x = torch.randn(2, 5, 16)
+    if sys.argv[1] == "hit":
+        sys.modules["ember.dynamo.convert_frame"] = None  # capture impossible
+    with torch.no_grad():  # eval + no grad + batched: the native fast path op
+        out = ed.compile(layer, backend=sys.argv[2])(x)
+        want = layer(x)
+    print(json.dumps({"events": events, "equal": bool(torch.allclose(out, want, atol=1e-5))}))
+    """
+)
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_transformer_encoder_layer_warm_starts(tmp_path: Path, backend: str) -> None:
+    """nn.TransformerEncoderLayer's graph calls F._canonical_mask, F._none_or_dtype and, in
+    inference, torch._transformer_encoder_layer_fwd: none was in the IR's allow-list, so the
+    frame stayed in its process and every warm start captured it again."""
+    driver = tmp_path / "encoder.py"
+    driver.write_text(ENCODER_DRIVER)
+    env = dict(os.environ, EMBER_CACHE_DIR=str(tmp_path / "cache"), EMBER_FRAME_CACHE="1")
+    env.pop("EMBER_COMPILE_DEBUG", None)
+
+    def run(kind: str) -> dict[str, Any]:
+        proc = subprocess.run(
+            [sys.executable, str(driver), kind, backend],
+            capture_output=True, text=True, env=env, timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        return result
+
+    assert run("cold") == {"events": ["captured"], "equal": True}
+    assert run("hit") == {"events": ["frame cache"], "equal": True}

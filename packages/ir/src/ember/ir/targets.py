@@ -58,6 +58,11 @@ _EXTRA_TORCH: dict[str, Callable[[], object]] = {
     "torch.amp.autocast_mode._enter_autocast": lambda: torch.amp.autocast_mode._enter_autocast,
     "torch.amp.autocast_mode._exit_autocast": lambda: torch.amp.autocast_mode._exit_autocast,
     "torch.Size": lambda: torch.Size,
+    # nn.MultiheadAttention / TransformerEncoderLayer call these on their masks
+    "torch.nn.functional._none_or_dtype": lambda: torch.nn.functional._none_or_dtype,
+    "torch.nn.functional._canonical_mask": lambda: torch.nn.functional._canonical_mask,
+    # TransformerEncoderLayer's inference fast path (one native op for the whole layer)
+    "torch._transformer_encoder_layer_fwd": lambda: torch._transformer_encoder_layer_fwd,
 }
 
 _ARITH_DUNDERS = frozenset(
