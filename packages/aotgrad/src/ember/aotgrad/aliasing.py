@@ -119,9 +119,12 @@ def replay(base: torch.Tensor, steps: Sequence[ViewStep],
         kind = type(a)
         if kind is SizeRef:
             return sizes[a.index]
-        if kind is list or kind is tuple:
+        if kind is int:
+            return a
+        # (lists in FX nodes' arguments are torch.fx's immutable_list, a list subclass)
+        if isinstance(a, (list, tuple)):
             items = [resolve(x) for x in a]
-            return items if kind is list else tuple(items)
+            return tuple(items) if isinstance(a, tuple) else items
         if kind is dict:
             return {k: resolve(v) for k, v in a.items()}
         return a
