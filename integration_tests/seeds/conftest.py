@@ -22,3 +22,22 @@ def _fresh_dynamo() -> Iterator[None]:
     ember.dynamo.reset()
     ember.dynamo.config.reset()
     ember.dynamo.set_stance("default")
+
+
+@pytest.fixture
+def gloo_world_of_one(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A one-process gloo group on a free port (other test processes run such tests too)."""
+    import socket
+
+    import torch.distributed as dist
+
+    monkeypatch.setenv("MASTER_ADDR", "localhost")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()

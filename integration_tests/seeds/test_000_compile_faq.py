@@ -94,6 +94,32 @@ def test_ddp_model_is_captured(monkeypatch: pytest.MonkeyPatch) -> None:
         dist.destroy_process_group()
 
 
+def test_ddp_graphs_split_at_bucket_boundaries(gloo_world_of_one: None) -> None:
+    # "the main idea will be to graph break on DDP bucket boundaries": four Linear(64, 64)
+    # layers of 16.25 KiB each and a bucket cap of about one layer give one graph per
+    # bucket, and training matches eager DDP (two processes: integration_tests/test_ddp.py)
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def net() -> torch.nn.Module:
+        torch.manual_seed(0)
+        layers: list[torch.nn.Module] = []
+        for _ in range(4):
+            layers += [torch.nn.Linear(64, 64), torch.nn.Tanh()]
+        return torch.nn.Sequential(*layers, torch.nn.Linear(64, 1))
+
+    cap = 16 * 1024 / 2**20  # the cap of integration_tests/distributed/ddp_worker.py
+    compiled_model, eager_model = DDP(net(), bucket_cap_mb=cap), DDP(net(), bucket_cap_mb=cap)
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = ember.dynamo.compile(compiled_model, backend=counter)
+    x = torch.randn(8, 64)
+    compiled(x).sum().backward()
+    eager_model(x).sum().backward()
+    assert counter.frame_count == 4
+    assert [len(list(g.parameters())) for g in counter.graphs] == [2, 2, 2, 4]
+    for a, b in zip(compiled_model.parameters(), eager_model.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad)
+
+
 # -- Do I still need to export whole graphs? -----------------------------------
 
 

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import ember.dynamo
-from ember.dynamo.testing import CompileCounter
+from ember.dynamo.testing import CompileCounter, CompileCounterWithBackend
 
 from .fresh_process import run_example
 
@@ -312,6 +312,40 @@ def test_compile_the_optimizer_step() -> None:
     assert counter.frame_count == 1
     for got, want in zip(model.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(got, want)
+
+
+def test_ddp_training_without_fullgraph(gloo_world_of_one: None) -> None:
+    # Step #5: "we have to disable the fullgraph setting because the cross-GPU gradient
+    # sharing requires graph-breaking communication calls" (one gloo process here; two in
+    # integration_tests/test_ddp.py). Without fullgraph, a compiled DDP model trains as eager
+    # DDP does; with it, ember says why it cannot (test_ddp.py::test_fullgraph_with_ddp_says_why).
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def make() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(
+            torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 32), torch.nn.GELU(),
+            torch.nn.Linear(32, 1),
+        )
+        ddp = DDP(net, bucket_cap_mb=2 * 1024 / 2**20)
+        return ddp, torch.optim.SGD(ddp.parameters(), lr=0.05)
+
+    (compiled_model, opt_c), (eager_model, opt_e) = make(), make()
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = ember.dynamo.compile(compiled_model, backend=counter)
+    torch.manual_seed(1)
+    for _ in range(3):
+        x, y = torch.randn(8, 16), torch.randn(8, 1)
+        for model, opt in ((compiled, opt_c), (eager_model, opt_e)):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+    for a, b in zip(compiled_model.parameters(), eager_model.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    # split where the 2 KiB buckets end, walking back from the output: the last two layers
+    # (4.3 KiB) fill one bucket, the first layer (2.1 KiB) another; each compiled once
+    assert counter.frame_count == 2
 
 
 def test_mark_static_address_of_gradients() -> None:
