@@ -42,6 +42,7 @@ FOUND_SEEDS = {
     3115: "wrong:requires_grad: a graph break inside no_grad compiled the graph without backward",
     3150: "wrong:grad: a leaf got a gradient through a view made under no_grad",
     3213: "wrong:stride: an output written through a permuted view of it",
+    3455: "wrong:value: a write through a view of a tensor built in the graph (torch.tensor)",
 }
 #: (backend, seed) -> why: known wrong results still open (issue 14), left out of the
 #: default run so the rest keeps guarding; each is still run and must still fail, so a

@@ -370,3 +370,17 @@ def test_graph_break_inside_no_grad_keeps_the_gradient_of_what_came_before(backe
     assert got.requires_grad
     got.sum().backward()
     _same(x.grad, torch.full((3,), 4.0))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_write_through_a_view_of_a_tensor_built_in_the_graph(backend: str) -> None:
+    # fuzz seed 3455: the write reached the view but not the tensor built by torch.tensor
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mask = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+        mask.diagonal().add_(x.sum())
+        mask[1:].mul_(2.0)
+        return mask, x * mask[:, :2].sum()
+
+    x = torch.randn(4)
+    got = ember.dynamo.compile(fn, backend=backend)(x)
+    _same(got, fn(x))

@@ -43,6 +43,16 @@ def _plain(value: Any) -> bool:
     return not isinstance(value, (fx.Node, torch.Tensor))
 
 
+def _fresh_storage(node: fx.Node) -> bool:
+    """Whether a view op's result has another storage than its input in the trace:
+    ``lift_fresh`` of a constant built in the graph (``torch.tensor([...])``) returns a
+    tensor of its own, so a write through views of it must not be replayed on the
+    constant (fuzz seed 3455)."""
+    src = node.args[0] if node.args else None
+    mine, theirs = node.meta.get("storage"), getattr(src, "meta", {}).get("storage")
+    return mine is not None and theirs is not None and mine != theirs
+
+
 def view_chain(node: fx.Node) -> tuple[fx.Node, tuple[ViewStep, ...]] | None:
     """(the base node, the view ops leading from it to ``node``) in a literal trace.
 
@@ -64,6 +74,8 @@ def view_chain(node: fx.Node) -> tuple[fx.Node, tuple[ViewStep, ...]] | None:
                             tuple(parent.kwargs.items()), index)
             node = parent.args[0]  # type: ignore[assignment]
         elif _is_view_op(target):
+            if _fresh_storage(node):
+                break  # a view op that owns its storage (``lift_fresh`` of a constant)
             step = ViewStep(target, tuple(node.args[1:]), tuple(node.kwargs.items()))
             node = node.args[0]  # type: ignore[assignment]
         else:
