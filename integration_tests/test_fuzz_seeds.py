@@ -31,6 +31,7 @@ CHUNK = 25
 #: seeds beyond the first ones that long runs found wrong and that are fixed (issue 14),
 #: checked under every backend in SEEDS: seed -> the class it was found in
 FOUND_SEEDS = {
+    449: "error:backward: a loss of one output ran the backward of a written intermediate",
     224: "wrong:grad: a leaf got a gradient through a split viewed under no_grad",
     383: "wrong:mutation: _foreach_ op over lists that alias each other",
     1068: "wrong:grad: an output viewed under no_grad passed gradient to the input",
@@ -42,6 +43,7 @@ FOUND_SEEDS = {
     3115: "wrong:requires_grad: a graph break inside no_grad compiled the graph without backward",
     3150: "wrong:grad: a leaf got a gradient through a view made under no_grad",
     3213: "wrong:stride: an output written through a permuted view of it",
+    3252: "error:backward: an unused x // 2 across a graph break reached backward",
     3455: "wrong:value: a write through a view of a tensor built in the graph (torch.tensor)",
 }
 #: (backend, seed) -> why: known wrong results still open (issue 14), left out of the

@@ -384,3 +384,56 @@ def test_write_through_a_view_of_a_tensor_built_in_the_graph(backend: str) -> No
     x = torch.randn(4)
     got = ember.dynamo.compile(fn, backend=backend)(x)
     _same(got, fn(x))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_loss_of_one_output_leaves_a_written_intermediate_alone(backend: str) -> None:
+    # fuzz seed 449: `take` saved `y` for its backward, then `y` was written in place; the
+    # loss uses only `picked`, so eager never runs take's backward. One autograd node for
+    # the whole graph after the break connected `picked` to y's history: backward raised
+    # "modified by an inplace operation".
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        v = x.var(1)
+        y = torch.reciprocal(v[:3].abs() + 1)
+        y.copy_(y.take(torch.tensor([2, 0, 2])))
+        head, tail = v.split([4, 1], -1)
+        if head.sum() > 0:  # a graph break: y and tail are inputs of the next graph
+            tail = tail * 2
+        y.copy_(y)
+        return torch.gather(tail, 0, torch.tensor([0, 0, 0]))
+
+    x = torch.randn(5, 5, requires_grad=True)
+    want = x.detach().clone().requires_grad_()
+    got = ember.dynamo.compile(fn, backend=backend)(x)
+    expected = fn(want)
+    _same(got, expected)
+    got.sum().backward()
+    expected.sum().backward()
+    _same(x.grad, want.grad)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unused_floor_divide_of_a_tensor_that_requires_grad(backend: str) -> None:
+    # fuzz seed 3252: `x // 2` has no derivative; eager raises only when the gradient flows
+    # through it. Here its one user is dead code after a graph break, and the loss does
+    # not use it: backward raised "derivative for aten::floor_divide is not implemented".
+    def fn(flags: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        halves = x // 2
+        picked = x.index_select(0, torch.tensor([2, 1]))
+        scale = torch.rsqrt(x.abs() + 1)
+        if flags.float().mean() < 0.5:  # a graph break: halves and scale cross it
+            unused = x.flip(-2)
+        else:
+            unused = torch.lerp(scale, halves, 0.25)
+        del unused
+        return 2.0 * picked
+
+    flags = torch.ones(3, 4, dtype=torch.long)
+    x = torch.randn(3, 4, 5, requires_grad=True)
+    want = x.detach().clone().requires_grad_()
+    got = ember.dynamo.compile(fn, backend=backend)(flags, x)
+    expected = fn(flags, want)
+    _same(got, expected)
+    got.sum().backward()
+    expected.sum().backward()
+    _same(x.grad, want.grad)

@@ -20,6 +20,7 @@ gives the same numbers as eager.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -78,9 +79,32 @@ class CompiledPlan:
             with torch.no_grad():
                 fw = list(self.forward(*args))
         else:
-            fw = list(_CompiledFunction.apply(self, *args))  # type: ignore[no-untyped-call]
+            args = self._without_dead_edges(args)
+            groups = grad_groups(sum(self.tangent_mask), self.grad_inputs, self.grad_tangents)
+            if len(groups) > 1:
+                fw = _apply_in_groups(self, args, groups)
+            else:
+                fw = list(_CompiledFunction.apply(self, *args))  # type: ignore[no-untyped-call]
         self._write_back(inputs, fw, overlapping)
         return self._assemble(inputs, fw[len(self.mutated_inputs):])
+
+    def _without_dead_edges(self, args: Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
+        """``args`` with the inputs that get no gradient detached.
+
+        Autograd runs every node it can reach from the loss, even with a None gradient,
+        and some raise there (the ``NotImplemented`` node of ``x // 2``, a node whose saved
+        tensor was written in place later). Eager's graph has no edge from the outputs to
+        an input they do not depend on differentiably (an unused ``lerp(v, x // 2)``, fuzz
+        seed 3252), so neither may the compiled graph's node.
+        """
+        if not self.grad_inputs:
+            return args
+        wanted = set(self.grad_inputs)
+        if not any(isinstance(a, torch.Tensor) and a.requires_grad and i not in wanted
+                   for i, a in enumerate(args)):
+            return args
+        return [a.detach() if isinstance(a, torch.Tensor) and a.requires_grad
+                and i not in wanted else a for i, a in enumerate(args)]
 
     def _overlapping_mutated(self, inputs: Sequence[torch.Tensor]) -> dict[int, torch.Tensor]:
         """Mutated inputs whose elements share memory (``expand``): their values before the call."""
@@ -150,6 +174,127 @@ def _write_overlapping(target: torch.Tensor, old: torch.Tensor, new: torch.Tenso
         memory = torch.empty(0, dtype=target.dtype, device=target.device)
         memory.set_(target.untyped_storage())
         memory.index_put_((where[changed],), new[changed])
+
+
+@functools.lru_cache(maxsize=1024)
+def grad_groups(num_tangents: int, grad_inputs: tuple[int, ...],
+                deps: tuple[tuple[int, ...], ...]) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
+    """The independent parts of a backward: ``(tangents, gradient positions)`` per part, where
+    the gradients of a part depend only on its tangents and no two parts share either.
+
+    Eager records independent computations as separate autograd nodes: a loss that uses
+    only ``v7 = gather(v5)`` never visits the history of another output or of a mutated
+    input (``v2.copy_(v2)``). One autograd node for the whole graph would connect them, and
+    autograd runs every node it reaches, unpacking their saved tensors even when the
+    gradient they get is None, so a tensor written in place after eager saved it raises
+    there (fuzz seed 449). Gradients that depend on no tangent, and tangents no gradient
+    depends on, join the first part (they have nothing to separate from).
+    """
+    parent = list(range(num_tangents))
+
+    def find(k: int) -> int:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    if not deps or len(deps) != len(grad_inputs):
+        return ((tuple(range(num_tangents)), tuple(range(len(grad_inputs)))),)
+    for needs in deps:
+        for k in needs[1:]:
+            parent[find(k)] = find(needs[0])
+    roots: dict[int, tuple[list[int], list[int]]] = {}
+    for k in range(num_tangents):
+        if any(k in needs for needs in deps):
+            roots.setdefault(find(k), ([], []))[0].append(k)
+    parts = list(roots.values())
+    if len(parts) <= 1:
+        return ((tuple(range(num_tangents)), tuple(range(len(grad_inputs)))),)
+    index = {find(tans[0]): n for n, (tans, _) in enumerate(parts)}
+    in_part: set[int] = set()
+    for j, needs in enumerate(deps):
+        n = index[find(needs[0])] if needs else 0
+        parts[n][1].append(j)
+    for tans, _ in parts:
+        in_part.update(tans)
+    parts[0][0].extend(k for k in range(num_tangents) if k not in in_part)
+    return tuple((tuple(sorted(t)), tuple(sorted(g))) for t, g in parts)
+
+
+def _apply_in_groups(plan: CompiledPlan, args: Sequence[torch.Tensor],
+                     groups: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]) -> list[Any]:
+    """The forward once (without autograd), then one autograd node per independent part
+    (:func:`grad_groups`) owning that part's outputs and taking that part's inputs."""
+    with torch.no_grad():
+        values = list(plan.forward(*args))
+    n = plan.num_fw_outputs
+    fw, saved = values[:n], values[n:]
+    masked = [k for k, m in enumerate(plan.tangent_mask) if m]
+    tangent_meta = [(fw[k].shape, fw[k].dtype, fw[k].device) for k in masked]
+    out = list(fw)
+    for tangents, grads in groups:
+        positions = tuple(plan.grad_inputs[j] for j in grads)
+        part = _Part(plan, saved, tangent_meta, tangents, grads, positions,
+                     [fw[masked[k]] for k in tangents])
+        owned = _PartFunction.apply(part, *[args[p] for p in positions])  # type: ignore[no-untyped-call]
+        for k, value in zip(tangents, owned):
+            out[masked[k]] = value
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    plan: CompiledPlan
+    saved: list[Any]
+    tangent_meta: list[tuple[torch.Size, torch.dtype, torch.device]]
+    tangents: tuple[int, ...]
+    grads: tuple[int, ...]
+    positions: tuple[int, ...]
+    #: the values of the part's outputs (computed by the compiled forward)
+    outputs: list[Any]
+
+
+class _PartFunction(torch.autograd.Function):
+    """One independent part of a compiled graph's backward (:func:`_apply_in_groups`):
+    its forward hands out outputs the compiled forward already computed."""
+
+    @staticmethod
+    def forward(ctx: Any, part: _Part, *args: torch.Tensor) -> tuple[Any, ...]:
+        ctx.part = part
+        ctx.save_for_backward(*[v for v in part.saved if isinstance(v, torch.Tensor)])
+        ctx.set_materialize_grads(False)
+        return tuple(part.outputs)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+        part: _Part = ctx.part
+        plan = part.plan
+        if torch.is_grad_enabled():
+            raise DoubleBackwardError(
+                "double backward through a function compiled by ember.aotgrad is not "
+                "supported (backward was called with create_graph=True). Run that part "
+                "eagerly, or compute the higher-order gradient without compiling it."
+            )
+        assert plan.backward is not None
+        given: list[torch.Tensor | None] = [None] * len(part.tangent_meta)
+        for k, g in zip(part.tangents, grads):
+            given[k] = g
+        present = [g is not None for g in given]
+        tangents = [g.contiguous() if g is not None else torch.zeros(s, dtype=d, device=dev)
+                    for g, (s, d, dev) in zip(given, part.tangent_meta)]
+        saved = list(ctx.saved_tensors)
+        for i, v in enumerate(part.saved):
+            if not isinstance(v, torch.Tensor):
+                saved.insert(i, v)
+        in_grads = list(plan.backward(*saved, *tangents))
+        result: list[torch.Tensor | None] = [None] * (1 + len(part.positions))
+        deps = plan.grad_tangents
+        for n, j in enumerate(part.grads):
+            needs = deps[j]
+            if needs and not any(present[k] for k in needs):
+                continue
+            result[1 + n] = in_grads[j]
+        return tuple(result)
 
 
 class _CompiledFunction(torch.autograd.Function):
