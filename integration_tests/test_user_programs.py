@@ -437,3 +437,22 @@ def test_unused_floor_divide_of_a_tensor_that_requires_grad(backend: str) -> Non
     got.sum().backward()
     expected.sum().backward()
     _same(x.grad, want.grad)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unused_max_of_an_empty_selection_raises_like_eager(backend: str) -> None:
+    # fuzz seed 3058: max over an empty dim raises in eager; fake tensors do not raise, and
+    # the compiled graph dropped the unused result, so the call returned
+    def fn(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        picked = x[x > 0]
+        picked += shift
+        best, _ = picked.max(0)
+        return shift * 2
+
+    compiled = ember.dynamo.compile(fn, backend=backend)
+    shift = torch.randn(())
+    _same(compiled(torch.rand(2, 3) + 0.1, shift), fn(torch.rand(2, 3) + 0.1, shift))
+    with pytest.raises(IndexError, match="non-zero size"):
+        fn(-torch.rand(2, 3), shift)
+    with pytest.raises(IndexError, match="non-zero size"):
+        compiled(-torch.rand(2, 3), shift)

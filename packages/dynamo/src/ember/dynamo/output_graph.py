@@ -31,6 +31,7 @@ from ember.ir import Attr, Global, Item, Local, Source
 from .builder import wrap_constant_result
 from .codegen import OUT_LOCAL, PyCodegen
 from .eager_fallback import AliasChecked
+from .empty_check import empty_input_error
 from .errors import Unsupported
 from .frame import CapturedGraph, CompilerFn, next_graph_name
 from .guard_collector import GuardCollector
@@ -337,6 +338,11 @@ class OutputGraph:
                 f"`{name}` cannot be traced: {type(e).__name__} on fake tensors"
                 + (f" ({detail})" if detail else "")
             ) from e
+        raised = empty_input_error(kind, target, tuple(fake_args), fake_kwargs)
+        if raised is not None:
+            name = target if isinstance(target, str) else getattr(target, "__name__", str(target))
+            raise Unsupported(f"`{name}` raises on this empty tensor in eager "
+                              f"({type(raised).__name__}); it runs eagerly")
         node = self.graph.create_node(kind, target, tuple(node_args), node_kwargs)
         return self.wrap_result(node, example, args)
 
