@@ -43,6 +43,7 @@ FOUND_SEEDS = {
     3115: "wrong:requires_grad: a graph break inside no_grad compiled the graph without backward",
     3150: "wrong:grad: a leaf got a gradient through a view made under no_grad",
     3213: "wrong:stride: an output written through a permuted view of it",
+    3058: "wrong:no exception: an unused max over an empty selection did not raise",
     3252: "error:backward: an unused x // 2 across a graph break reached backward",
     3455: "wrong:value: a write through a view of a tensor built in the graph (torch.tensor)",
 }

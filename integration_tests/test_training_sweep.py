@@ -36,10 +36,7 @@ STEPS = 3
 RTOL, ATOL = 1e-3, 1e-4
 
 #: models whose inductor training does not match eager yet, and why (strict xfails)
-GAPS = {
-    "clip": "ember.inductor's scheduler fuses the backward into kernels that depend on each "
-            "other both ways: RuntimeError 'cycle between fused kernels'",
-}
+GAPS: dict[str, str] = {}
 
 load_builtins()
 #: the benchmark's models (its zoo rows are the integration zoo's models, below)

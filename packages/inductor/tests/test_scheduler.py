@@ -53,3 +53,19 @@ def test_extern_between_kernels_keeps_order(check: Check) -> None:
     x, w = torch.randn(32, 16), torch.randn(16, 16)
     c = check(lambda x, w: torch.relu(x.exp() @ w) @ w.t(), x, w, atol=1e-4, rtol=1e-4)
     assert c.report.extern_calls == 2 and c.report.fallbacks == {"aten::mm": 2}
+
+
+def test_fusion_cycle_check_follows_kernels_not_only_nodes() -> None:
+    # CLIP's backward: node 4 reads node 3; kernel [1, 3] has one member (1) reading
+    # kernel [0] and another (3) that node 4 needs. Putting 4 into [0] makes [0, 4] and
+    # [1, 3] depend on each other, though no chain of single nodes leads from 0 to 3.
+    from ember.inductor.fusion import _creates_cycle
+
+    users = [{1}, set(), set(), {4}, set()]
+    groups = [[0], [1, 3], [2]]
+    group_of = {0: 0, 1: 1, 3: 1, 2: 2}
+    assert _creates_cycle({0}, {3}, users, group_of, groups)
+    # with 1 and 3 in separate kernels there is no cycle
+    groups = [[0], [1], [2], [3]]
+    group_of = {0: 0, 1: 1, 2: 2, 3: 3}
+    assert not _creates_cycle({0}, {3}, users, group_of, groups)

@@ -64,7 +64,7 @@ def fuse(
             if isinstance(plan, str):
                 log_rejection(",".join(n.name for n in nodes[:-1]), item.name, plan)
                 continue
-            if _creates_cycle(set(members), deps[i], users):
+            if _creates_cycle(set(members), deps[i], users, group_of, groups):
                 log_rejection(
                     ",".join(n.name for n in nodes[:-1]), item.name, "would create a cycle"
                 )
@@ -83,20 +83,37 @@ def log_rejection(a: str, b: str, reason: str) -> None:
     perf_hints.debug("not fusing %s into %s: %s", b, a, reason)
 
 
-def _creates_cycle(members: set[int], node_deps: set[int], users: list[set[int]]) -> bool:
-    """True if one of the node's inputs outside the group is computed from the group."""
+def _creates_cycle(members: set[int], node_deps: set[int], users: list[set[int]],
+                   group_of: dict[int, int], groups: list[list[int]]) -> bool:
+    """True if one of the node's inputs outside the group is computed after the group.
+
+    The walk is over kernels, not single nodes: a kernel runs as a whole, so once the
+    walk reaches one member of another kernel, every user of every member of that kernel
+    runs after the group too. A walk over nodes alone misses a cycle through a kernel
+    whose one member reads the group while another member computes the node's input
+    (the "cycle between fused kernels" of CLIP's backward).
+    """
     outside = node_deps - members
     if not outside:
         return False
+    targets = {group_of[d] for d in outside if d in group_of}
     seen: set[int] = set()
+    expanded: set[int] = set()
     stack = [u for m in members for u in users[m] if u not in members]
-    limit = max(outside)
     while stack:
         x = stack.pop()
-        if x in seen or x > limit:
+        if x in seen or x in members:
             continue
         if x in outside:
             return True
         seen.add(x)
-        stack.extend(users[x])
+        h = group_of.get(x)
+        if h is None:  # not placed yet: only its own users follow it
+            stack.extend(users[x])
+            continue
+        if h in targets:
+            return True
+        if h not in expanded:
+            expanded.add(h)
+            stack.extend(u for m in groups[h] for u in users[m])
     return False
