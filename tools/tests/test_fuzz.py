@@ -233,3 +233,26 @@ def test_tables() -> None:
 def test_unknown_backend_name() -> None:
     with pytest.raises(ValueError, match="unknown backend"):
         get_backend("inductor")
+
+
+def test_eager_that_depends_on_the_layout_is_no_reference() -> None:
+    # median(dim) of an expanded input is wrong in eager on CPU (seed 3137: the median of
+    # four copies of one value comes out as another row's value). A backend reading the
+    # input as a contiguous copy gets the right result, which is eager's for those values
+    # laid out contiguously: the program is invalid as a test, not a wrong result.
+    spec = InputSpec("x0", (4, 2, 4), layout=("expanded",), grad="leaf")
+    p = _prog(["v0 = x0.median(0).values"], ("v0",), (spec,))
+    contiguous = planted("contiguous", lambda fn: lambda x: fn(x.contiguous()))
+    outcome = check(p, contiguous)
+    assert (outcome.status, outcome.kind) == ("invalid", "eager depends on layout")
+
+    # a result eager gives under neither layout is still wrong
+    def doubled(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(x: torch.Tensor) -> Any:
+            (v,) = fn(x)
+            return ((v * 2 - v.detach()),)
+        return run
+
+    p_sum = _prog(["v0 = x0.sum(0)"], ("v0",), (spec,))
+    assert check(p_sum, planted("grad", doubled)).kind == "grad"
+    assert check(p_sum, planted("perturbed", _perturbed)).kind == "value"
