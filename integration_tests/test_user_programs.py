@@ -456,3 +456,21 @@ def test_unused_max_of_an_empty_selection_raises_like_eager(backend: str) -> Non
         fn(-torch.rand(2, 3), shift)
     with pytest.raises(IndexError, match="non-zero size"):
         compiled(-torch.rand(2, 3), shift)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_op_that_breaks_the_graph_inside_no_grad_runs_without_grad(backend: str) -> None:
+    # fuzz seed 3757: the graph before the break switched grad mode off; the compiled graph
+    # did not, so masked_select (run eagerly at the break) recorded autograd history
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        with torch.no_grad():
+            picked = x.masked_select(x != 0)
+            mode = torch.is_grad_enabled()
+        return picked.chunk(5, 0)[-1], mode
+
+    x = torch.randn(3, 4, requires_grad=True)
+    got, mode = ember.dynamo.compile(fn, backend=backend)(x)
+    want, want_mode = fn(x)
+    assert (got.requires_grad, mode) == (want.requires_grad, want_mode) == (False, False)
+    _same(got, want)
+    assert torch.is_grad_enabled()

@@ -125,3 +125,37 @@ class AliasChecked:
             raise AttributeError(name)
         return getattr(self.compiled, name)
 
+
+def exit_grad_mode(gm: torch.fx.GraphModule) -> bool | None:
+    """The grad mode ``gm`` leaves behind (its last ``_set_grad_enabled``), or None when it
+    does not set one."""
+    mode: bool | None = None
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch._C._set_grad_enabled:
+            mode = bool(node.args[0])
+    return mode
+
+
+class LeavingGradMode:
+    """Runs ``compiled``, then sets the grad mode the graph leaves behind.
+
+    A graph that breaks inside ``with torch.no_grad():`` switched grad mode off, and the
+    code after it (the op that broke the graph, run eagerly) must run that way. Running
+    the FX graph does it through its ``_set_grad_enabled`` call; a compiled backend
+    (ember.aotgrad traces the call but its runtime does not make it) does not (fuzz seed
+    3757: ``masked_select`` under ``no_grad`` gave a result that requires grad).
+    """
+
+    def __init__(self, compiled: Callable[..., Any], mode: bool) -> None:
+        self.compiled = compiled
+        self.mode = mode
+
+    def __call__(self, *args: Any) -> Any:
+        out = self.compiled(*args)
+        torch._C._set_grad_enabled(self.mode)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("compiled", "mode"):
+            raise AttributeError(name)
+        return getattr(self.compiled, name)

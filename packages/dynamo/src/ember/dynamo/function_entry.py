@@ -45,7 +45,7 @@ from .cache import CacheTable, CodeCache, RecompileError, first_failure
 from .config import DynamoOptions
 from .debug_dir import frame_folder, name_backend_folder, write_frame
 from .distributed import split_at_ddp_buckets
-from .eager_fallback import compile_or_eager
+from .eager_fallback import LeavingGradMode, compile_or_eager, exit_grad_mode
 from .errors import Unsupported
 from .frame import CompilerFn, ConvertFn, FrameState, GuardedCode
 from .logs import get_logger, log_capture
@@ -241,6 +241,9 @@ class Runtime:
                 strict=self.options.strict,
                 verbose=self.options.verbose,
             )
+            mode = exit_grad_mode(gm)
+            if mode is not None:
+                compiled = LeavingGradMode(compiled, mode)
             if self.state.hook_runtimes:
                 compiled = frame_hook.run_uncaptured(compiled)
             return compiled
