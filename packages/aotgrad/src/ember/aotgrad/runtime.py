@@ -176,6 +176,19 @@ def _write_overlapping(target: torch.Tensor, old: torch.Tensor, new: torch.Tenso
         memory.index_put_((where[changed],), new[changed])
 
 
+def _not_views(outputs: list[Any], inputs: Sequence[Any]) -> list[Any]:
+    """``outputs`` with each view of a tensor made inside the compiled forward detached from
+    it (same memory, not a view): autograd forbids in-place writes to a view a custom
+    Function returns, and eager's result is a tensor of its own (``v = x.take(i);
+    v[..., None].div_(2); ...; v.masked_fill_(m, 1)``, fuzz seed 3875). Inputs returned
+    as they are keep autograd's handling."""
+    out = list(outputs)
+    for k, o in enumerate(out):
+        if isinstance(o, torch.Tensor) and o._is_view() and not any(o is i for i in inputs):
+            out[k] = o.detach()
+    return out
+
+
 @functools.lru_cache(maxsize=1024)
 def grad_groups(num_tangents: int, grad_inputs: tuple[int, ...],
                 deps: tuple[tuple[int, ...], ...]) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
@@ -228,7 +241,7 @@ def _apply_in_groups(plan: CompiledPlan, args: Sequence[torch.Tensor],
     with torch.no_grad():
         values = list(plan.forward(*args))
     n = plan.num_fw_outputs
-    fw, saved = values[:n], values[n:]
+    fw, saved = _not_views(values[:n], args), values[n:]
     masked = [k for k, m in enumerate(plan.tangent_mask) if m]
     tangent_meta = [(fw[k].shape, fw[k].dtype, fw[k].device) for k in masked]
     out = list(fw)
@@ -304,7 +317,7 @@ class _CompiledFunction(torch.autograd.Function):
     def forward(ctx: Any, plan: CompiledPlan, *inputs: torch.Tensor) -> tuple[Any, ...]:
         values = list(plan.forward(*inputs))
         n = plan.num_fw_outputs
-        fw, saved = values[:n], values[n:]
+        fw, saved = _not_views(values[:n], inputs), values[n:]
         ctx.plan = plan
         # saved sizes (ints, for symbolic shapes) travel beside the saved tensors
         ctx.save_for_backward(*[v for v in saved if isinstance(v, torch.Tensor)])
