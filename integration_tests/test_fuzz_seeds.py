@@ -49,6 +49,7 @@ FOUND_SEEDS = {
     3252: "error:backward: an unused x // 2 across a graph break reached backward",
     3455: "wrong:value: a write through a view of a tensor built in the graph (torch.tensor)",
     3875: "error: in-place write to a view the compiled Function returned",
+    3730: "wrong:grad: a view taken with grad on of a view made under no_grad",
     3757: "wrong:requires_grad: an op breaking the graph inside no_grad ran with grad on",
 }
 #: (backend, seed) -> why: known wrong results still open (issue 14), left out of the

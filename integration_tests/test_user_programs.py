@@ -499,3 +499,26 @@ def test_result_written_through_a_view_is_written_again_after_a_graph_break(back
     got[1].sum().backward()
     want[1].sum().backward()
     _same(x.grad, want_x.grad)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_view_of_a_view_taken_under_no_grad_passes_no_gradient(backend: str) -> None:
+    # fuzz seed 3730: `flat` is viewed under no_grad, `first` is a view of it taken with
+    # grad on: eager's `first` has history (UnbindBackward) that ends at `flat`, so the
+    # input gets no gradient; the replayed view passed gradient to the input
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        y = torch.atan(x)
+        with torch.no_grad():
+            flat = y.view(-1)
+        first = flat.unbind(-1)[0]
+        return first
+
+    x = torch.randn(3, requires_grad=True)
+    want_x = x.detach().clone().requires_grad_()
+    got = ember.dynamo.compile(fn, backend=backend)(x)
+    want = fn(want_x)
+    _same(got, want)
+    assert got.requires_grad == want.requires_grad
+    (got * 2).sum().backward()
+    (want * 2).sum().backward()
+    assert x.grad is None and want_x.grad is None

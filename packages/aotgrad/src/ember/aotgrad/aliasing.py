@@ -71,12 +71,14 @@ def view_chain(node: fx.Node) -> tuple[fx.Node, tuple[ViewStep, ...]] | None:
                     and isinstance(index, int)):
                 break
             step = ViewStep(parent.target, tuple(parent.args[1:]),
-                            tuple(parent.kwargs.items()), index)
+                            tuple(parent.kwargs.items()), index,
+                            parent.meta.get("grad_enabled") is False)
             node = parent.args[0]  # type: ignore[assignment]
         elif _is_view_op(target):
             if _fresh_storage(node):
                 break  # a view op that owns its storage (``lift_fresh`` of a constant)
-            step = ViewStep(target, tuple(node.args[1:]), tuple(node.kwargs.items()))
+            step = ViewStep(target, tuple(node.args[1:]), tuple(node.kwargs.items()),
+                            no_grad=node.meta.get("grad_enabled") is False)
             node = node.args[0]  # type: ignore[assignment]
         else:
             writes = written_args(target)
@@ -146,11 +148,15 @@ def replay(base: torch.Tensor, steps: Sequence[ViewStep],
         args: Any = step.args
         if sizes and args:
             args = resolve(args)
-        if step.kwargs:
-            kwargs = {k: resolve(v) if sizes else v for k, v in step.kwargs}
-            value = step.op(value, *args, **kwargs)
-        else:
-            value = step.op(value, *args)
+        kwargs = {k: resolve(v) if sizes else v for k, v in step.kwargs} if step.kwargs else {}
+        if step.no_grad and torch.is_grad_enabled():
+            # a view made under no_grad: eager's views of it pass no gradient (seed 3730)
+            with torch.no_grad():
+                value = step.op(value, *args, **kwargs)
+                if step.index is not None:
+                    value = value[step.index]
+            continue
+        value = step.op(value, *args, **kwargs)
         if step.index is not None:
             value = value[step.index]
     return value
@@ -199,7 +205,8 @@ def steps_json(steps: Sequence[ViewStep]) -> list[dict[str, Any]]:
     import ember.ir as ir
 
     return [{"op": ir.target_name(s.op), "args": ir.encode_value(list(s.args)),
-             "kwargs": ir.encode_value(dict(s.kwargs)), "index": s.index} for s in steps]
+             "kwargs": ir.encode_value(dict(s.kwargs)), "index": s.index,
+             "no_grad": s.no_grad} for s in steps]
 
 
 def steps_from_json(data: list[dict[str, Any]]) -> tuple[ViewStep, ...]:
@@ -211,5 +218,5 @@ def steps_from_json(data: list[dict[str, Any]]) -> tuple[ViewStep, ...]:
         kwargs: Any = ir.decode_value(d["kwargs"])
         index = d["index"]
         out.append(ViewStep(ir.resolve_target(d["op"]), tuple(args), tuple(kwargs.items()),
-                            None if index is None else int(index)))
+                            None if index is None else int(index), bool(d.get("no_grad", False))))
     return tuple(out)

@@ -50,6 +50,8 @@ class ViewStep:
     args: tuple[Any, ...]
     kwargs: tuple[tuple[str, Any], ...]
     index: int | None = None
+    #: the view was made under ``no_grad`` (replayed so: eager's view of it has no history)
+    no_grad: bool = False
 
 
 @dataclass(frozen=True, slots=True)
