@@ -522,3 +522,24 @@ def test_view_of_a_view_taken_under_no_grad_passes_no_gradient(backend: str) -> 
     (got * 2).sum().backward()
     (want * 2).sum().backward()
     assert x.grad is None and want_x.grad is None
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_graph_resumed_inside_no_grad_records_history_after_the_block(backend: str) -> None:
+    # fuzz seed 4020: the graph after the break starts under no_grad and ends after the
+    # `with` block; compiled under no_grad, its result lost its gradient
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.no_grad():
+            picked = x[x.bool()]  # a data-dependent size: the graph breaks here
+            doubled = picked * 2
+        return x.expand(2, 3, 4).trunc() + x, doubled
+
+    x = torch.randn(3, 4, requires_grad=True)
+    want_x = x.detach().clone().requires_grad_()
+    got = ember.dynamo.compile(fn, backend=backend)(x)
+    want = fn(want_x)
+    _same(got, want)
+    assert [t.requires_grad for t in got] == [t.requires_grad for t in want] == [True, False]
+    got[0].sum().backward()
+    want[0].sum().backward()
+    _same(x.grad, want_x.grad)

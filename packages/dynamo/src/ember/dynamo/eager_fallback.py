@@ -136,6 +136,12 @@ def exit_grad_mode(gm: torch.fx.GraphModule) -> bool | None:
     return mode
 
 
+def turns_grad_on(gm: torch.fx.GraphModule) -> bool:
+    """Whether ``gm`` switches grad mode on somewhere (``_set_grad_enabled(True)``)."""
+    return any(node.op == "call_function" and node.target is torch._C._set_grad_enabled
+               and bool(node.args[0]) for node in gm.graph.nodes)
+
+
 class LeavingGradMode:
     """Runs ``compiled``, then sets the grad mode the graph leaves behind.
 

@@ -45,7 +45,7 @@ from .cache import CacheTable, CodeCache, RecompileError, first_failure
 from .config import DynamoOptions
 from .debug_dir import frame_folder, name_backend_folder, write_frame
 from .distributed import split_at_ddp_buckets
-from .eager_fallback import LeavingGradMode, compile_or_eager, exit_grad_mode
+from .eager_fallback import LeavingGradMode, compile_or_eager, exit_grad_mode, turns_grad_on
 from .errors import Unsupported
 from .frame import CompilerFn, ConvertFn, FrameState, GuardedCode
 from .logs import get_logger, log_capture
@@ -232,6 +232,12 @@ class Runtime:
         """The backend, timed; inside a DDP forward, once per gradient bucket
         (``distributed.split_at_ddp_buckets``)."""
         start = time.perf_counter()
+        if not torch.is_grad_enabled() and turns_grad_on(gm):
+            # compiled under no_grad, a backend builds no backward, yet the ops after the
+            # graph's `_set_grad_enabled(True)` must record history (a graph resumed inside
+            # `with torch.no_grad()` that runs past its end, fuzz seed 4020): run the FX
+            # graph, which switches the mode itself
+            return frame_hook.run_uncaptured(gm.forward) if self.state.hook_runtimes else gm.forward
         try:
             backend = split_at_ddp_buckets(self.backend, fullgraph=self.options.fullgraph)
             compiled = compile_or_eager(
