@@ -176,6 +176,15 @@ def _write_overlapping(target: torch.Tensor, old: torch.Tensor, new: torch.Tenso
         memory.index_put_((where[changed],), new[changed])
 
 
+def _refuse_double_backward() -> None:
+    if torch.is_grad_enabled():
+        raise DoubleBackwardError(
+            "double backward through a function compiled by ember.aotgrad is not "
+            "supported (backward was called with create_graph=True). Run that part "
+            "eagerly, or compute the higher-order gradient without compiling it."
+        )
+
+
 def _not_views(outputs: list[Any], inputs: Sequence[Any]) -> list[Any]:
     """``outputs`` with each view of a tensor made inside the compiled forward detached from
     it (same memory, not a view): autograd forbids in-place writes to a view a custom
@@ -282,12 +291,7 @@ class _PartFunction(torch.autograd.Function):
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         part: _Part = ctx.part
         plan = part.plan
-        if torch.is_grad_enabled():
-            raise DoubleBackwardError(
-                "double backward through a function compiled by ember.aotgrad is not "
-                "supported (backward was called with create_graph=True). Run that part "
-                "eagerly, or compute the higher-order gradient without compiling it."
-            )
+        _refuse_double_backward()
         assert plan.backward is not None
         given: list[torch.Tensor | None] = [None] * len(part.tangent_meta)
         for k, g in zip(part.tangents, grads):
@@ -334,12 +338,7 @@ class _CompiledFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         plan: CompiledPlan = ctx.plan
-        if torch.is_grad_enabled():
-            raise DoubleBackwardError(
-                "double backward through a function compiled by ember.aotgrad is not "
-                "supported (backward was called with create_graph=True). Run that part "
-                "eagerly, or compute the higher-order gradient without compiling it."
-            )
+        _refuse_double_backward()
         assert plan.backward is not None
         given = [g for g, m in zip(grads, plan.tangent_mask) if m]
         present = [g is not None for g in given]
