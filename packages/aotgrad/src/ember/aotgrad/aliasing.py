@@ -118,7 +118,7 @@ def sized_steps(steps: Sequence[ViewStep], graph_outs: list[Any]) -> tuple[ViewS
         return SizeRef(len(graph_outs) - 1)
 
     return tuple(ViewStep(s.op, tuple(tree_map(ref, list(s.args))),
-                          tuple((k, tree_map(ref, v)) for k, v in s.kwargs), s.index)
+                          tuple((k, tree_map(ref, v)) for k, v in s.kwargs), s.index, s.no_grad)
                  for s in steps)
 
 
