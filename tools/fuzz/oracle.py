@@ -299,7 +299,10 @@ def _check_grads(c: _Call, tag: str, out_e: Any, out_c: Any) -> None:
         try:
             c.judge("grad", where, ge, gc, ref)
         except Mismatch as m:
-            _excuse_if_eager_depends_on_layout(c, m, ge, gc, lambda got, k=k: got[1][k])
+            def grad_of(got: Any, k: int = k) -> Any:
+                return got[1][k]
+
+            _excuse_if_eager_depends_on_layout(c, m, ge, gc, grad_of)
             raise
 
 
