@@ -170,16 +170,19 @@ class OutputGraph:
         if example is None:
             example = self._fake(value)
         self.guards.add_tensor(source, value, self.shapes.payload_dims(source))
-        first = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
-        if first is not None:
-            with self.graph.inserting_before(first):
-                node = self.graph.placeholder(name_hint(source))
-        else:
-            node = self.graph.placeholder(name_hint(source))
+        node = self._new_placeholder(source)
         node.meta["example_value"] = example
         var = TensorVariable(node, example, source, type(value))
         self.inputs[key] = GraphInput(source, value, node, var, version=_version_of(example))
         return var
+
+    def _new_placeholder(self, source: Source) -> torch.fx.Node:
+        """A graph input for ``source``, placed after the existing inputs, before any op."""
+        first = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
+        if first is None:
+            return self.graph.placeholder(name_hint(source))
+        with self.graph.inserting_before(first):
+            return self.graph.placeholder(name_hint(source))
 
     def add_numpy_input(self, value: Any, source: Source) -> TensorVariable:
         """A frame's ``np.ndarray`` as a graph input: the tensor ``ndarray_to_tensor``
@@ -206,12 +209,7 @@ class OutputGraph:
                 stacklevel=2,
             )
         example = self.fake_mode.from_tensor(tensor, static_shapes=True)
-        first = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
-        if first is not None:
-            with self.graph.inserting_before(first):
-                node = self.graph.placeholder(name_hint(source))
-        else:
-            node = self.graph.placeholder(name_hint(source))
+        node = self._new_placeholder(source)
         node.meta["example_value"] = example
         if ndarray_needs_copy(value):
             self.copied_arrays.append((key, example, example._version))
