@@ -734,7 +734,10 @@ def test_break_inside_no_grad_reenters_block() -> None:
     torch.testing.assert_close(z, want_z)
     assert not z.requires_grad and y2.requires_grad
     assert torch.is_grad_enabled()
-    assert cnt.frame_count == 2  # before the print, and the resumed rest of the block
+    # before the print; the resumed rest of the block starts under no_grad and switches grad
+    # on where the block ends, so it runs as its FX graph, not given to the backend (fuzz
+    # seed 4020, ADR 0029)
+    assert cnt.frame_count == 1
 
 
 def raise_inside_no_grad(x):

@@ -58,6 +58,7 @@ log_recompiles = get_logger("recompiles")
 log_breaks = get_logger("graph_breaks")
 log_guards = get_logger("guards")
 log_dynamo = get_logger("dynamo")
+log_perf = get_logger("perf_hints")
 
 CaptureListener = Callable[["CaptureEvent"], None]
 
@@ -237,6 +238,11 @@ class Runtime:
             # graph's `_set_grad_enabled(True)` must record history (a graph resumed inside
             # `with torch.no_grad()` that runs past its end, fuzz seed 4020): run the FX
             # graph, which switches the mode itself
+            log_perf.info(
+                "a graph called under no_grad that switches grad on runs as its FX graph, not "
+                "compiled by the backend (a backend compiling under no_grad builds no backward "
+                "for the ops after the switch)"
+            )
             return frame_hook.run_uncaptured(gm.forward) if self.state.hook_runtimes else gm.forward
         try:
             backend = split_at_ddp_buckets(self.backend, fullgraph=self.options.fullgraph)
