@@ -638,3 +638,50 @@ def test_transformer_encoder_layer_warm_starts(tmp_path: Path, backend: str) -> 
 
     assert run("cold") == {"events": ["captured"], "equal": True}
     assert run("hit") == {"events": ["frame cache"], "equal": True}
+
+
+IN_PLACE_DRIVER = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    import ember.dynamo as ed
+    from ember.dynamo import api
+
+    events = []
+    api.STATE.listeners.append(lambda e: events.append(e.reason or "captured"))
+
+    def f(a, b):
+        a.add_(torch.tensor(1.0, dtype=torch.float64))
+        return b * torch.tensor(2.0, dtype=torch.float64)
+
+    g = ed.compile(f, backend=sys.argv[1])
+    y = torch.zeros(3, dtype=torch.float64)
+    g(y, y.clone())
+    x, ex = torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)
+    out, expected = g(x, x), f(ex, ex)
+    print(json.dumps({"events": events, "out": out.tolist(), "expected": expected.tolist(),
+                      "x": x.tolist(), "ex": ex.tolist()}))
+    """
+)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_a_stored_frame_that_changes_an_input_runs_in_order_when_inputs_share_memory(
+    tmp_path: Path, backend: str
+) -> None:
+    # rebuilt from the store, the graph lost the check that runs it in program order when
+    # the input it writes is also read as another input: inductor gave [2, 2, 0]
+    driver = tmp_path / "driver.py"
+    driver.write_text(IN_PLACE_DRIVER)
+    env = dict(os.environ, EMBER_CACHE_DIR=str(tmp_path / "cache"), EMBER_FRAME_CACHE="1")
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run(
+            [sys.executable, str(driver), backend], capture_output=True, text=True, env=env, timeout=600
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert "frame cache" in runs[1]["events"], runs[1]
+    for run in runs:
+        assert run["out"] == run["expected"] == [2.0, 2.0, 2.0], run
+        assert run["x"] == run["ex"] == [1.0, 1.0, 1.0], run

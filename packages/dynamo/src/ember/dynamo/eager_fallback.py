@@ -126,6 +126,17 @@ class AliasChecked:
         return getattr(self.compiled, name)
 
 
+def alias_checked(
+    compiled: Callable[..., Any], gm: torch.fx.GraphModule, mutated: tuple[int, ...]
+) -> Callable[..., Any]:
+    """``compiled`` wrapped in ``AliasChecked`` where it needs it: a graph of more than one
+    input that changes some of them in place."""
+    n_inputs = sum(1 for node in gm.graph.nodes if node.op == "placeholder")
+    if mutated and n_inputs > 1:
+        return AliasChecked(compiled, gm, mutated)
+    return compiled
+
+
 def exit_grad_mode(gm: torch.fx.GraphModule) -> bool | None:
     """The grad mode ``gm`` leaves behind (its last ``_set_grad_enabled``), or None when it
     does not set one."""

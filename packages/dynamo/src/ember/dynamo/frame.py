@@ -66,6 +66,9 @@ class CapturedGraph:
     attr_sources: dict[str, Any] = field(default_factory=dict)
     #: why the frame cache cannot store this graph ("": it can)
     unstorable: str = ""
+    #: positions of the inputs the graph changes in place (the frame cache re-wraps a
+    #: rebuilt graph in ``AliasChecked`` with them)
+    mutated: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

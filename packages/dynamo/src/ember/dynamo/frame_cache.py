@@ -62,6 +62,7 @@ from ember.ir.cache_entry import (
 )
 from ember.ir.modules import module_spec
 
+from .eager_fallback import alias_checked
 from .frame import CapturedGraph, CompilerFn, GraphBreak, GuardedCode, next_graph_name
 from .logs import get_logger
 from .portable import bind, code_digest, identity_of, make_portable, resolve
@@ -76,7 +77,7 @@ log = get_logger("frame_cache")
 assert _rebuild_object.__module__ == "ember.dynamo.rebuild"
 
 #: Bumped when the stored layout changes.
-FORMAT = 2
+FORMAT = 3
 
 #: How a runtime hands a resume function to its own cache (``FrameHooks.wrap_function``).
 WrapFn = Callable[[types.FunctionType], Callable[..., Any]]
@@ -134,14 +135,25 @@ class StoredGraph:
     ir: str  # ember.ir JSON, no weights
     inputs: tuple[str, ...]  # source of each graph input
     attrs: dict[str, str]  # top-level attribute of the graph module -> its source
+    mutated: tuple[int, ...] = ()  # the inputs the graph changes in place
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "ir": self.ir, "inputs": list(self.inputs), "attrs": self.attrs}
+        return {
+            "name": self.name,
+            "ir": self.ir,
+            "inputs": list(self.inputs),
+            "attrs": self.attrs,
+            "mutated": list(self.mutated),
+        }
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> StoredGraph:
         return StoredGraph(
-            str(data["name"]), str(data["ir"]), tuple(map(str, data["inputs"])), dict(data["attrs"])
+            str(data["name"]),
+            str(data["ir"]),
+            tuple(map(str, data["inputs"])),
+            dict(data["attrs"]),
+            tuple(int(i) for i in data["mutated"]),
         )
 
 
@@ -518,7 +530,7 @@ def _stored_graph(captured: CapturedGraph) -> tuple[StoredGraph | None, str]:
     # rebuilds it from that record.
     attrs = {name: src.expr() for name, src in captured.attr_sources.items() if src is not None}
     inputs = tuple(src.expr() for src in captured.input_sources)
-    return StoredGraph(captured.name, ir.dumps(graph_ir), inputs, attrs), ""
+    return StoredGraph(captured.name, ir.dumps(graph_ir), inputs, attrs, captured.mutated), ""
 
 
 # -- stored -> a runnable entry --------------------------------------------------------------------
@@ -574,12 +586,16 @@ def instantiate(
             )
         sources = [ir.parse_source(s) for s in graph.inputs]
         example_inputs = [guards.eval_source(s, f_locals, f_globals) for s in sources]
-        compiled = compiler(gm, example_inputs)
+        # a graph that changes an input in place runs in program order when that input
+        # shares memory with another (``f(x, x)``), as it did where it was captured
+        compiled = alias_checked(compiler(gm, example_inputs), gm, graph.mutated)
         name = next_graph_name()
         f_globals[name] = compiled
         names[graph.name] = name
         attrs = {k: ir.parse_source(v) for k, v in graph.attrs.items()}
-        graphs.append(CapturedGraph(name, gm, example_inputs, compiled, sources, attrs))
+        graphs.append(
+            CapturedGraph(name, gm, example_inputs, compiled, sources, attrs, mutated=graph.mutated)
+        )
     for stored_name, resume in stored.resumes:
         offset = stored_name[len(RESUME_PREFIX) :].rpartition("_")[0]
         name = resume_name(int(offset) if offset.isdigit() else 0)

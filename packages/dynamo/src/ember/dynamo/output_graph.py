@@ -30,7 +30,7 @@ from ember.ir import Attr, Global, Item, Local, Source
 
 from .builder import wrap_constant_result
 from .codegen import OUT_LOCAL, PyCodegen
-from .eager_fallback import AliasChecked
+from .eager_fallback import alias_checked
 from .empty_check import empty_input_error
 from .errors import Unsupported
 from .frame import CapturedGraph, CompilerFn, next_graph_name
@@ -436,8 +436,7 @@ class OutputGraph:
             k for k, i in enumerate(inputs)
             if i.version is not None and _version_of(i.var.example) != i.version
         )
-        if mutated and len(inputs) > 1:
-            compiled = AliasChecked(compiled, gm, mutated)
+        compiled = alias_checked(compiled, gm, mutated)
         name = next_graph_name()
         self.f_globals[name] = compiled
         captured = CapturedGraph(
@@ -449,6 +448,7 @@ class OutputGraph:
             {k: v for k, v in self.attr_sources.items() if hasattr(gm, k)},
             "a graph input is a NumPy array (stored frames read tensors only)"
             if any(i.convert is not None for i in inputs) else "",
+            mutated,
         )
         return name, captured, inputs
 
