@@ -53,6 +53,10 @@ class CompiledPlan:
     grad_tangents: tuple[tuple[int, ...], ...] = ()
     #: (user output, eager's strides): outputs the graphs may lay out otherwise than eager
     output_strides: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    #: the mutated inputs whose elements share memory, where every call's inputs have the
+    #: example inputs' layouts (``aot_inference``: the frontend guards them); None: each
+    #: call checks (``torch._debug_has_internal_overlap``, ~0.2 us per mutated input)
+    overlapping: frozenset[int] | None = None
 
     @property
     def num_fw_outputs(self) -> int:
@@ -109,6 +113,10 @@ class CompiledPlan:
     def _overlapping_mutated(self, inputs: Sequence[torch.Tensor]) -> dict[int, torch.Tensor]:
         """Mutated inputs whose elements share memory (``expand``): their values before the call."""
         out: dict[int, torch.Tensor] = {}
+        if self.overlapping is not None:
+            for i in self.overlapping:
+                out[i] = inputs[i].detach().clone()
+            return out
         for i in self.mutated_inputs:
             if torch._debug_has_internal_overlap(inputs[i]) == 1:  # MemOverlap::Yes
                 out[i] = inputs[i].detach().clone()
@@ -116,9 +124,11 @@ class CompiledPlan:
 
     def _write_back(self, inputs: Sequence[torch.Tensor], fw: list[Any],
                     overlapping: dict[int, torch.Tensor]) -> None:
+        in_place: list[torch.Tensor] = []
         for k, i in enumerate(self.mutated_inputs):
             new = fw[k]
             if new is inputs[i]:  # the compiled graph wrote it in place (ember.ir.updates)
+                in_place.append(new)
                 continue
             if i in overlapping:
                 _write_overlapping(inputs[i], overlapping[i], new)
@@ -127,6 +137,12 @@ class CompiledPlan:
             else:
                 with torch.no_grad():
                     inputs[i].copy_(new)
+        if in_place:
+            # a kernel wrote through data_ptr(): bump the version counters as eager's in-place
+            # ops do, so autograd still refuses a backward through a graph that saved one of
+            # these tensors before the write (a weight saved by a forward, then an optimizer
+            # step, then backward: eager raises, and so must the compiled step)
+            torch.autograd.graph.increment_version(in_place)
 
     def _assemble(self, inputs: Sequence[torch.Tensor], user: list[Any]) -> list[Any]:
         for k, stride in self.output_strides:
