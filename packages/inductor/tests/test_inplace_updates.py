@@ -8,6 +8,7 @@ function eagerly on copies.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -131,3 +132,54 @@ def test_readers_before_the_writer_share_its_kernel(options: InductorOptions) ->
     assert compiled.report.kernels == 2  # the scalars once, then one loop over the tensors
     loop = next(src for src in compiled.report.kernel_sources.values() if "for (" in src)
     assert "pow" not in loop  # 0.9 ** step is computed once, not per element
+
+
+@pytest.mark.backends("cpp")
+def test_cpp_call_passes_an_updated_input_once_and_reads_each_pointer_once(
+    options: InductorOptions,
+) -> None:
+    """An input computed in place is one kernel argument (its old and new value are the
+    same memory), and a tensor several kernels take has its ``data_ptr()`` read once."""
+    def momentum(p: torch.Tensor, g: torch.Tensor, buf: torch.Tensor,
+                 b: torch.Tensor, gb: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        new_buf = buf * 0.9 + g
+        return p - 0.1 * new_buf, new_buf, b - 0.1 * gb * g.sum()
+
+    inputs = [torch.randn(64, 33), torch.randn(64, 33), torch.randn(64, 33), torch.randn(7),
+              torch.randn(7)]
+    compiled, got, args = _run(momentum, inputs, [(0, 0), (1, 2), (2, 3)], options)
+    assert got[0] is args[0] and got[1] is args[2] and got[2] is args[3]
+    src = compiled.report.wrapper_source
+    assert src.count("computed in place") == 3
+    # five tensors (and the reduction's result): one pointer read each
+    reads = re.findall(r"(\w+)\.data_ptr\(\)", src)
+    assert len(reads) == len(set(reads)), src
+    assert "arg1.data_ptr()" in src and src.count("arg1.data_ptr()") == 1, src
+    for name, kernel in compiled.report.kernel_sources.items():
+        # an in-place pair is one parameter: the input's pointer is the output's
+        assert "in_arg0 = out_" in kernel or "in_arg0" not in kernel, (name, kernel)
+
+
+@pytest.mark.backends("cpp")
+def test_small_buffers_only_kernels_touch_share_one_scratch_block(
+    options: InductorOptions,
+) -> None:
+    """Adam's bias corrections: 0-d values computed once per parameter and read by the
+    parameter's loop. They live in one block the call allocates, not one tensor each."""
+    def adam_like(p1: torch.Tensor, p2: torch.Tensor, g1: torch.Tensor, g2: torch.Tensor,
+                  s1: torch.Tensor, s2: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        n1, n2 = s1 + 1, s2 + 1
+        c1, c2 = 1 - 0.9 ** n1, 1 - 0.9 ** n2
+        return n1, n2, p1 - 0.1 * g1 / c1, p2 - 0.1 * g2 / c2
+
+    inputs = [torch.randn(300, 200), torch.randn(300), torch.randn(300, 200), torch.randn(300),
+              torch.tensor(3.0), torch.tensor(5.0)]
+    compiled, got, args = _run(adam_like, inputs, [(0, 4), (1, 5), (2, 0), (3, 1)], options)
+    src = compiled.report.wrapper_source
+    assert "_scratch = empty_strided(" in src, src
+    assert "empty_strided(()" not in src, src  # no 0-d tensor per value
+    for _ in range(3):  # the block is fresh each call: values stay eager's
+        expected = adam_like(*[a.clone() for a in args])
+        got = compiled(*args)
+        for e, g in zip(expected, got, strict=True):
+            torch.testing.assert_close(g, e)

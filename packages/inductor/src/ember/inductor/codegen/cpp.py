@@ -43,10 +43,17 @@ def generate_kernel(
     args: list[str] = []
     params: list[str] = []
     # a buffer computed in place into an input this kernel also loads: same memory, so
-    # neither pointer may be __restrict__
+    # neither pointer may be __restrict__, and the call passes it once (the input's
+    # pointer is the output's, declared in the body): one ctypes argument and one
+    # ``data_ptr()`` less per in-place update (an optimizer step has hundreds)
     shared = {n for pair in plan.inplace.items() if pair[1] in plan.loads for n in pair}
+    same_as = {inp: out for out, inp in plan.inplace.items() if inp in plan.loads}
+    aliases: list[str] = []
     for name in plan.loads:
         k.pointers[name] = (f"in_{name}", buffer_dtypes[name])
+        if name in same_as:
+            aliases.append(f"const {mem_ctype(buffer_dtypes[name])}* in_{name} = out_{same_as[name]};")
+            continue
         restrict = "" if name in shared else " __restrict__"
         params.append(f"const {mem_ctype(buffer_dtypes[name])}*{restrict} in_{name}")
         args.append(name)
@@ -89,7 +96,7 @@ def generate_kernel(
         lines.extend(
             loop_nest(outer, body, parallel=parallel_outer, simd_inner=False, reductions=[])
         )
-    text = "\n".join("  " + ln for ln in lines)
+    text = "\n".join("  " + ln for ln in [*aliases, *lines])
     symbols = sorted(plan.size_symbols(), key=lambda sym: int(sym.name[1:]))
     sizes = [sym.name for sym in symbols if re.search(rf"\b{sym.name}\b", text)]
     params += [f"const int64_t {name}" for name in sizes]

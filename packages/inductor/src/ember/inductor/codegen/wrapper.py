@@ -117,9 +117,21 @@ class WrapperWriter:
         self.views: dict[str, str] = {}
         self.view_of: dict[str, tuple[str, str]] = {}  # local -> (its buffer, expression)
         self.n_views = 0
+        #: C++ kernels: buffer -> the local holding its ``data_ptr()``, read once per call
+        #: and shared by every kernel that takes it (dropped after an extern call)
+        self.pointers: dict[str, str] = {}
+        #: C++ kernels: buffer -> the buffer whose tensor it is bound to (computed in place
+        #: into an input, or reusing a dead buffer): same memory, same pointer
+        self.same_memory: dict[str, str] = {}
+        #: C++ kernels: small buffers only kernels read or write -> their byte offset in
+        #: one scratch block the call allocates (``scratch_buffers``)
+        self.scratch: dict[str, int] = {}
 
     def free(self, name: str) -> None:
         """``del name`` and of the views of it held in locals (they would keep it alive)."""
+        if name in self.scratch:
+            return  # part of the call's scratch block, not a tensor of its own
+        self.pointers.pop(name, None)
         self.lines.append(f"    del {name}")
         for var, (base, expr) in list(self.view_of.items()):
             if base == name:
@@ -128,6 +140,8 @@ class WrapperWriter:
 
     def ref(self, name: str) -> str:
         """``name`` as a tensor with its own layout."""
+        if name in self.scratch:  # scratch_buffers leaves out every buffer read as a tensor
+            raise LoweringError(f"internal: scratch buffer {name} is read as a tensor")
         lay = self.lazy.get(name)
         return name if lay is None else self.view(name, lay)
 
@@ -135,6 +149,8 @@ class WrapperWriter:
         """``name`` viewed with ``lay`` (its offset relative to ``name``'s own); ``shared``:
         a view of a constant may be one object made on the first call (never returned to
         the caller, who may change its metadata)."""
+        if name in self.scratch:
+            raise LoweringError(f"internal: scratch buffer {name} is viewed as a tensor")
         if shared and name in self.graph.constants and all(
             isinstance(v, int) for v in (*lay.size, *lay.stride, lay.offset)
         ):
@@ -220,15 +236,26 @@ class WrapperWriter:
             self.bind_sizes(check_inputs=True)
         for name in g.constants:
             ln.append(f"    {name} = _constants[{name!r}]")
+        cpp = self.backend.name == "cpp"
+        if cpp:
+            self.scratch, size = scratch_buffers(g, self.steps, self.memory)
+            if self.scratch:
+                ln.append(f"    _scratch = empty_strided(({size},), (1,), dtype=torch.uint8)  "
+                          f"# {len(self.scratch)} small buffers only kernels touch")
+                ln.append("    _sp = _scratch.data_ptr()")
         for step, mem in zip(self.steps, self.memory):
             for a in mem.allocate:
                 lay = a.layout
+                if a.name in self.scratch:
+                    continue
                 if a.into_input is not None:
                     ln.append(f"    {a.name} = {a.into_input}  # computed in place")
-                elif a.reuses is not None and a.reuses in self.fresh and self.backend.name == "cpp":
+                    self.same_memory[a.name] = a.into_input
+                elif a.reuses is not None and a.reuses in self.fresh and cpp:
                     ln.append(f"    {a.name} = {a.reuses}  # reuses {a.reuses} (viewed where read)")
                     self.fresh.add(a.name)
                     self.lazy[a.name] = Layout(lay.size, lay.stride, lay.dtype, 0)
+                    self.same_memory[a.name] = a.reuses
                 elif a.reuses is not None:
                     view = self.view(a.reuses, Layout(lay.size, lay.stride, lay.dtype, 0))
                     ln.append(f"    {a.name} = {view}  # reuses {a.reuses}")
@@ -237,14 +264,36 @@ class WrapperWriter:
                 else:
                     ln.append(f"    {a.name} = {self.backend.allocate(lay)}")
                     self.fresh.add(a.name)
-            if isinstance(step, KernelPlan):
+            if isinstance(step, KernelPlan) and cpp:
+                ln.append(f"    {self._cpp_call(step.name, self.kernels[step.name])}")
+            elif isinstance(step, KernelPlan):
                 ln.append(f"    {self.backend.call(step.name, self.kernels[step.name])}")
             else:
                 self._extern(step)
+                self.pointers.clear()  # an extern op's results are new tensors
             for name in mem.free:
                 self.free(name)
         ln.append(f"    return [{', '.join(self._output(o) for o in g.outputs)}]")
         return WrapperCode("\n".join(ln) + "\n", self.consts)
+
+    def _pointer(self, name: str) -> str:
+        """The expression of buffer ``name``'s address for a C++ kernel."""
+        off = self.scratch.get(name)
+        if off is not None:
+            return "_sp" if off == 0 else f"_sp + {off}"
+        root = name
+        while root in self.same_memory:
+            root = self.same_memory[root]
+        local = self.pointers.get(root)
+        if local is None:
+            local = self.pointers[root] = f"_p{len(self.pointers)}_{root}"
+            self.lines.append(f"    {local} = {root}.data_ptr()")
+        return local
+
+    def _cpp_call(self, name: str, kernel: KernelSource) -> str:
+        """A C++ kernel's call: each tensor's ``data_ptr()`` read once per wrapper call."""
+        args = [self._pointer(a) for a in kernel.args] + list(kernel.sizes)
+        return f"{name}({', '.join(args)})"
 
     def _extern(self, step: ExternCall) -> None:
         k: ExternKernel = step.kernel
@@ -276,6 +325,47 @@ class WrapperWriter:
             assert o.layout is not None
             return self.view(o.name, o.layout, shared=False)
         return self.ref(o.name)
+
+
+#: the largest buffer (bytes) ``scratch_buffers`` places in the scratch block
+SCRATCH_BYTES = 256
+#: each scratch buffer starts on its own cache line
+_SCRATCH_ALIGN = 64
+
+
+def scratch_buffers(
+    graph: LoweredGraph, steps: list[Step], memory: list[StepMemory]
+) -> tuple[dict[str, int], int]:
+    """Buffers of a C++ wrapper placed in one block allocated per call, and its size.
+
+    A buffer qualifies when only C++ kernels read and write it (no extern op, graph
+    output or view sees it as a tensor), it has memory of its own (not computed into an
+    input, not reusing or reused by another buffer) and at most ``SCRATCH_BYTES`` of
+    static size: the 0-d values an optimizer step computes once per parameter (bias
+    corrections) were one ``empty_strided`` each (~1 us), hundreds per step.
+    """
+    as_tensors = {o.name for o in graph.outputs if o.kind not in ("const", "size")}
+    for step in steps:
+        if isinstance(step, ExternCall):
+            as_tensors.update(step.kernel.buffer_args())
+            as_tensors.add(step.kernel.name)
+            as_tensors.update(m.name for m in step.outputs)
+    reused = {a.reuses for mem in memory for a in mem.allocate if a.reuses is not None}
+    offsets: dict[str, int] = {}
+    size = 0
+    for mem in memory:
+        for a in mem.allocate:
+            lay = a.layout
+            if (a.into_input is not None or a.reuses is not None or a.name in reused
+                    or a.name in as_tensors or a.name in graph.constants
+                    or not all(isinstance(v, int) for v in (*lay.size, *lay.stride))):
+                continue
+            nbytes = lay.storage_numel() * lay.dtype.itemsize
+            if nbytes > SCRATCH_BYTES or nbytes == 0:
+                continue
+            offsets[a.name] = size
+            size += -(-nbytes // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
+    return offsets, size
 
 
 def _view_call(name: str, lay: Layout) -> str:
