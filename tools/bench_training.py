@@ -19,7 +19,9 @@ padded to 16, the blog's loop: ``model(**batch).loss``), trained with Adam
 Columns: ``eager``, ``ember`` (backend ``inductor``) and ``torch.compile``
 (inductor). The columns of a row are timed step by step in turn (a drifting load
 weighs on each alike). Each cell reports the median step time after warm-up, the speedup
-over eager, and how many graphs the backend compiled (for DDP: the graphs one
+over eager, the median CPU time of a step (``cpu``, ms: every thread of the process,
+OpenMP spin-waiting included; with ``OMP_NUM_THREADS=1`` the figure least moved by
+other jobs on the machine), and how many graphs the backend compiled (for DDP: the graphs one
 step runs, the pieces a forward is split into at gradient-bucket boundaries).
 The ``optimizer`` row also gives kernels per step: the C++ kernels in the
 compiled step's code (ember: its wrapper's kernel calls; torch.compile: the
@@ -180,6 +182,7 @@ class Cell:
         self.count = 0
         self.losses: list[float] = []
         self.times: list[float] = []
+        self.cpu_times: list[float] = []
         self.kernels: int | None = None
 
     def step(self) -> float:
@@ -204,9 +207,10 @@ class Cell:
         self.kernels = kernels.kernels()
 
     def timed_step(self) -> None:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         self.losses.append(self.step())
         self.times.append(time.perf_counter() - start)
+        self.cpu_times.append(time.process_time() - cpu)
 
     def result(self) -> dict[str, Any]:
         params = torch.cat([p.detach().flatten() for p in self.model.parameters()])
@@ -215,6 +219,7 @@ class Cell:
             kernels = eager_aten_calls(self.step)  # one more step, after the parameters were taken
         return {
             "seconds": statistics.median(self.times),
+            "cpu_seconds": statistics.median(self.cpu_times),
             "graphs": None if self.counter is None else self.counter.graphs,
             "kernels": kernels if self.row == "optimizer" else None,
             "losses": self.losses,
@@ -268,7 +273,7 @@ def main() -> int:
     columns = ("eager", "ember", "torch.compile")
     print(f"load average: {os.getloadavg()}; torch {torch.__version__}; {torch.get_num_threads()} threads; "
           f"model {args.model}")
-    print(f"{'row':18} " + " ".join(f"{c:>30}" for c in columns))
+    print(f"{'row':18} " + " ".join(f"{c:>42}" for c in columns))
     for row in args.rows.split(","):
         cells = []
         if row == "ddp":
@@ -299,9 +304,10 @@ def main() -> int:
                 if r["kernels"] is not None:
                     graphs += f" {r['kernels']} {'aten' if c == 'eager' else 'krn'}/step"
                 cells.append(
-                    f"{r['seconds'] * 1e3:8.2f} ms {base / r['seconds']:5.2f}x {graphs}{'' if same else ' WRONG'}"
+                    f"{r['seconds'] * 1e3:8.2f} ms {base / r['seconds']:5.2f}x "
+                    f"cpu {r['cpu_seconds'] * 1e3:7.2f} {graphs}{'' if same else ' WRONG'}"
                 )
-        print(f"{row:18} " + " ".join(f"{cell:>30}" for cell in cells), flush=True)
+        print(f"{row:18} " + " ".join(f"{cell:>42}" for cell in cells), flush=True)
     return 0
 
 
