@@ -136,7 +136,9 @@ def make_backend(
     compile_fn = _graph_compiler(options)
     training: Callable[[torch.fx.GraphModule, list[Any]], Any] | None = None
     aot_options: Any = None
+    decompositions: Any = None
     if aotgrad is not None:
+        decompositions = lazy_decomposition_table(aotgrad)
         # Traced forward/backward graphs are cached on disk next to the compiled ones, so
         # a second process neither traces nor lowers (aotgrad's plan_cache.py).
         cache_dir = (options.cache_dir if options is not None else None) or default_cache_dir()
@@ -144,7 +146,7 @@ def make_backend(
         training = aotgrad.aot_autograd(
             fw_compiler=compile_fn,  # type: ignore[arg-type]
             bw_compiler=compile_fn,  # type: ignore[arg-type]
-            decompositions=lazy_decomposition_table(aotgrad),
+            decompositions=decompositions,
             options=aot_options,
         )
 
@@ -181,13 +183,11 @@ def make_backend(
             return compile_graph(aten_gm, list(inputs), opts, inputs_guarded=static)
 
         if aotgrad is not None:
-            from .decompositions import decomposition_table
-
             return aotgrad.aot_inference(
                 gm,
                 example_inputs,
                 compile_guarded,  # type: ignore[arg-type]
-                decomposition_table(),
+                decompositions,
                 aot_options,
             )
         from .aten_cache import cached_trace_to_aten
