@@ -15,11 +15,24 @@ LoweringFn = Callable[..., Any]
 LOWERINGS: dict[Any, LoweringFn] = {}
 
 
+def _builtin(fn: Any) -> bool:
+    return (getattr(fn, "__module__", "") or "").startswith("ember.inductor")
+
+
 def register_lowering(*ops: Any) -> Callable[[LoweringFn], LoweringFn]:
-    """Register ``fn`` for ATen overloads or whole packets (all overloads)."""
+    """Register ``fn`` for ATen overloads or whole packets (all overloads).
+
+    A lowering registered from outside ember.inductor wins over ember's own for the
+    same op whichever was imported first: ember's lowering modules are imported when
+    the first graph is lowered (not by ``import ember.inductor``), which may be after
+    the user's ``register_lowering``.
+    """
 
     def wrap(fn: LoweringFn) -> LoweringFn:
+        builtin = _builtin(fn)
         for op in ops:
+            if builtin and op in LOWERINGS and not _builtin(LOWERINGS[op]):
+                continue
             LOWERINGS[op] = fn
         return fn
 
