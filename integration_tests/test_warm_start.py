@@ -3,7 +3,8 @@ ember.inductor's traced ATen graph, compiled graph and kernels, in a second proc
 
 The second process cannot capture (``ember.dynamo.convert_frame`` is None in
 ``sys.modules``: importing the bytecode interpreter raises), must not import TorchDynamo
-(no fake tensor made on the way), and must give eager's results for an inference call
+(no fake tensor made on the way), sympy (0.3 s of CPU: the graphs have static sizes) or
+ember.inductor's lowering stack, and must give eager's results for an inference call
 and a training step (gradients included).
 """
 
@@ -52,6 +53,8 @@ SCRIPT = textwrap.dedent(
         "grads": all(torch.allclose(g, p.grad, atol=1e-5) for g, p in zip(grads, model.parameters())),
         "torch._dynamo": "torch._dynamo" in sys.modules,
         "interpreter": "ember.dynamo.symbolic_convert" in sys.modules,
+        "sympy": "sympy" in sys.modules,
+        "lowering": "ember.inductor.lowering" in sys.modules,
     }))
     """
 )
@@ -74,4 +77,5 @@ def test_second_process_runs_inductor_graphs_without_capture_or_torchdynamo(tmp_
     cold = _run(tmp_path, "cold")
     assert cold["inference"] and cold["grads"]
     warm = _run(tmp_path, "warm")
-    assert warm == {"inference": True, "grads": True, "torch._dynamo": False, "interpreter": False}
+    assert warm == {"inference": True, "grads": True, "torch._dynamo": False, "interpreter": False,
+                    "sympy": False, "lowering": False}

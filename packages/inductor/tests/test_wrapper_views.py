@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import ember.inductor.backends as backends
-from ember.inductor.codegen.wrapper import _const_view
+from ember.inductor.codegen.wrapper_runtime import _const_view
 
 dynamo = pytest.importorskip("ember.dynamo")
 

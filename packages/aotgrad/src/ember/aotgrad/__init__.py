@@ -23,6 +23,7 @@ from ember.aotgrad.api import (
 )
 from ember.aotgrad.backends import aot_eager
 from ember.aotgrad.decompositions import (
+    LazyDecompTable,
     core_aten_decompositions,
     get_decompositions,
     mutation_decompositions,
@@ -74,6 +75,7 @@ __all__ = [
     "default_partition",
     "functionalize",
     "get_decompositions",
+    "LazyDecompTable",
     "min_cut_rematerialization_partition",
     "mutation_decompositions",
     "nop_compiler",

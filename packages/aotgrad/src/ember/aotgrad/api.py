@@ -26,7 +26,7 @@ from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten, treespec
 
 from ember.aotgrad import logs, plan_cache
 from ember.aotgrad.debug import debug_dir_from_env, own_folder, write_graphs
-from ember.aotgrad.decompositions import DecompTable, with_required
+from ember.aotgrad.decompositions import DecompMapping, with_required
 from ember.aotgrad.errors import AotGradError, FunctionalizationError, TraceError
 from ember.aotgrad.exchange import example_inputs, round_trip
 from ember.aotgrad.joint import FakeInputs, TracedGraph, copy_saved_aliases, trace_graph
@@ -156,7 +156,7 @@ class AotFunction:
         fw_compiler: GraphCompiler,
         bw_compiler: GraphCompiler | None = None,
         partition_fn: PartitionFn = min_cut_rematerialization_partition,
-        decompositions: DecompTable | None = None,
+        decompositions: DecompMapping | None = None,
         options: AotOptions | None = None,
         source_graph: fx.GraphModule | None = None,
     ) -> None:
@@ -453,7 +453,7 @@ def aot_function(
     fw_compiler: GraphCompiler,
     bw_compiler: GraphCompiler | None = None,
     partition_fn: PartitionFn = min_cut_rematerialization_partition,
-    decompositions: DecompTable | None = None,
+    decompositions: DecompMapping | None = None,
     options: AotOptions | None = None,
 ) -> AotFunction:
     """Trace ``fn``'s forward and backward ahead of time and compile each graph.
@@ -498,7 +498,7 @@ def aot_module(
     fw_compiler: GraphCompiler,
     bw_compiler: GraphCompiler | None = None,
     partition_fn: PartitionFn = min_cut_rematerialization_partition,
-    decompositions: DecompTable | None = None,
+    decompositions: DecompMapping | None = None,
     options: AotOptions | None = None,
 ) -> AotModule:
     """Like :func:`aot_function` for ``mod.forward``; parameters and buffers become
@@ -529,7 +529,7 @@ def aot_inference(
     gm: fx.GraphModule,
     example_inputs: Sequence[torch.Tensor],
     compiler: GraphCompiler,
-    decompositions: DecompTable | None = None,
+    decompositions: DecompMapping | None = None,
     options: AotOptions | None = None,
 ) -> Callable[..., Any]:
     """Compile ``gm`` for inference, for inputs exactly like ``example_inputs`` (or, where
@@ -594,7 +594,7 @@ def aot_autograd(
     fw_compiler: GraphCompiler,
     bw_compiler: GraphCompiler | None = None,
     partition_fn: PartitionFn = min_cut_rematerialization_partition,
-    decompositions: DecompTable | None = None,
+    decompositions: DecompMapping | None = None,
     options: AotOptions | None = None,
 ) -> Callable[[fx.GraphModule, list[torch.Tensor]], Callable[..., Any]]:
     """A dynamo backend ``(gm, example_inputs) -> callable`` that runs ``gm`` through aotgrad.

@@ -20,13 +20,51 @@ would draw different random numbers than eager does under the same seed.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
 import torch._decomp as torch_decomp
 
+from ember.ir.cache_entry import code_digest
+
 DecompTable = dict[Any, Callable[..., Any]]
+#: what ``aot_function`` & co. accept: a table, or a :class:`LazyDecompTable`
+DecompMapping = Mapping[Any, Callable[..., Any]]
+
+
+class LazyDecompTable(Mapping[Any, Callable[..., Any]]):
+    """A decomposition table built on its first lookup, whose plan-cache fingerprint is
+    known without building it.
+
+    A backend's table may need its whole lowering stack imported to be built
+    (ember.inductor leaves out the ops it lowers); a warm start that loads every
+    traced plan from the cache never looks an op up, so it never pays that.
+    ``fingerprint()`` must change whenever the built table could (the plan cache keys
+    traced graphs by it; torch's version is in the key already).
+    """
+
+    def __init__(self, build: Callable[[], DecompMapping], fingerprint: Callable[[], str]) -> None:
+        self._build = build
+        self._fingerprint = fingerprint
+        self._built: DecompMapping | None = None
+
+    def _table(self) -> DecompMapping:
+        if self._built is None:
+            self._built = self._build()
+        return self._built
+
+    def __getitem__(self, op: Any) -> Callable[..., Any]:
+        return self._table()[op]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+    def fingerprint(self) -> str:
+        return self._fingerprint()
 
 
 def _is_random(op: Any) -> bool:
@@ -71,8 +109,18 @@ def get_decompositions(ops: Iterable[Any]) -> DecompTable:
     return dict(torch_decomp.get_decompositions(list(ops)))
 
 
-def with_required(table: DecompTable | None) -> DecompTable:
-    """``table`` plus :func:`mutation_decompositions` (the user's entries win)."""
+def with_required(table: DecompMapping | None) -> DecompMapping:
+    """``table`` plus :func:`mutation_decompositions` (the user's entries win); a
+    :class:`LazyDecompTable` stays lazy."""
+    if isinstance(table, LazyDecompTable):
+        lazy = table
+
+        def fingerprint() -> str:
+            required = sorted(f"{op}={getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}:"
+                              f"{code_digest(fn)}" for op, fn in mutation_decompositions().items())
+            return f"{required!r}|{lazy.fingerprint()}"
+
+        return LazyDecompTable(lambda: with_required(dict(lazy)), fingerprint)
     merged = mutation_decompositions()
     merged.update(table or {})
     return merged

@@ -29,6 +29,7 @@ import functools
 import hashlib
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -88,8 +89,12 @@ def fn_name(fn: Any) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
 
 
-def table_fingerprint(table: dict[Any, Any]) -> str:
-    """The decomposition table as text: each op, the function decomposing it, and its code."""
+def table_fingerprint(table: Mapping[Any, Any]) -> str:
+    """The decomposition table as text: each op, the function decomposing it, and its code
+    (a table with its own ``fingerprint()``, a ``LazyDecompTable``, says it without being built)."""
+    own = getattr(table, "fingerprint", None)
+    if callable(own):
+        return str(own())
     return repr(sorted(_table_item(op, fn) for op, fn in table.items()))
 
 

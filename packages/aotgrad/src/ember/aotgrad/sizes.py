@@ -28,13 +28,15 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-import sympy
 import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ember.aotgrad.errors import TraceError
 from ember.ir.shape_env import python_value
+
+if TYPE_CHECKING:
+    import sympy
 
 if TYPE_CHECKING:
     from ember.aotgrad.partition import Partition
@@ -45,6 +47,7 @@ SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 def expr_of(value: object) -> sympy.Basic | None:
     """The sympy expression of a symbolic value (``None`` for plain values)."""
+    import sympy
     if isinstance(value, SYM_TYPES):
         expr: sympy.Basic = value.node.expr
         if expr.is_number or expr in (sympy.true, sympy.false):
@@ -92,6 +95,7 @@ def _values(value: object) -> Iterator[object]:
 
 def needed_symbols(gm: fx.GraphModule) -> set[sympy.Symbol]:
     """Symbols ``gm``'s arguments and values depend on (what running or compiling it needs)."""
+    import sympy
     needed: set[sympy.Symbol] = set()
     for node in gm.graph.nodes:
         for value in (*_values((node.args, node.kwargs)), *_values(node.meta.get("val"))):
@@ -104,6 +108,7 @@ def needed_symbols(gm: fx.GraphModule) -> set[sympy.Symbol]:
 def symbol_sources(gm: fx.GraphModule) -> dict[sympy.Symbol, tuple[fx.Node, int | None]]:
     """Each symbol one of ``gm``'s inputs provides: (placeholder, dim), or (placeholder,
     None) for a placeholder holding the symbolic int itself."""
+    import sympy
     found: dict[sympy.Symbol, tuple[fx.Node, int | None]] = {}
     for node in gm.graph.nodes:
         if node.op != "placeholder":
@@ -170,6 +175,7 @@ class _Binder:
             node.meta["val"] = self.env.sym_value(expr, pytype)
 
     def _build(self, expr: sympy.Basic, kind: type) -> Any:
+        import sympy
         if isinstance(expr, sympy.Symbol):
             source = self.sources.get(expr)
             if source is None:

@@ -26,14 +26,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sympy
 import torch
 
 from ember import ir
 from ember.ir import Size, Source, Stride
 from ember.ir.shape_env import MIN_SIZE, ShapeEnv
+
+if TYPE_CHECKING:
+    import sympy
 
 #: Attribute names ``mark_*`` store on a tensor (read when the tensor is traced).
 DYNAMIC_ATTR = "_ember_dynamic_dims"
@@ -195,6 +197,7 @@ class ShapePolicy:
     # -- guards ---------------------------------------------------------------
     def guards(self) -> list[ir.Guard]:
         """The SHAPE_EXPR guards of this graph (empty when nothing is symbolic)."""
+        import sympy
         if not self.symbols:
             return []
         names = {sym: info.sources[0] for sym, info in self.symbols.items()}
@@ -238,6 +241,7 @@ class ShapePolicy:
 
     def specialized_marked(self) -> list[str]:
         """Sources of ``mark_dynamic`` dimensions the program forced to one value."""
+        import sympy
         pinned = {
             side for g in self.env.guards if isinstance(g.expr, sympy.Eq)
             for side, other in (g.expr.args, reversed(g.expr.args))
@@ -253,6 +257,7 @@ def _stride_exprs(sizes: Sequence[Any], strides: Sequence[int], hints: Sequence[
     Dims are walked innermost first (by stride, then size); a dim whose stride
     equals the product of the sizes inside it gets that product as its stride.
     """
+    import sympy
     order = sorted(range(len(sizes)), key=lambda d: (strides[d], hints[d]))
     out: list[Any] = list(strides)
     expected: Any = sympy.Integer(1)

@@ -20,11 +20,9 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sympy
 import torch
-from sympy.printing.pycode import pycode
 
 from ember.guards.errors import GuardCompileError
 from ember.guards.reads import fast_read, plain_read
@@ -43,6 +41,9 @@ from ember.ir import (
     parse_source,
     parse_sym_expr,
 )
+
+if TYPE_CHECKING:
+    import sympy
 
 Explain = Callable[[Sequence[Any]], str]
 
@@ -410,6 +411,9 @@ def global_state_part(b: GuardBuilder, g: Guard) -> Part:
 
 def shape_expr_part(b: GuardBuilder, g: Guard) -> Part:
     """A sympy relation over size symbols, each bound to a source by the payload's ``symbols``."""
+    import sympy  # only symbolic sizes need it (ember.ir.symbolic)
+    from sympy.printing.pycode import pycode
+
     text = str(g.payload["expr"])
     relation = parse_sym_expr(text, field="payload.expr")
     raw = g.payload.get("symbols")
@@ -448,6 +452,8 @@ _REL_OPS = {"Equality": "==", "Unequality": "!=", "StrictLessThan": "<", "LessTh
 
 def _relation_text(relation: sympy.Basic, names: Mapping[sympy.Symbol, str]) -> str:
     """``s0 >= 2`` as ``L['x'].size()[0] >= 2``: the relation with sources for symbols."""
+    import sympy
+
     def text(e: sympy.Basic) -> str:
         return str(e.xreplace({s: sympy.Symbol(n) for s, n in names.items()}))
 

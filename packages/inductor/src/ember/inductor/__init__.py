@@ -9,9 +9,10 @@ Public API::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .backends import backend, inductor, make_backend
 from .compile_fx import CompiledGraph, CompileReport, EagerGraph, compile_graph
-from .decompositions import decomposition_table
 from .errors import (
     CppCompileError,
     InductorError,
@@ -19,8 +20,25 @@ from .errors import (
     KernelIndexError,
     LoweringError,
 )
-from .lowering import register_lowering
 from .options import CppOptions, InductorOptions
+
+if TYPE_CHECKING:
+    from .decompositions import decomposition_table
+    from .lowering import register_lowering
+
+
+def __getattr__(name: str) -> Any:
+    """``register_lowering`` and ``decomposition_table``, imported on first use: the
+    lowering stack (and sympy) is not needed to run graphs loaded from the caches."""
+    if name == "register_lowering":
+        from .lowering import register_lowering
+
+        return register_lowering
+    if name == "decomposition_table":
+        from .decompositions import decomposition_table
+
+        return decomposition_table
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "CompileReport",

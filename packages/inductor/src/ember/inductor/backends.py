@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.fx
 
+from ember.ir.cache_entry import source_fingerprint
 from ember.ir.debug import debug_dir_of, set_debug_dir
 from ember.ir.shape_env import SymNode
 
 from .compile_fx import compile_graph
 from .errors import InductorError
+from .graph_cache import outside_lowerings
 from .logs import perf_hints
 from .options import InductorOptions, default_cache_dir, options_from_env
 from .torch_options import configure_options
@@ -89,6 +92,28 @@ def options_for(
     return opts
 
 
+def lazy_decomposition_table(aotgrad: Any) -> Any:
+    """``decomposition_table()``, built on aotgrad's first lookup (tracing a graph).
+
+    Building it imports every lowering module (it leaves out the ops they lower), which
+    a warm start whose traced plans all come from the plan cache never needs. The plan
+    cache fingerprint stands for the table without building it: ember.inductor's
+    source (its lowerings and decompositions) and the lowerings registered from outside
+    it; torch's version is in the plan key already.
+    """
+
+    def build() -> Any:
+        from .decompositions import decomposition_table
+
+        return decomposition_table()
+
+    def fingerprint() -> str:
+        package = source_fingerprint(Path(__file__).resolve().parent)
+        return f"ember.inductor decompositions {package} outside lowerings {outside_lowerings()!r}"
+
+    return aotgrad.LazyDecompTable(build, fingerprint)
+
+
 def make_backend(
     options: InductorOptions | None = None,
 ) -> Callable[[torch.fx.GraphModule, list[Any]], Any]:
@@ -111,9 +136,9 @@ def make_backend(
     compile_fn = _graph_compiler(options)
     training: Callable[[torch.fx.GraphModule, list[Any]], Any] | None = None
     aot_options: Any = None
+    decompositions: Any = None
     if aotgrad is not None:
-        from .decompositions import decomposition_table
-
+        decompositions = lazy_decomposition_table(aotgrad)
         # Traced forward/backward graphs are cached on disk next to the compiled ones, so
         # a second process neither traces nor lowers (aotgrad's plan_cache.py).
         cache_dir = (options.cache_dir if options is not None else None) or default_cache_dir()
@@ -121,7 +146,7 @@ def make_backend(
         training = aotgrad.aot_autograd(
             fw_compiler=compile_fn,  # type: ignore[arg-type]
             bw_compiler=compile_fn,  # type: ignore[arg-type]
-            decompositions=decomposition_table(),
+            decompositions=decompositions,
             options=aot_options,
         )
 
@@ -158,13 +183,11 @@ def make_backend(
             return compile_graph(aten_gm, list(inputs), opts, inputs_guarded=static)
 
         if aotgrad is not None:
-            from .decompositions import decomposition_table
-
             return aotgrad.aot_inference(
                 gm,
                 example_inputs,
                 compile_guarded,  # type: ignore[arg-type]
-                decomposition_table(),
+                decompositions,
                 aot_options,
             )
         from .aten_cache import cached_trace_to_aten

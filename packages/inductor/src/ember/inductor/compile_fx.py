@@ -26,18 +26,14 @@ from ember.ir.updates import input_updates_of
 from . import graph_cache
 from .codegen.backend import Backend, BuildStats, KernelSource
 from .codegen.registry import backend_for
-from .codegen.wrapper import WrapperWriter, namespace
+from .codegen.wrapper_runtime import namespace
 from .errors import InputMismatchError
-from .graph import GraphLowering, attr_value, graph_device, op_name
+from .fx_util import attr_value, graph_device, op_name
 from .graph_cache import GraphArtifact
-from .inplace import candidate_updates
-from .kernel_plan import KernelPlan
 from .logs import configure_from_env, log, output_code, perf_hints
-from .memory_plan import plan_memory
 from .modes import warn_mode
 from .options import InductorOptions, options_from_env
 from .profiling import graph_label, named_kernels, profiling
-from .scheduler import schedule
 
 
 @dataclass
@@ -307,6 +303,15 @@ def _generate(
     gm: torch.fx.GraphModule, example_inputs: list[Any], opts: InductorOptions, backend: Backend
 ) -> GraphArtifact:
     """Lower, schedule and generate code: everything a compiled graph is rebuilt from."""
+    # the lowering stack (and sympy) is imported on the first graph generated, not by
+    # ``import ember.inductor``: a graph found in the graph cache needs none of it
+    from .codegen.wrapper import WrapperWriter
+    from .graph import GraphLowering
+    from .inplace import candidate_updates
+    from .kernel_plan import KernelPlan
+    from .memory_plan import plan_memory
+    from .scheduler import schedule
+
     lowered = GraphLowering(
         gm, example_inputs, opts, backend.dtypes, backend.label, welford=backend.welford
     ).run()

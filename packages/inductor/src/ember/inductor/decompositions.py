@@ -49,7 +49,11 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
 
     Ops inductor has a lowering for are left out, so they reach it whole.
     """
-    from .lowering import find_lowering  # lowering imports this module
+    # every lowering module, so that the ops they lower are left out whatever was imported
+    # before (``import ember.inductor`` no longer imports the lowering stack)
+    from .lowering import creation, find_lowering, pointwise, reduction, views
+
+    del creation, pointwise, reduction, views  # imported for their registrations
 
     # An op inductor lowers itself stays whole: torch's decomposition of it may bottom out
     # in prims (var_mean -> prims.var/prims.broadcast_in_dim), which would run as externs.

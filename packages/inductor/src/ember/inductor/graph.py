@@ -22,6 +22,7 @@ from ember.ir.updates import input_updates_of
 
 from .decompositions import NEVER_DECOMPOSE, decompose_node
 from .errors import LoweringError
+from .fx_util import attr_value, graph_device, op_name
 from .index import index_symbols
 from .ir import (
     Buffer,
@@ -77,27 +78,6 @@ class LoweredGraph:
     hints: SizeHints = field(default_factory=SizeHints)
     #: input position -> the symbolic int that input is (a ``SymInt`` graph input)
     size_inputs: dict[int, Any] = field(default_factory=dict)
-
-
-def attr_value(gm: torch.nn.Module, target: str) -> Any:
-    """What a ``get_attr`` node with this dotted ``target`` reads from ``gm``."""
-    value: Any = gm
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
-
-
-def graph_device(example_inputs: list[Any]) -> torch.device:
-    """The device a graph's kernels run on: its first tensor input's (CPU without one)."""
-    for x in example_inputs:
-        if isinstance(x, torch.Tensor):
-            return x.device
-    return torch.device("cpu")
-
-
-def op_name(target: Any) -> str:
-    name = getattr(target, "name", None)
-    return name() if callable(name) else getattr(target, "__name__", str(target))
 
 
 def _body_stats(node: IRNode) -> tuple[int, int, int]:

@@ -42,7 +42,7 @@ from ember.ir.cache_entry import (
 
 from .codegen.backend import KernelSource
 from .logs import log
-from .sizes import as_size
+from .lowering_registry import LOWERINGS
 
 #: Bumped when the entry layout changes (3: symbolic sizes, kernel size arguments).
 FORMAT = 3
@@ -83,9 +83,8 @@ class GraphArtifact:
 # --- the key -------------------------------------------------------------------------------------
 
 
-def _outside_lowerings() -> list[str]:
+def outside_lowerings() -> list[str]:
     """Lowerings registered from outside ember.inductor (``register_lowering`` in user code)."""
-    from .lowering import LOWERINGS
 
     out = []
     for op, fn in LOWERINGS.items():
@@ -114,7 +113,7 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs: list[Any], options_key: 
         source_fingerprint(Path(__file__).resolve().parent),
         torch.__version__,
         options_key,
-        repr(_outside_lowerings()),
+        repr(outside_lowerings()),
         repr(inputs),
         graph,
     ):
@@ -216,6 +215,10 @@ def _dims(values: Any) -> list[Any]:
 
 
 def _read_dims(values: Any) -> tuple[Any, ...]:
+    if all(isinstance(v, int) for v in values):
+        return tuple(values)
+    from .sizes import as_size  # symbolic sizes only: sympy is imported with them
+
     return tuple(v if isinstance(v, int) else as_size(parse_sym_expr(v)) for v in values)
 
 

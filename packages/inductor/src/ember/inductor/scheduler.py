@@ -29,11 +29,9 @@ from .kernel_plan import (
     plan_kernel,
     private_numel,
 )
+from .limits import PRIVATE_BYTES
 from .loops import MergedLoops, merge_loops
 from .options import InductorOptions
-
-#: Largest iteration-local buffer (bytes) a kernel may keep instead of a graph buffer.
-PRIVATE_BYTES = 64 * 1024
 
 
 def _elide_locals(

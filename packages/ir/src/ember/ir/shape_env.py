@@ -29,15 +29,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-import sympy
 import torch
 
 from ember.ir.symbolic import is_relation, size_symbol
 
+if TYPE_CHECKING:
+    import sympy
+
 Hint: TypeAlias = int | float | bool
-Expr: TypeAlias = sympy.Basic
+Expr: TypeAlias = "sympy.Basic"
 
 #: Smallest value a dynamic size symbol may take: 0 and 1 are specialized
 #: (a size-1 dimension broadcasts, a size-0 one is empty), as in torch.
@@ -82,6 +84,7 @@ class ShapeEnv:
 
     def sym_int(self, expr: Expr | int) -> torch.SymInt | int:
         """``expr`` as a value torch accepts as a size: an int, or a SymInt over this environment."""
+        import sympy
         if isinstance(expr, int):
             return expr
         expr = sympy.sympify(expr)
@@ -91,6 +94,7 @@ class ShapeEnv:
 
     def sym_value(self, expr: Expr, pytype: type) -> torch.SymInt | torch.SymFloat | torch.SymBool:
         """``expr`` as a symbolic ``pytype`` (int, float or bool) over this environment."""
+        import sympy
         expr = sympy.sympify(expr)
         hint = pytype(self.evaluate(expr))
         wrap: dict[type, Callable[[SymNode], torch.SymInt | torch.SymFloat | torch.SymBool]] = {
@@ -100,6 +104,7 @@ class ShapeEnv:
 
     def evaluate(self, expr: Expr) -> Hint:
         """The value of ``expr`` for the hints (the inputs traced now)."""
+        import sympy
         value = sympy.sympify(expr).xreplace({s: sympy.Integer(v) for s, v in self.hints.items()})
         if value is sympy.true or value is sympy.false:
             return bool(value)
@@ -115,6 +120,7 @@ class ShapeEnv:
     # -- deciding relations --------------------------------------------------
     def static_value(self, expr: Expr) -> bool | None:
         """``expr`` (a relation) when it holds or fails for every value the symbols may take."""
+        import sympy
         expr = sympy.sympify(expr)
         if expr is sympy.true or expr is sympy.false:
             return bool(expr)
@@ -125,6 +131,7 @@ class ShapeEnv:
 
     def guard(self, expr: Expr, hint: bool) -> bool:
         """Answer the relation ``expr`` (``hint`` is its value now), recording a guard unless static."""
+        import sympy
         static = self.static_value(expr)
         if static is not None:
             return static
@@ -140,6 +147,7 @@ class ShapeEnv:
 
     def _pin(self, eq: sympy.Eq) -> None:
         """Record ``sym = value`` when ``eq`` leaves one symbol a single integer value."""
+        import sympy
         diff = sympy.expand(eq.lhs - eq.rhs)
         syms = [x for x in diff.free_symbols if isinstance(x, sympy.Symbol)]
         if len(syms) != 1 or syms[0] not in self.hints or not diff.is_polynomial(syms[0]):
@@ -153,12 +161,14 @@ class ShapeEnv:
 
     def simplify(self, expr: Expr) -> Expr:
         """``expr`` with pinned symbols replaced by their values."""
+        import sympy
         if not self.replacements:
             return expr
         return sympy.sympify(expr).xreplace(self.replacements)
 
     def specialize(self, expr: Expr, hint: int) -> int:
         """``expr`` as a plain int (``int(size)``, ``range(size)``): guards it equals its hint."""
+        import sympy
         if sympy.sympify(expr).is_Integer:
             return int(expr)
         self.guard(sympy.Eq(expr, hint), True)
@@ -194,6 +204,7 @@ class ShapeEnv:
 def size_relation(expr: Expr) -> bool | None:
     """Decide a relation over size symbols (``s<N>``) for every value they may take in a
     compiled graph (each >= :data:`MIN_SIZE`); ``None`` when it depends on the values."""
+    import sympy
     syms = [s for s in sympy.sympify(expr).free_symbols if isinstance(s, sympy.Symbol)]
     if not all(_is_size_name(s.name) for s in syms):
         return None
@@ -206,6 +217,7 @@ def _is_size_name(name: str) -> bool:
 
 def _decide(expr: Expr, lower: dict[sympy.Symbol, int]) -> bool | None:
     """Decide a relation from the symbols' lower bounds."""
+    import sympy
     if isinstance(expr, sympy.And):
         parts = [_decide(a, lower) for a in expr.args]
         if any(p is False for p in parts):
@@ -252,6 +264,7 @@ def _decide(expr: Expr, lower: dict[sympy.Symbol, int]) -> bool | None:
 
 def _sign_from_below(diff: Expr, lower: dict[sympy.Symbol, int]) -> str | None:
     """'gt' if ``diff > 0`` for all symbol values >= their lower bounds, 'ge' if ``>= 0``."""
+    import sympy
     if diff.is_Number:
         return "gt" if diff > 0 else ("ge" if diff == 0 else None)
     syms = [s for s in diff.free_symbols if isinstance(s, sympy.Symbol)]
@@ -313,6 +326,7 @@ class SymNode:
         return True
 
     def is_constant(self) -> bool:
+        import sympy
         return bool(self.expr.is_number) or self.expr in (sympy.true, sympy.false)
 
     def has_hint(self) -> bool:
@@ -328,6 +342,7 @@ class SymNode:
         return float(self.expr) if self.expr.is_Number else None
 
     def maybe_as_bool(self) -> bool | None:
+        import sympy
         return bool(self.expr) if self.expr in (sympy.true, sympy.false) else None
 
     def constant_int(self) -> int | None:
@@ -353,12 +368,15 @@ class SymNode:
         return SymNode(self.env, self.env.simplify(expr), hint, pytype)
 
     def wrap_int(self, num: int) -> SymNode:
+        import sympy
         return self._new(sympy.Integer(num), num, int)
 
     def wrap_float(self, num: float) -> SymNode:
+        import sympy
         return self._new(sympy.Float(num), num, float)
 
     def wrap_bool(self, num: bool) -> SymNode:
+        import sympy
         return self._new(sympy.true if num else sympy.false, num, bool)
 
     def _binary(self, other: SymNode, fn: Callable[[Any, Any], Any], hint_fn: Callable[[Any, Any], Any],
@@ -371,6 +389,7 @@ class SymNode:
 
     def sym_sum(self, args: Sequence[SymNode]) -> SymNode:
         """``torch.sym_sum(args)``: the sum of ``args`` (``self`` only picks the environment)."""
+        import sympy
         expr: Expr = sympy.Integer(0)
         hint: Hint = 0
         for o in args:
@@ -384,12 +403,14 @@ class SymNode:
         return self._binary(other, lambda a, b: a * b, lambda a, b: a * b)
 
     def int_floordiv(self, other: SymNode) -> SymNode:
+        import sympy
         return self._binary(other, lambda a, b: sympy.floor(a / b), lambda a, b: a // b, int)
 
     def floordiv(self, other: SymNode) -> SymNode:
         return self.int_floordiv(other)
 
     def mod(self, other: SymNode) -> SymNode:
+        import sympy
         return self._binary(other, sympy.Mod, lambda a, b: a % b)
 
     def int_truediv(self, other: SymNode) -> SymNode:
@@ -430,6 +451,7 @@ class SymNode:
         return self
 
     def abs(self) -> SymNode:
+        import sympy
         return self._new(sympy.Abs(self.expr), abs(self._hint), self.pytype)
 
     def sym_float(self) -> SymNode:
@@ -439,13 +461,16 @@ class SymNode:
         return self.trunc()
 
     def trunc(self) -> SymNode:
+        import sympy
         e = self.expr
         return self._new(sympy.sign(e) * sympy.floor(sympy.Abs(e)), math.trunc(self._hint), int)
 
     def floor(self) -> SymNode:
+        import sympy
         return self._new(sympy.floor(self.expr), math.floor(self._hint), int)
 
     def ceil(self) -> SymNode:
+        import sympy
         return self._new(sympy.ceiling(self.expr), math.ceil(self._hint), int)
 
     def round(self, ndigits: int | None = None) -> SymNode:
@@ -455,6 +480,7 @@ class SymNode:
         return self.wrap_float(rounded) if ndigits is not None else self.wrap_int(int(rounded))
 
     def sym_sqrt(self) -> SymNode:
+        import sympy
         return self._new(sympy.sqrt(self.expr), math.sqrt(self._hint), float)
 
     def is_integer(self) -> SymNode:
@@ -465,27 +491,35 @@ class SymNode:
         return self._new(rel(self.expr, other.expr), hint_fn(self._hint, other._hint), bool)
 
     def eq(self, other: SymNode) -> SymNode:
+        import sympy
         return self._relation(other, sympy.Eq, lambda a, b: a == b)
 
     def ne(self, other: SymNode) -> SymNode:
+        import sympy
         return self._relation(other, sympy.Ne, lambda a, b: a != b)
 
     def lt(self, other: SymNode) -> SymNode:
+        import sympy
         return self._relation(other, sympy.Lt, lambda a, b: a < b)
 
     def le(self, other: SymNode) -> SymNode:
+        import sympy
         return self._relation(other, sympy.Le, lambda a, b: a <= b)
 
     def gt(self, other: SymNode) -> SymNode:
+        import sympy
         return self._relation(other, sympy.Gt, lambda a, b: a > b)
 
     def ge(self, other: SymNode) -> SymNode:
+        import sympy
         return self._relation(other, sympy.Ge, lambda a, b: a >= b)
 
     def sym_and(self, other: SymNode) -> SymNode:
+        import sympy
         return self._relation(other, sympy.And, lambda a, b: bool(a and b))
 
     def sym_or(self, other: SymNode) -> SymNode:
+        import sympy
         return self._relation(other, sympy.Or, lambda a, b: bool(a or b))
 
     def and_(self, other: SymNode) -> SymNode:
@@ -495,6 +529,7 @@ class SymNode:
         return self.sym_or(other)
 
     def sym_not(self) -> SymNode:
+        import sympy
         return self._new(sympy.Not(self.expr), not self._hint, bool)
 
     # -- layout queries (torch asks the node of a size) ------------------------
@@ -522,6 +557,7 @@ class SymNode:
 
     def _layout_bool(self, terms: list[tuple[Expr, bool]]) -> SymNode:
         """The conjunction of (relation, hint) terms as a bool node (constant when decided)."""
+        import sympy
         exprs = [e for e, _ in terms]
         hint = all(h for _, h in terms)
         expr = sympy.And(*exprs) if exprs else sympy.true
@@ -532,6 +568,7 @@ class SymNode:
 
     # -- concrete answers (guards) ------------------------------------------------
     def _answer(self) -> Hint:
+        import sympy
         if self.pytype is bool:
             return self.env.guard(self.expr, bool(self._hint))
         if self.expr.is_Number:
@@ -593,6 +630,7 @@ class SymNode:
 
 def _contiguous_terms(sizes: Sequence[SymNode], strides: Sequence[SymNode], order: Sequence[int]) -> list[tuple[Expr, bool]]:
     """Relations saying the dims, walked innermost first in ``order``, are packed."""
+    import sympy
     terms: list[tuple[Expr, bool]] = []
     expected: Expr = sympy.Integer(1)
     hint_expected: Hint = 1

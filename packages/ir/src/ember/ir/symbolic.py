@@ -16,17 +16,24 @@ TruncToFloat ToFloat Identity``, which are rewritten into plain sympy
 
 Symbols are created by :func:`size_symbol`: integer, and positive when named
 like a size symbol (``s0``, ``s12``), so every stage gets equal symbols.
+
+sympy is imported on first use, not with this module: a warm start whose frames
+and graphs have only static sizes never parses an expression, and importing
+sympy is 0.3 s of CPU (most of ``import ember.dynamo``).
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 from functools import cache, lru_cache
-
-import sympy
+from typing import TYPE_CHECKING
 
 from ember.ir.errors import FormatError
+
+if TYPE_CHECKING:
+    import sympy
 
 _TOKEN = re.compile(
     r"\s*(?:(?P<num>\d+\.\d*(?:[eE][-+]?\d+)?|\d+(?:[eE][-+]?\d+)?|\.\d+)"
@@ -39,80 +46,101 @@ _SIZE_SYMBOL = re.compile(r"s\d+")
 @cache
 def size_symbol(name: str) -> sympy.Symbol:
     """The sympy symbol ember uses for ``name`` (integer; positive for ``s<N>``)."""
+    import sympy
+
     if _SIZE_SYMBOL.fullmatch(name):
         return sympy.Symbol(name, integer=True, positive=True)
     return sympy.Symbol(name, integer=True)
 
 
 def _floordiv(a: sympy.Basic, b: sympy.Basic) -> sympy.Basic:
+    import sympy
+
     return sympy.floor(a / b)
 
 
 def _ceildiv(a: sympy.Basic, b: sympy.Basic) -> sympy.Basic:
+    import sympy
+
     return sympy.ceiling(a / b)
 
 
 def _modular_indexing(x: sympy.Basic, d: sympy.Basic, m: sympy.Basic) -> sympy.Basic:
+    import sympy
+
     return sympy.Mod(sympy.floor(x / d), m)
 
 
-_FUNCTIONS: dict[str, tuple[int | None, Callable[..., sympy.Basic]]] = {
-    "Eq": (2, sympy.Eq),
-    "Ne": (2, sympy.Ne),
-    "Lt": (2, sympy.Lt),
-    "Le": (2, sympy.Le),
-    "Gt": (2, sympy.Gt),
-    "Ge": (2, sympy.Ge),
-    "Mod": (2, sympy.Mod),
-    "PythonMod": (2, sympy.Mod),
-    "floor": (1, sympy.floor),
-    "FloorToInt": (1, sympy.floor),
-    "ceiling": (1, sympy.ceiling),
-    "CeilToInt": (1, sympy.ceiling),
-    "Max": (None, sympy.Max),
-    "Min": (None, sympy.Min),
-    "Abs": (1, sympy.Abs),
-    "sqrt": (1, sympy.sqrt),
-    "And": (None, sympy.And),
-    "Or": (None, sympy.Or),
-    "Not": (1, sympy.Not),
-    "FloorDiv": (2, _floordiv),
-    "CleanDiv": (2, _floordiv),
-    "CeilDiv": (2, _ceildiv),
-    "ModularIndexing": (3, _modular_indexing),
-    "IntTrueDiv": (2, lambda a, b: a / b),
-    "FloatTrueDiv": (2, lambda a, b: a / b),
-    "PowByNatural": (2, lambda a, b: a**b),
-    "FloatPow": (2, lambda a, b: a**b),
-    "TruncToInt": (1, lambda a: sympy.sign(a) * sympy.floor(sympy.Abs(a))),
-    "TruncToFloat": (1, lambda a: sympy.sign(a) * sympy.floor(sympy.Abs(a))),
-    "ToFloat": (1, lambda a: a),
-    "Identity": (1, lambda a: a),
-}
-_CONSTANTS: dict[str, sympy.Basic] = {
-    "True": sympy.true,
-    "False": sympy.false,
-    "oo": sympy.oo,
-    "zoo": sympy.zoo,
-    "nan": sympy.nan,
-}
-_BINARY: dict[str, tuple[int, Callable[[sympy.Basic, sympy.Basic], sympy.Basic]]] = {
-    "|": (1, lambda a, b: sympy.Or(a, b)),
-    "&": (2, lambda a, b: sympy.And(a, b)),
-    "==": (3, sympy.Eq),
-    "!=": (3, sympy.Ne),
-    "<": (3, sympy.Lt),
-    "<=": (3, sympy.Le),
-    ">": (3, sympy.Gt),
-    ">=": (3, sympy.Ge),
-    "+": (4, lambda a, b: a + b),
-    "-": (4, lambda a, b: a - b),
-    "*": (5, lambda a, b: a * b),
-    "/": (5, lambda a, b: a / b),
-    "//": (5, _floordiv),
-    "%": (5, sympy.Mod),
-    "**": (7, lambda a, b: a**b),
-}
+class _Tables:
+    """The parser's function, constant and operator tables (they name sympy's classes)."""
+
+    def __init__(self) -> None:
+        import sympy
+
+        self.functions: dict[str, tuple[int | None, Callable[..., sympy.Basic]]] = {
+            "Eq": (2, sympy.Eq),
+            "Ne": (2, sympy.Ne),
+            "Lt": (2, sympy.Lt),
+            "Le": (2, sympy.Le),
+            "Gt": (2, sympy.Gt),
+            "Ge": (2, sympy.Ge),
+            "Mod": (2, sympy.Mod),
+            "PythonMod": (2, sympy.Mod),
+            "floor": (1, sympy.floor),
+            "FloorToInt": (1, sympy.floor),
+            "ceiling": (1, sympy.ceiling),
+            "CeilToInt": (1, sympy.ceiling),
+            "Max": (None, sympy.Max),
+            "Min": (None, sympy.Min),
+            "Abs": (1, sympy.Abs),
+            "sqrt": (1, sympy.sqrt),
+            "And": (None, sympy.And),
+            "Or": (None, sympy.Or),
+            "Not": (1, sympy.Not),
+            "FloorDiv": (2, _floordiv),
+            "CleanDiv": (2, _floordiv),
+            "CeilDiv": (2, _ceildiv),
+            "ModularIndexing": (3, _modular_indexing),
+            "IntTrueDiv": (2, lambda a, b: a / b),
+            "FloatTrueDiv": (2, lambda a, b: a / b),
+            "PowByNatural": (2, lambda a, b: a**b),
+            "FloatPow": (2, lambda a, b: a**b),
+            "TruncToInt": (1, lambda a: sympy.sign(a) * sympy.floor(sympy.Abs(a))),
+            "TruncToFloat": (1, lambda a: sympy.sign(a) * sympy.floor(sympy.Abs(a))),
+            "ToFloat": (1, lambda a: a),
+            "Identity": (1, lambda a: a),
+        }
+        self.constants: dict[str, sympy.Basic] = {
+            "True": sympy.true,
+            "False": sympy.false,
+            "oo": sympy.oo,
+            "zoo": sympy.zoo,
+            "nan": sympy.nan,
+        }
+        self.binary: dict[str, tuple[int, Callable[[sympy.Basic, sympy.Basic], sympy.Basic]]] = {
+            "|": (1, lambda a, b: sympy.Or(a, b)),
+            "&": (2, lambda a, b: sympy.And(a, b)),
+            "==": (3, sympy.Eq),
+            "!=": (3, sympy.Ne),
+            "<": (3, sympy.Lt),
+            "<=": (3, sympy.Le),
+            ">": (3, sympy.Gt),
+            ">=": (3, sympy.Ge),
+            "+": (4, lambda a, b: a + b),
+            "-": (4, lambda a, b: a - b),
+            "*": (5, lambda a, b: a * b),
+            "/": (5, lambda a, b: a / b),
+            "//": (5, _floordiv),
+            "%": (5, sympy.Mod),
+            "**": (7, lambda a, b: a**b),
+        }
+
+
+@cache
+def _tables() -> _Tables:
+    return _Tables()
+
+
 _UNARY_PREC = 6
 
 
@@ -162,9 +190,10 @@ class _ExprParser:
         left = self.prefix()
         while True:
             kind, tok, _ = self.peek()
-            if kind != "op" or tok not in _BINARY:
+            binary = _tables().binary
+            if kind != "op" or tok not in binary:
                 return left
-            prec, apply = _BINARY[tok]
+            prec, apply = binary[tok]
             if prec < min_prec:
                 return left
             self.i += 1
@@ -182,10 +211,13 @@ class _ExprParser:
         kind, tok, pos = self.peek()
         self.i += 1
         if kind == "num":
+            import sympy
+
             return sympy.Float(tok) if any(c in tok for c in ".eE") else sympy.Integer(int(tok))
         if kind == "name":
-            if tok in _CONSTANTS:
-                return _CONSTANTS[tok]
+            constants = _tables().constants
+            if tok in constants:
+                return constants[tok]
             if self.peek()[1] == "(":
                 return self.call(tok, pos)
             return size_symbol(tok)
@@ -198,15 +230,18 @@ class _ExprParser:
             if tok == "-":
                 return self.apply(lambda a: -a, (operand,))
             if tok == "~":
+                import sympy
+
                 return self.apply(sympy.Not, (operand,))
             return operand
         self.i -= 1
         raise self._fail(pos, "expected a number, a name or '('" if kind != "end" else "unexpected end")
 
     def call(self, name: str, pos: int) -> sympy.Basic:
-        if name not in _FUNCTIONS:
-            raise self._fail(pos, f"function {name!r} is not allowed (allowed: {', '.join(sorted(_FUNCTIONS))})")
-        arity, fn = _FUNCTIONS[name]
+        functions = _tables().functions
+        if name not in functions:
+            raise self._fail(pos, f"function {name!r} is not allowed (allowed: {', '.join(sorted(functions))})")
+        arity, fn = functions[name]
         self.take("(")
         args: list[sympy.Basic] = []
         if self.peek()[1] != ")":
@@ -251,4 +286,7 @@ def sym_text(expr: sympy.Basic) -> str:
 
 def is_relation(expr: sympy.Basic) -> bool:
     """True for a boolean-valued expression (a relation, And/Or/Not, true/false)."""
+    sympy = sys.modules.get("sympy")
+    if sympy is None:  # not imported yet: nothing can be a sympy expression
+        return False
     return isinstance(expr, (sympy.logic.boolalg.Boolean, sympy.core.relational.Relational))

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from ..ir import Layout
-from ..kernel_plan import KernelPlan
+if TYPE_CHECKING:
+    from ..ir import Layout
+    from ..kernel_plan import KernelPlan
 
 
 @dataclass(frozen=True)

@@ -1,108 +1,44 @@
 """The C++/OpenMP backend: one C++ function per ``KernelPlan``, built with g++ and loaded with ctypes.
 
-``generate_kernel`` writes the loop skeleton from the scheduler's plan: an
-OpenMP ``parallel for`` over the (merged) outer loops when there is enough
-work, and ``omp simd`` (with reduction clauses) on innermost loops; column
-reductions take the interchanged skeleton of ``cpp_column.py``. ``CppBackend``
+``generate_kernel`` (``cpp_kernel.py``) writes each kernel's source. ``CppBackend``
 is the ``Backend`` of CPU tensors: it builds the kernels of a graph as a few
 translation units in parallel (``cpp_build.py``) and calls them with raw
-pointers from the wrapper.
+pointers from the wrapper. Generation is imported on first use: a graph loaded
+from the graph cache only builds (or loads) and calls its kernels.
 """
 
 from __future__ import annotations
 
 import ctypes
-import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..cpp_build import build_kernels, full_source
 from ..errors import KernelIndexError
-from ..ir import Layout
-from ..kernel_plan import KernelPlan
-from ..lowering import SUPPORTED_DTYPES
+from ..limits import PRIVATE_BYTES, SUPPORTED_DTYPES
 from ..options import InductorOptions
-from ..scheduler import PRIVATE_BYTES
 from .backend import BuildStats, KernelSource
-from .cpp_column import column_plan, emit_column_kernel
-from .cpp_loops import emit_inner_loop, emit_loop_body, loop_nest
-from .cpp_ops import CppKernel, CppOps, CppVar, mem_ctype
-from .pysize import pysizes
 
-__all__ = ["CppBackend", "CppKernel", "CppOps", "CppVar", "generate_kernel"]
+if TYPE_CHECKING:
+    from ..ir import Layout
+    from ..kernel_plan import KernelPlan
+
+__all__ = ["CppBackend"]
 
 
-def generate_kernel(
-    plan: KernelPlan, buffer_dtypes: dict[str, torch.dtype], options: InductorOptions
-) -> tuple[str, list[str], list[str]]:
-    """C++ source of one kernel (without prelude), its argument buffer names and the size
-    symbols it takes (``int64_t`` arguments after the buffers), in order."""
-    k = CppKernel(plan, options)
-    args: list[str] = []
-    params: list[str] = []
-    # a buffer computed in place into an input this kernel also loads: same memory, so
-    # neither pointer may be __restrict__, and the call passes it once (the input's
-    # pointer is the output's, declared in the body): one ctypes argument and one
-    # ``data_ptr()`` less per in-place update (an optimizer step has hundreds)
-    shared = {n for pair in plan.inplace.items() if pair[1] in plan.loads for n in pair}
-    same_as = {inp: out for out, inp in plan.inplace.items() if inp in plan.loads}
-    aliases: list[str] = []
-    for name in plan.loads:
-        k.pointers[name] = (f"in_{name}", buffer_dtypes[name])
-        if name in same_as:
-            aliases.append(f"const {mem_ctype(buffer_dtypes[name])}* in_{name} = out_{same_as[name]};")
-            continue
-        restrict = "" if name in shared else " __restrict__"
-        params.append(f"const {mem_ctype(buffer_dtypes[name])}*{restrict} in_{name}")
-        args.append(name)
-    for name in plan.private:
-        k.pointers[name] = (f"local_{name}", buffer_dtypes[name])
-    for name in plan.stores:
-        k.pointers[name] = (f"out_{name}", buffer_dtypes[name])
-        restrict = "" if name in shared else " __restrict__"
-        params.append(f"{mem_ctype(buffer_dtypes[name])}*{restrict} out_{name}")
-        args.append(name)
-    outer = plan.merged_outer()
-    cpp = options.cpp
-    lines: list[str] = []
-    numel = plan.hints.numel  # heuristics read symbolic sizes at their current values
-    total_work = numel(plan.outer) * max((numel(lp.inner) for lp in plan.loops), default=1)
-    parallel_outer = numel(outer.sizes) >= 8 and total_work >= cpp.parallel_threshold
-    if plan.is_pointwise:
-        body = emit_loop_body(k, outer)
-        lines.extend(
-            loop_nest(outer, body, parallel=parallel_outer, simd_inner=True, reductions=[])
-        )
-    elif cpp.column_reductions and column_plan(plan, outer) is not None:
-        parallel = total_work >= cpp.parallel_threshold
-        lines.extend(emit_column_kernel(k, plan, outer, parallel))
-    else:
-        # iteration-local buffers: declared inside the outer loops, so one per thread
-        body = [
-            f"{mem_ctype(buffer_dtypes[name])} local_{name}[{count}];"
-            for name, count in plan.private.items()
-        ]
-        for loop in plan.loops:
-            body.extend(
-                emit_inner_loop(
-                    k,
-                    loop,
-                    outer,
-                    parallel_inner=not parallel_outer and total_work >= cpp.parallel_threshold,
-                )
-            )
-        lines.extend(
-            loop_nest(outer, body, parallel=parallel_outer, simd_inner=False, reductions=[])
-        )
-    text = "\n".join("  " + ln for ln in [*aliases, *lines])
-    symbols = sorted(plan.size_symbols(), key=lambda sym: int(sym.name[1:]))
-    sizes = [sym.name for sym in symbols if re.search(rf"\b{sym.name}\b", text)]
-    params += [f"const int64_t {name}" for name in sizes]
-    src = f'extern "C" void ember_kernel({", ".join(params)})\n{{\n' + text + "\n}\n"
-    return src, args, sizes
+def __getattr__(name: str) -> Any:
+    """``CppKernel``, ``CppOps``, ``CppVar`` and ``generate_kernel``, imported on first use."""
+    if name in ("CppKernel", "CppOps", "CppVar"):
+        from . import cpp_ops
 
+        return getattr(cpp_ops, name)
+    if name == "generate_kernel":
+        from .cpp_kernel import generate_kernel
+
+        return generate_kernel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class CppBackend:
@@ -120,6 +56,8 @@ class CppBackend:
         self.options = options
 
     def generate(self, plan: KernelPlan, dtypes: Mapping[str, torch.dtype]) -> KernelSource:
+        from .cpp_kernel import generate_kernel
+
         src, args, sizes = generate_kernel(plan, dict(dtypes), self.options)
         return KernelSource(src, args, sizes=sizes)
 
@@ -162,6 +100,8 @@ class CppBackend:
         return f"{name}({', '.join(args)})"
 
     def allocate(self, layout: Layout) -> str:
+        from .pysize import pysizes
+
         return f"empty_strided({pysizes(layout.size)}, {pysizes(layout.stride)}, dtype={layout.dtype})"
 
     def extern_name(self, op_name: str) -> str | None:

@@ -21,23 +21,15 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from ..ir import Buffer, Index, IRNode, Loader, Pointwise, ReinterpretView
+from ..limits import SUPPORTED_DTYPES as SUPPORTED_DTYPES
+from ..lowering_registry import LOWERINGS as LOWERINGS
+from ..lowering_registry import LoweringFn as LoweringFn
+from ..lowering_registry import find_lowering as find_lowering
+from ..lowering_registry import register_lowering as register_lowering
 from ..ops_handler import OpsHandler
 from ..sizes import Size, SizeHints, as_size, as_sizes
 
 aten = torch.ops.aten
-
-SUPPORTED_DTYPES = frozenset(
-    {
-        torch.float32,
-        torch.float64,
-        torch.int64,
-        torch.int32,
-        torch.int16,
-        torch.int8,
-        torch.uint8,
-        torch.bool,
-    }
-)
 
 
 class LoweringContext(Protocol):
@@ -51,30 +43,6 @@ class LoweringContext(Protocol):
     def realize(self, node: IRNode) -> Buffer | ReinterpretView: ...
 
     def fallback(self, fx_node: torch.fx.Node, reason: str) -> Any: ...
-
-
-LoweringFn = Callable[..., Any]
-LOWERINGS: dict[Any, LoweringFn] = {}
-
-
-def register_lowering(*ops: Any) -> Callable[[LoweringFn], LoweringFn]:
-    """Register ``fn`` for ATen overloads or whole packets (all overloads)."""
-
-    def wrap(fn: LoweringFn) -> LoweringFn:
-        for op in ops:
-            LOWERINGS[op] = fn
-        return fn
-
-    return wrap
-
-
-def find_lowering(target: Any) -> LoweringFn | None:
-    if target in LOWERINGS:
-        return LOWERINGS[target]
-    packet = getattr(target, "overloadpacket", None)
-    if packet is not None and packet in LOWERINGS:
-        return LOWERINGS[packet]
-    return None
 
 
 def meta_of(fx_node: torch.fx.Node) -> Any:
