@@ -127,8 +127,11 @@ class GraphTracer(TorchDispatchMode):  # type: ignore[no-untyped-call]
             )
         name = f"_tensor_constant{self._n_consts}"
         self._n_consts += 1
-        with _disable_current_modes():  # detach the real tensor, not a fake copy of it
-            self.root.register_buffer(name, value.detach())
+        # The tensor itself, not a detached alias: ``param.data = other`` swaps the
+        # parameter's storage, which an alias made now would not follow (the compiled graph
+        # kept reading the old weights while eager and torch.compile read the new ones).
+        with _disable_current_modes():
+            self.root.register_buffer(name, value)
         node = self.graph.get_attr(name)
         self._bind(value, node)
         return node
