@@ -105,6 +105,18 @@ def _traced_input(mode: FakeTensorMode, fake: torch.Tensor,
         return copy.copy_(fake), False
 
 
+def _relocated(traced: torch.Tensor, real: torch.Tensor) -> bool:
+    """Whether the copy an input is traced as sits otherwise in its storage than the real
+    input (a slice's storage offset, a larger storage, an expanded input's new strides):
+    ``as_strided`` takes storage positions, so on it the trace would read or write other
+    elements than eager does (fuzz seed 4023)."""
+    if is_symbolic_tensor(traced):
+        return False
+    return (traced.storage_offset() != real.storage_offset()
+            or traced.stride() != real.stride()
+            or traced.untyped_storage().nbytes() != real.untyped_storage().nbytes())
+
+
 FakeInputs = Callable[[FakeTensorMode], list[torch.Tensor]]
 
 
@@ -134,6 +146,8 @@ def trace_graph(
             fake, as_copy = _traced_input(fake_mode, leaf, real)
             if as_copy:
                 copied.append(i)
+            if _relocated(fake, real):
+                tracer.relocated.add(storage_key(fake))
         args.append(fake)
         leaves.append(leaf)
     for i, a in enumerate(args):
