@@ -565,3 +565,24 @@ def test_as_strided_write_on_a_sliced_input_that_requires_grad(backend: str) -> 
     base.grad = None
     (out_e * torch.arange(40.0).view(2, 5, 4)).sum().backward()
     _same(grad_c, base.grad)
+
+
+@pytest.mark.parametrize("backend", ["eager", *BACKENDS])
+def test_index_put_on_a_0d_result_raises_like_eager(backend: str) -> None:
+    # fuzz seed 3889: fake kernels of index_put_/index_select accept a 0-d self that
+    # eager refuses; the unused result was dropped and the compiled call returned
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        total = x.nansum(0)  # 0-d
+        marks = torch.sign(total)
+        marks.index_put_((torch.tensor([1, 1]),), torch.ones(2), accumulate=True)
+        return total + 1
+
+    def select(x: torch.Tensor) -> torch.Tensor:
+        return x.sum().index_select(0, torch.tensor([0, 0])) * 2
+
+    x = torch.randn(2)
+    for f, error in ((fn, IndexError), (select, RuntimeError)):
+        with pytest.raises(error):
+            f(x)
+        with pytest.raises(error):
+            ember.dynamo.compile(f, backend=backend)(x)
