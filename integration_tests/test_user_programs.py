@@ -586,3 +586,32 @@ def test_index_put_on_a_0d_result_raises_like_eager(backend: str) -> None:
             f(x)
         with pytest.raises(error):
             ember.dynamo.compile(f, backend=backend)(x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_leaf_that_is_a_view_written_under_no_grad(backend: str) -> None:
+    # fuzz seed 3165 (an expanded leaf there): a leaf made with requires_grad_() on a slice,
+    # clamped in place under no_grad through a view: eager rebuilds the view's history from
+    # the base (which does not require grad), so nothing reaches the leaf; ember passed a
+    # gradient
+    def fn(w: torch.Tensor) -> torch.Tensor:
+        v = w.unsqueeze(2)
+        with torch.no_grad():
+            v.clamp_(-0.5, 0.5)
+        return v * 3
+
+    def leaf() -> torch.Tensor:
+        torch.manual_seed(0)
+        return torch.randn(5, 4)[1:].requires_grad_()
+
+    we, wc = leaf(), leaf()
+    out_e = fn(we)
+    out_c = ember.dynamo.compile(fn, backend=backend)(wc)
+    _same(out_c, out_e)
+    assert out_c.requires_grad == out_e.requires_grad
+    if out_e.requires_grad:
+        out_e.sum().backward()
+        out_c.sum().backward()
+    assert (wc.grad is None) == (we.grad is None)
+    if we.grad is not None:
+        _same(wc.grad, we.grad)
