@@ -615,3 +615,19 @@ def test_leaf_that_is_a_view_written_under_no_grad(backend: str) -> None:
     assert (wc.grad is None) == (we.grad is None)
     if we.grad is not None:
         _same(wc.grad, we.grad)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_copy_into_an_overlapping_view_of_the_source(backend: str) -> None:
+    # fuzz seed 4726: eager copies element by element, so element 3 gets element 1's new
+    # value; the functional graph read the old one
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        head = x[:2]
+        head.as_strided((2,), (2,), 1).copy_(head.detach())
+        return x * 1
+
+    xe = torch.tensor([False, True, True, True])
+    xc = xe.clone()
+    out_e = fn(xe)
+    out_c = ember.dynamo.compile(fn, backend=backend)(xc)
+    assert torch.equal(out_c, out_e) and torch.equal(xc, xe)
