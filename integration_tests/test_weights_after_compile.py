@@ -178,3 +178,34 @@ def test_sequentials_of_different_lengths_each_run_their_own_layers(backend: str
             torch.manual_seed(n)
             model = Chain(*[nn.Linear(8, 8) for _ in range(n)])
             torch.testing.assert_close(ember.dynamo.compile(model, backend=backend)(x), model(x))
+
+
+class TiedLM(nn.Module):
+    def __init__(self, tied: bool) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, 4)
+        self.head = nn.Linear(4, 10, bias=False)
+        if tied:
+            self.head.weight = self.embed.weight
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.head(self.embed(tokens))
+        return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tied_weights_untied_after_a_compiled_call(backend: str) -> None:
+    # the untied name was not guarded (named_parameters() drops duplicates), and a plan
+    # stored for the tied model named both constants by embed.weight
+    tokens = torch.tensor([1, 2, 3])
+    with torch.no_grad():
+        torch.manual_seed(0)
+        m = TiedLM(tied=True)
+        compiled = ember.dynamo.compile(m, backend=backend)
+        torch.testing.assert_close(compiled(tokens), m(tokens))
+        m.head.weight = nn.Parameter(torch.randn(10, 4))
+        torch.testing.assert_close(compiled(tokens), m(tokens))
+        torch.manual_seed(1)
+        untied = TiedLM(tied=False)  # same graph, weights not tied: its own plan
+        torch.testing.assert_close(ember.dynamo.compile(untied, backend=backend)(tokens),
+                                   untied(tokens))

@@ -49,7 +49,10 @@ def is_weight_identity(guard: ir.Guard) -> bool:
 
 def _sourced_tensors(gm: torch.fx.GraphModule, attr_sources: dict[str, Any]
                      ) -> Iterable[tuple[str, ir.Source]]:
-    for name, _ in (*gm.named_parameters(), *gm.named_buffers()):
+    # every name, tied ones too: ``head.weight = embed.weight`` untied later must fail
+    named = (*gm.named_parameters(remove_duplicate=False),
+             *gm.named_buffers(remove_duplicate=False))
+    for name, _ in named:
         root, _, rest = name.partition(".")
         source = attr_sources.get(root)
         if source is None:
