@@ -66,11 +66,6 @@ class EagerOnError:
         self.gm = gm
         self.name = name
         self.failed: str | None = None  # why compiled code is no longer called
-        #: the graph changes an input in place (set by the caller, which knows): a failed
-        #: compiled call may have written it already, and running ``gm`` on it again would
-        #: apply the change twice (fuzz seed 4630: ``x.mul_(2)`` ran in a kernel before
-        #: another kernel raised), so the error is raised instead
-        self.mutates_inputs = False
 
     def __call__(self, *args: Any) -> Any:
         if self.failed is not None:
@@ -78,13 +73,6 @@ class EagerOnError:
         try:
             return self.compiled(*args)
         except Exception as exc:
-            if self.mutates_inputs:
-                self.failed = f"{type(exc).__name__}: {exc}"
-                log_dynamo.warning(
-                    "compiled code of %s raised %s; the graph changes its inputs in place, "
-                    "so it cannot be run again eagerly on them: the error is raised, and the "
-                    "graph runs eagerly from the next call on", self.name, self.failed)
-                raise
             try:
                 out = self.gm(*args)
             except Exception as eager_exc:
@@ -101,7 +89,7 @@ class EagerOnError:
 
     def __getattr__(self, name: str) -> Any:
         # what the backend returned stays inspectable (``report``, ``code``, ...)
-        if name in ("compiled", "gm", "name", "failed", "mutates_inputs"):
+        if name in ("compiled", "gm", "name", "failed"):
             raise AttributeError(name)
         return getattr(self.compiled, name)
 

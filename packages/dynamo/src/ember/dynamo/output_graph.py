@@ -30,7 +30,7 @@ from ember.ir import Attr, Global, Item, Local, Source
 
 from .builder import wrap_constant_result
 from .codegen import OUT_LOCAL, PyCodegen
-from .eager_fallback import EagerOnError, alias_checked
+from .eager_fallback import alias_checked
 from .empty_check import empty_input_error
 from .errors import Unsupported
 from .frame import CapturedGraph, CompilerFn, next_graph_name
@@ -82,23 +82,6 @@ def name_hint(source: Source) -> str:
     if not text or text[0].isdigit():
         text = "v_" + text
     return text
-
-
-def _writes_attrs(gm: torch.fx.GraphModule) -> bool:
-    """Whether ``gm`` writes a parameter or buffer in place: an in-place call on a
-    ``get_attr`` value (``self.count.add_(1)``) or a ``BatchNorm`` in training mode
-    (its running statistics)."""
-    for node in gm.graph.nodes:
-        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-        if (node.op in ("call_method", "call_function") and name.endswith("_")
-                and not name.endswith("__") and node.args
-                and isinstance(node.args[0], torch.fx.Node) and node.args[0].op == "get_attr"):
-            return True
-        if node.op == "call_module":
-            mod = gm.get_submodule(str(node.target))
-            if isinstance(mod, torch.nn.modules.batchnorm._NormBase) and mod.training:
-                return True
-    return False
 
 
 def _version_of(t: torch.Tensor) -> int | None:
@@ -453,8 +436,6 @@ class OutputGraph:
             k for k, i in enumerate(inputs)
             if i.version is not None and _version_of(i.var.example) != i.version
         )
-        if isinstance(compiled, EagerOnError):
-            compiled.mutates_inputs = bool(mutated) or _writes_attrs(gm)
         compiled = alias_checked(compiled, gm, mutated)
         name = next_graph_name()
         self.f_globals[name] = compiled
