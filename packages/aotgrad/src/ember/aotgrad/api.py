@@ -379,11 +379,26 @@ class AotFunction:
             [repr(a) for a in flat if not isinstance(a, torch.Tensor)],
             torch.is_grad_enabled(),
             _autocast_state(),
+            _weight_aliases(self.source_graph),
         ))
         if self._table_text is None:
             self._table_text = plan_cache.table_fingerprint(self.decompositions)
         return plan_cache.plan_key(self.source_graph, call, self._table_text,
                                    plan_cache.fn_name(self.partition_fn))
+
+
+def _weight_aliases(gm: fx.GraphModule) -> list[list[str]]:
+    """The source graph's weights that are one tensor under several names (tied weights):
+    a stored plan names each graph constant by one weight, so a plan traced with
+    ``head.weight`` tied to ``embed.weight`` must not serve the same graph untied."""
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    named = (*gm.named_parameters(remove_duplicate=False),
+             *gm.named_buffers(remove_duplicate=False))
+    for name, t in named:
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape),
+               tuple(t.stride()), t.dtype)
+        groups.setdefault(key, []).append(name)
+    return sorted(sorted(g) for g in groups.values() if len(g) > 1)
 
 
 def _flatten_call(

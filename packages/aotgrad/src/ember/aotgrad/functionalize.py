@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map
 
 from ember.aotgrad.errors import FunctionalizationError, VerifyError
 from ember.aotgrad.sizes import call_node
@@ -413,6 +413,7 @@ class _Functionalizer:
                 "ops that write their first argument can be functionalized. Use the "
                 "functional form of the op (without out=)"
             )
+        self.check_no_partial_overlap(node, target)
         args, kwargs = self.args(node)
         target_val = target.meta["val"]
         if name == "copy_":
@@ -440,6 +441,27 @@ class _Functionalizer:
                 value = self.emit(aten._to_copy.default, (value,), {"dtype": target_val.dtype})
         self.write(target, value, node)
         self.bind_written(node, target, value)
+
+    def check_no_partial_overlap(self, node: fx.Node, target: fx.Node) -> None:
+        """Refuse an in-place op that reads memory of its target at other positions
+        (``v.as_strided((2,), (2,), 1).copy_(v)``): eager's kernel reads elements it already
+        wrote, in its own order, while the functional graph reads the old values (fuzz seed
+        4726). Reading the target itself, element for element (``x.add_(x)``), is fine."""
+        tval = target.meta["val"]
+        for a in tree_flatten((node.args[1:], node.kwargs))[0]:
+            if not isinstance(a, fx.Node) or a.meta.get("storage") != target.meta.get("storage"):
+                continue
+            aval = a.meta.get("val")
+            if not isinstance(aval, torch.Tensor) or _same_elements(aval, tval):
+                continue
+            mine, theirs = _positions(aval), _positions(tval)
+            if mine is None or theirs is None or mine & theirs:
+                raise FunctionalizationError(
+                    f"node '{node.name}' ({node.target}) reads '{a.name}', which shares "
+                    f"memory with the tensor it writes ('{target.name}') at other positions: "
+                    "eager's result depends on the order its kernel writes in. The graph "
+                    "runs eagerly"
+                )
 
     def foreach_mutation(self, node: fx.Node, targets: list[fx.Node]) -> None:
         """``_foreach_add_([a, b], ...)`` -> ``_foreach_add([a, b], ...)``, each result
@@ -532,6 +554,42 @@ class _Functionalizer:
         permuted = tuple(to_memory_order(a) for a in args)
         value = self.emit(functional, permuted, kwargs)
         return self.emit(aten.permute.default, (value, inv))
+
+
+#: above this many elements, two views of one storage are taken to overlap
+_MAX_POSITIONS = 1 << 16
+
+
+def _layout(t: torch.Tensor) -> tuple[Any, ...]:
+    return tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype.itemsize
+
+
+def _same_elements(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` reads, element for element, the memory ``b`` has (broadcast ``a``
+    against ``b``: a reading of size-1 dims is the same element every time)."""
+    return _layout(a) == _layout(b)
+
+
+def _positions(t: torch.Tensor) -> set[int] | None:
+    """The storage positions (in elements) ``t`` covers; for a large tensor the range
+    covering them; None when unknown (symbolic sizes, a huge range): taken to overlap."""
+    if not all(type(n) is int for n in (*t.shape, *t.stride(), t.storage_offset())):
+        return None  # symbolic: reading its value would specialize it
+    sizes = [int(n) for n in t.shape]
+    strides = [int(n) for n in t.stride()]
+    offset = int(t.storage_offset())
+    if any(n == 0 for n in sizes):
+        return set()
+    numel = 1
+    for n in sizes:
+        numel *= n
+    if numel > _MAX_POSITIONS:
+        hi = offset + sum((n - 1) * abs(st) for n, st in zip(sizes, strides))
+        return set(range(offset, hi + 1)) if hi - offset < _MAX_POSITIONS else None
+    out = {offset}
+    for n, st in zip(sizes, strides):
+        out = {p + k * st for p in out for k in range(n)}
+    return out
 
 
 def _item_of_lists(arg: Any, k: int, n: int) -> Any:

@@ -105,6 +105,24 @@ def _traced_input(mode: FakeTensorMode, fake: torch.Tensor,
         return copy.copy_(fake), False
 
 
+def _is_leaf_view(t: torch.Tensor) -> bool:
+    """A leaf that requires grad and is a view of a tensor that does not (``b.expand(...)
+    .requires_grad_()``): autograd treats writes to it and its views unlike other leaves."""
+    return t.is_leaf and t.requires_grad and t._base is not None
+
+
+def _relocated(traced: torch.Tensor, real: torch.Tensor) -> bool:
+    """Whether the copy an input is traced as sits otherwise in its storage than the real
+    input (a slice's storage offset, a larger storage, an expanded input's new strides):
+    ``as_strided`` takes storage positions, so on it the trace would read or write other
+    elements than eager does (fuzz seed 4023)."""
+    if is_symbolic_tensor(traced):
+        return False
+    return (traced.storage_offset() != real.storage_offset()
+            or traced.stride() != real.stride()
+            or traced.untyped_storage().nbytes() != real.untyped_storage().nbytes())
+
+
 FakeInputs = Callable[[FakeTensorMode], list[torch.Tensor]]
 
 
@@ -134,6 +152,8 @@ def trace_graph(
             fake, as_copy = _traced_input(fake_mode, leaf, real)
             if as_copy:
                 copied.append(i)
+            if _relocated(fake, real):
+                tracer.relocated.add(storage_key(fake))
         args.append(fake)
         leaves.append(leaf)
     for i, a in enumerate(args):
@@ -150,6 +170,15 @@ def trace_graph(
                 f"input {shared[0]} requires grad, its elements share memory (an expanded "
                 "tensor) and the function writes to it in place; a functional graph cannot "
                 "express that write. The function runs eagerly"
+            )
+        leaf_views = [i for i in mutated if joint and _is_leaf_view(inputs[i])]
+        if leaf_views:
+            raise TraceError(
+                f"input {leaf_views[0]} is a leaf that requires grad and is itself a view (an "
+                "expanded or sliced tensor made a leaf with requires_grad_()), and the function "
+                "writes to it in place: eager then rebuilds the view's history from its base, "
+                "which does not require grad, and the leaf gets no gradient (fuzz seed 3165). "
+                "The function runs eagerly"
             )
         slots, graph_outs = _output_slots(tracer, outs, input_storage)
         fw_values = [args[i] for i in mutated] + graph_outs

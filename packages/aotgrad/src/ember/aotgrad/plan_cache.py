@@ -246,7 +246,8 @@ def _load_graph(data: dict[str, Any], placeholders: _Placeholders, weights: Weig
         missing = sorted(set(refs.values()) - set(weights))
         if missing:
             raise ValueError(f"the source graph has no weight {missing[0]!r}")
-        tensors = {c: weights[w].detach() for c, w in refs.items()}
+        # the weights themselves (not detached aliases), so ``param.data = other`` is seen
+        tensors = {c: weights[w] for c, w in refs.items()}
         tensors.update({c: _small_constant(v) for c, v in values.items()})
         graph_ir = graph_ir.with_tensors(tensors)
     gm = ir.to_fx(graph_ir)

@@ -91,6 +91,9 @@ class GraphTracer(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self._env: dict[int, fx.Node] = {}
         self._alive: list[torch.Tensor] = []  # keeps ids in _env unique
         self._n_consts = 0
+        #: storages of inputs traced as copies laid out otherwise than the real input:
+        #: ``as_strided`` on them is refused (its storage positions would be the copy's)
+        self.relocated: set[int] = set()
 
     # -- registering values ------------------------------------------------
 
@@ -127,8 +130,11 @@ class GraphTracer(TorchDispatchMode):  # type: ignore[no-untyped-call]
             )
         name = f"_tensor_constant{self._n_consts}"
         self._n_consts += 1
-        with _disable_current_modes():  # detach the real tensor, not a fake copy of it
-            self.root.register_buffer(name, value.detach())
+        # The tensor itself, not a detached alias: ``param.data = other`` swaps the
+        # parameter's storage, which an alias made now would not follow (the compiled graph
+        # kept reading the old weights while eager and torch.compile read the new ones).
+        with _disable_current_modes():
+            self.root.register_buffer(name, value)
         node = self.graph.get_attr(name)
         self._bind(value, node)
         return node
@@ -169,6 +175,15 @@ class GraphTracer(TorchDispatchMode):  # type: ignore[no-untyped-call]
             raise TraceError(
                 f"{func} is not supported by ember.aotgrad: {_UNSUPPORTED[packet]}. Run "
                 "this module eagerly (backends fall back to eager automatically)"
+            )
+        if packet.startswith("as_strided") and self.relocated and any(
+            isinstance(a, torch.Tensor) and storage_key(a) in self.relocated
+            for a in args[:1]
+        ):
+            raise TraceError(
+                f"{func} on an input that requires grad and is a slice or an expanded "
+                "tensor: its storage offset and strides are not traced (the input is traced "
+                "as a copy), and as_strided reads storage positions"
             )
         try:
             node_args = tree_map(self._arg, args)

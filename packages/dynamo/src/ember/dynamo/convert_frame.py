@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ember import guards
-from ember.ir import Local
+from ember.ir import GuardSet, Local
 
 from .bytecode_transform import assemble
 from .bytecode_verify import verify
@@ -34,6 +34,7 @@ from .symbolic_convert import BreakSignal, InstructionTranslator
 from .variables.base import VariableTracker
 from .variables.functions import CellVariable
 from .variables.lazy import LazyVariable
+from .weight_guards import weight_guards
 
 __all__ = [
     "CapturedGraph",
@@ -130,7 +131,7 @@ def split(
         e.located = False
         e.locate(sig.reason.user_stack)
         raise e from sig.reason
-    guard_set, check_fn = finish_guards(state, output)
+    guard_set, check_fn = finish_guards(state, output, result.graphs)
     brk = GraphBreak(sig.reason.reason, sig.reason.user_stack)
     return guarded_code(result.code, check_fn, guard_set, result.graphs, [brk], output)
 
@@ -156,7 +157,7 @@ def finish(
     head, graphs = output.call_graph(code, cg, compiler, state.fn_name)
     new_code = assemble(code, head + cg.instrs)
     verify(new_code)
-    guard_set, check_fn = finish_guards(state, output)
+    guard_set, check_fn = finish_guards(state, output, graphs)
     return guarded_code(new_code, check_fn, guard_set, graphs, [], output)
 
 
@@ -164,11 +165,18 @@ def backend_site() -> str:
     return ""
 
 
-def finish_guards(state: FrameState, output: OutputGraph) -> tuple[Any, Callable[..., bool]]:
-    """The guard set (shape guards included: the backend may have added some) and its check."""
+def finish_guards(
+    state: FrameState, output: OutputGraph, graphs: list[CapturedGraph]
+) -> tuple[Any, Callable[..., bool]]:
+    """The guard set (shape guards included: the backend may have added some, and the
+    weights the graphs read, ``weight_guards.py``) and its check."""
     output.shape_guards()
     guard_set = output.guards.to_guard_set()
-    return guard_set, compile_guards(guard_set, guard_locals(state), state.f_globals)
+    f_locals = guard_locals(state)
+    extra = weight_guards(graphs, f_locals, state.f_globals)
+    if extra:
+        guard_set = GuardSet(tuple(dict.fromkeys((*guard_set.guards, *extra))))
+    return guard_set, compile_guards(guard_set, f_locals, state.f_globals)
 
 
 def guarded_code(

@@ -6,6 +6,11 @@ kernels return a result. A graph captured from such a call would run without rai
 a backend that drops the unused result (any dead-code elimination) makes the compiled
 function return where eager raised (fuzz seed 3058).
 
+Indexing ops on a 0-dimensional tensor are the same case: ``s.index_put_((i,), v)``,
+``s.index_copy(0, i, v)`` raise "too many indices for tensor of dimension 0" in eager (and
+``gather``/``scatter``/``index_select`` a RuntimeError) while their fake kernels return
+(fuzz seed 3889, where ``x.nansum(0)`` of a 1-d input is 0-d). They are checked the same way.
+
 An empty tensor has no values, so running the op once for real on empty tensors of the
 same sizes, strides and dtypes costs nothing and raises exactly what eager raises. Other
 tensor arguments are stood in for by zeros when they are small; an op whose arguments are
@@ -21,6 +26,18 @@ from torch.utils import _pytree as pytree
 
 #: the largest non-empty tensor argument stood in for by zeros
 _MAX_STAND_IN = 4096
+
+#: ops (by name) whose fake kernels accept a 0-dimensional self their real kernels refuse
+_INDEX_OPS = frozenset({
+    "index_put", "index_put_", "gather", "scatter", "scatter_", "scatter_add",
+    "scatter_add_", "scatter_reduce", "scatter_reduce_", "index_select", "index_add",
+    "index_add_", "index_copy", "index_copy_", "index_fill", "index_fill_", "index_reduce",
+    "index_reduce_", "take", "put", "put_",
+})
+
+
+def _name(target: Any) -> str:
+    return target if isinstance(target, str) else str(getattr(target, "__name__", ""))
 
 
 def _concrete(t: torch.Tensor) -> bool:
@@ -43,7 +60,8 @@ def empty_input_error(kind: str, target: Any, args: tuple[Any, ...],
     tensors = [a for a in flat if isinstance(a, torch.Tensor)]
     if not tensors or not all(_concrete(t) for t in tensors):
         return None
-    if not any(t.numel() == 0 for t in tensors):
+    scalar_index = _name(target) in _INDEX_OPS and any(t.dim() == 0 for t in tensors)
+    if not scalar_index and not any(t.numel() == 0 for t in tensors):
         return None
     if any(t.numel() > _MAX_STAND_IN or t.device.type == "meta" for t in tensors):
         return None

@@ -68,6 +68,7 @@ from .logs import get_logger
 from .portable import bind, code_digest, identity_of, make_portable, resolve
 from .rebuild import rebuild_object as _rebuild_object
 from .resume import RESUME_PREFIX, resume_name
+from .weight_guards import identity_guard, is_weight_identity, metadata_guard
 
 log = get_logger("frame_cache")
 
@@ -448,8 +449,9 @@ def to_stored(
         for name in ir.loads(stored.ir).tensor_metas():
             source = _tensor_source(stored, name)
             value = guards.eval_source(source, f_locals, f_globals)
-            extra.append(ir.Guard(source, ir.GuardKind.TENSOR_MATCH, ir.tensor_payload(value)))
-    guard_set = ir.GuardSet(tuple(dict.fromkeys((*guarded.guard_set.guards, *extra))))
+            extra.append(metadata_guard(source, value))
+    kept = [g for g in guarded.guard_set.guards if not is_weight_identity(g)]  # addresses
+    guard_set = ir.GuardSet(tuple(dict.fromkeys((*kept, *extra))))
     portable, why = make_portable(guard_set, f_locals, f_globals)
     if portable is None:
         return None, why
@@ -553,6 +555,16 @@ def instantiate(
     if bound is None:
         log.debug("stored frame does not bind: %s", why)
         return None
+    # the live weights by identity too, as a capture in this process guards them
+    # (``weight_guards.py``): ``m.weight = other`` later must not reach these graphs
+    ids: list[ir.Guard] = []
+    for graph in stored.graphs:
+        for name in _graph_ir(graph.ir).tensor_metas():
+            source = _tensor_source(graph, name)
+            value = guards.eval_source(source, f_locals, f_globals)
+            if isinstance(value, torch.Tensor):
+                ids.append(identity_guard(source, value, name))
+    bound = ir.GuardSet((*bound.guards, *ids))
     check_fn = guards.compile(bound, f_locals, f_globals)
     if not check_fn(f_locals, f_globals):
         log.debug("stored frame does not apply: %s", check_fn.explain(f_locals, f_globals))

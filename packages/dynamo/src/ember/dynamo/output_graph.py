@@ -339,7 +339,7 @@ class OutputGraph:
         raised = empty_input_error(kind, target, tuple(fake_args), fake_kwargs)
         if raised is not None:
             name = target if isinstance(target, str) else getattr(target, "__name__", str(target))
-            raise Unsupported(f"`{name}` raises on this empty tensor in eager "
+            raise Unsupported(f"`{name}` raises on these sizes in eager (an empty or 0-d tensor) "
                               f"({type(raised).__name__}); it runs eagerly")
         node = self.graph.create_node(kind, target, tuple(node_args), node_kwargs)
         return self.wrap_result(node, example, args)

@@ -311,10 +311,17 @@ def tensor_part(b: GuardBuilder, g: Guard) -> Part:
     keys = _dispatch_keys_of(keys_text)
     dk = b.const(torch._C._dispatch_keys)
 
-    terms = [b._resolve_type(g, int(p["cls_id"]), of_value=True)]  # type: ignore[arg-type]
+    # A module's weight (``"weight": True``, ember.dynamo's ``weight_guards.py``) is also
+    # guarded by identity, which pins its class and subclass dispatch keys: what
+    # ``weight.data = other`` can change is dtype, device, sizes and strides, checked at
+    # about half the cost (a frame reading 100 weights checks them on every call).
+    weight = p.get("weight") is True
+    terms = [] if weight else [b._resolve_type(g, int(p["cls_id"]), of_value=True)]  # type: ignore[arg-type]
     terms.append(f"{v}.dtype is {b.const(dtype)}")
-    # The backend dispatch key already pins the device type; only an index needs a compare.
-    if device.index is not None or keys is None:
+    if weight and device.type in ("cpu", "cuda") and device.index is None:
+        terms.append(f"{v}.is_{device.type} is True")
+    elif weight or device.index is not None or keys is None:
+        # The backend dispatch key already pins the device type; only an index needs a compare.
         terms.append(f"{v}.device == {b.const(device)}")
     terms.append(f"{v}.requires_grad is {requires_grad}")
     if None not in sizes:
@@ -326,7 +333,9 @@ def tensor_part(b: GuardBuilder, g: Guard) -> Part:
         terms.append(f"{v}.stride() == {tuple(strides)!r}")
     else:
         terms += [f"{v}.stride({d}) == {s}" for d, s in enumerate(strides) if s is not None]
-    if keys is not None:
+    if weight:
+        pass
+    elif keys is not None:
         terms.append(f"{dk}({v}) == {b.const(keys)}")
     else:
         terms.append(f"str({dk}({v})) == {keys_text!r}")

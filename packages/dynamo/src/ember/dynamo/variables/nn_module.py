@@ -136,8 +136,22 @@ class NNModuleVariable(VariableTracker):
             raise Unsupported(f"assigning parameter/buffer/submodule `{name}` inside forward")
         tx.output.side_effects.store_attr(self, name, value)
 
+    def guard_children(self, tx: Tx, module: nn.Module | None = None,
+                       source: Source | None = None) -> None:
+        """Pin which submodules ``module`` (default: this one) has, by name: capture read
+        its children as a list (iterating a ``Sequential``, ``len`` of a ``ModuleList``,
+        ``children()``), and the module's identity alone does not pin them
+        (``layers.append(block)`` after compiling keeps the object), nor does its class for
+        a stored frame bound to another instance (a 3-layer ``Sequential``'s frame ran a
+        24-layer one)."""
+        module = self.value if module is None else module
+        source = self.source if source is None else source
+        if source is not None:
+            tx.output.guards.add_dict_keys(Attr(source, "_modules"), module._modules)
+
     def items(self, tx: Tx) -> list[tuple[Any, VariableTracker]]:
         m = self.value
+        self.guard_children(tx)
         if isinstance(m, (nn.ModuleList, nn.Sequential, nn.ParameterList)):
             return [(i, tx.wrap(m[i], self.child_source(i))) for i in range(len(m))]
         if isinstance(m, (nn.ModuleDict, nn.ParameterDict)):
@@ -158,16 +172,23 @@ class NNModuleVariable(VariableTracker):
     ) -> VariableTracker:
         m = self.value
         if name == "__len__" and isinstance(m, CONTAINERS):
+            if isinstance(m, (nn.ParameterList, nn.ParameterDict)):
+                if self.source is not None:
+                    tx.output.guards.add_dict_keys(Attr(self.source, "_parameters"), m._parameters)
+            else:
+                self.guard_children(tx)
             return ConstantVariable(len(m))
         if name == "__getitem__" and len(args) == 1 and isinstance(m, CONTAINERS):
             key = args[0].as_python_constant()
             if isinstance(key, slice):
                 if not isinstance(m, (nn.ModuleList, nn.Sequential)):
                     raise Unsupported(f"slicing {self.describe()}")
+                self.guard_children(tx)
                 idx = range(len(m))[key]
                 items = [tx.wrap(m[i], self.child_source(i)) for i in idx]
                 return TupleVariable(items)
             if isinstance(key, int) and key < 0:
+                self.guard_children(tx)  # which child is last
                 key += len(m)
             return tx.wrap(m[key], self.child_source(key))
         # generators in eager (`next(m.parameters())`); a container's views are tuples
@@ -183,12 +204,18 @@ class NNModuleVariable(VariableTracker):
         if name in ("modules", "named_modules") and not args and not kwargs:
             pairs = []
             for dotted, sub in m.named_modules():
+                self.guard_children(tx, sub, self.dotted_source(dotted))
                 var = tx.wrap(sub, self.dotted_source(dotted))
                 pairs.append((dotted, var))
             if name == "modules":
                 return iterator([v for _, v in pairs])
             return iterator([TupleVariable([ConstantVariable(k), v]) for k, v in pairs])
         if name == "parameters" and not kwargs:
+            for dotted, sub in m.named_modules():  # which modules hold which parameters
+                src = self.dotted_source(dotted)
+                self.guard_children(tx, sub, src)
+                if src is not None:
+                    tx.output.guards.add_dict_keys(Attr(src, "_parameters"), sub._parameters)
             named = list(m.named_parameters())
             return iterator([self._param(tx, n) for n, _ in named])
         if name == "forward":

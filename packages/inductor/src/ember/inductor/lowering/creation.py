@@ -125,7 +125,13 @@ def cat(xs: Sequence[IRNode], dim: int, size: tuple[Size, ...], dtype: torch.dty
                 return v if _x.get_dtype() == dtype else ops.to_dtype(v, dtype)
 
             if result is None:
-                result = body()
+                if lo == 0:
+                    result = body()
+                else:  # masked too: its loads at idx - lo must not run for earlier parts
+                    # (an indirect load's bounds check raised there: fuzz seed 4630)
+                    after = ops.ge(ops.index_expr(idx[dim], torch.int64),
+                                   scalar_value(ops, lo, torch.int64))
+                    result = ops.masked(after, body, 0, dtype)
                 continue
             inside = ops.lt(ops.index_expr(idx[dim], torch.int64), scalar_value(ops, hi, torch.int64))
             result = ops.where(inside, ops.masked(inside, body, 0, dtype), result)
