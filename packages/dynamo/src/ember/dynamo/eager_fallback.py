@@ -107,6 +107,11 @@ class AliasChecked:
         self.mutated = mutated
 
     def __call__(self, *args: Any) -> Any:
+        # the common case first, in one pass: no two inputs share a storage (an optimizer
+        # step has hundreds of inputs, and this runs on every call)
+        storages = [a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)]
+        if len(set(storages)) == len(storages):
+            return self.compiled(*args)
         seen: dict[int, int] = {}
         for a in args:
             if isinstance(a, torch.Tensor):
