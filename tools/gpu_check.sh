@@ -11,10 +11,13 @@
 # Parts (default: all, in this order; each writes its output under $OUT when set):
 #   env      versions, nvidia-smi
 #   opinfo   OpInfo's elementwise and reduction ops at float32 on CUDA tensors (Triton), vs eager
-#   tests    ember.inductor's Triton tests (they run on CPU tensors in the interpreter elsewhere)
+#   tests    test_cuda.py: models, ember.dynamo end to end, CUDA graphs (mode='reduce-overhead')
 #   bench    tools/bench.py --device cuda: ember-inductor next to torch.compile's inductor
+#   ro       tools/bench.py --device cuda: mode='reduce-overhead' (CUDA graphs) against default
 #   bw       tools/bench_bandwidth.py: pointwise kernels against the copy bandwidth
-# GPU_CHECK_SAMPLES (default 2) and GPU_CHECK_WORKLOADS narrow the opinfo and bench parts.
+# GPU_CHECK_SAMPLES (default 2), GPU_CHECK_OPS (op names) and GPU_CHECK_WORKLOADS narrow the
+# opinfo and bench parts; GPU_CHECK_REPEATS sets the bench's repeats (default 5);
+# GPU_CHECK_TESTS_TIMEOUT and GPU_CHECK_OPINFO_TIMEOUT cap those parts (seconds).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUTDIR="${OUT:-/tmp/gpu_check_out}"
@@ -44,7 +47,7 @@ fi
 export PYTHONUNBUFFERED=1
 export EMBER_CACHE_DIR=/tmp/ember-cache
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(env opinfo tests bench bw)
+[ ${#parts[@]} -eq 0 ] && parts=(env tests opinfo bench ro bw)
 status=0
 for part in "${parts[@]}"; do
     echo "=== $part ($(date -u +%H:%M:%S))"
@@ -55,18 +58,27 @@ for part in "${parts[@]}"; do
             python3 -c "import ember.inductor, ember.dynamo; print('ember imports')" || status=1
             ;;
         opinfo)
-            python3 packages/inductor/tests/test_opinfo.py --device cuda \
-                --samples "${GPU_CHECK_SAMPLES:-2}" 2>&1 | tee "$OUTDIR/opinfo_cuda.txt" | grep -E "^(FAIL|lowered and)" || status=1
+            timeout "${GPU_CHECK_OPINFO_TIMEOUT:-1200}" python3 packages/inductor/tests/test_opinfo.py --device cuda \
+                --samples "${GPU_CHECK_SAMPLES:-2}" ${GPU_CHECK_OPS:-} 2>&1 | tee "$OUTDIR/opinfo_cuda.txt" | grep -E "^(FAIL|lowered and)" || status=1
             ;;
         tests)
-            python3 -m pytest -q -x -p no:cacheprovider packages/inductor/tests/test_triton.py 2>&1 \
-                | tee "$OUTDIR/triton_tests.txt" | tail -5 || status=1
+            # compiled kernels, not Triton's interpreter (the Triton tests on CPU tensors run in
+            # the default test command on every machine)
+            TRITON_INTERPRET=0 timeout "${GPU_CHECK_TESTS_TIMEOUT:-900}" python3 -m pytest -q -p no:cacheprovider -p no:randomly \
+                packages/inductor/tests/test_cuda.py 2>&1 | tee "$OUTDIR/cuda_tests.txt" \
+                | grep -E "^(FAILED|ERROR|E  )|passed|failed" | head -60 || status=1
             ;;
         bench)
-            python3 tools/bench.py --device cuda --no-warm \
+            python3 tools/bench.py --device cuda --no-warm --repeats "${GPU_CHECK_REPEATS:-5}" \
                 --workloads "${GPU_CHECK_WORKLOADS:-pointwise,softmax,layernorm_gelu,mlp,mlp_train,encoder_layer,gpt_block,gpt_block_train,tiny_add}" \
                 --compilers ember-inductor,torch-inductor --json "$OUTDIR/bench_cuda.json" 2>&1 \
                 | tee "$OUTDIR/bench_cuda.txt" | tail -30 || status=1
+            ;;
+        ro)
+            python3 tools/bench.py --device cuda --no-warm --repeats "${GPU_CHECK_REPEATS:-5}" \
+                --workloads "${GPU_CHECK_RO_WORKLOADS:-tiny_add,mlp}" \
+                --compilers ember-inductor,ember-inductor-ro,torch-inductor,torch-inductor-ro \
+                --json "$OUTDIR/bench_ro.json" 2>&1 | tee "$OUTDIR/bench_ro.txt" | tail -20 || status=1
             ;;
         bw)
             python3 tools/bench_bandwidth.py --device cuda --torch 2>&1 | tee "$OUTDIR/bandwidth.txt" || status=1

@@ -120,7 +120,9 @@ def _ember_backend_fn(backend: str) -> Backend | None:
     return None
 
 
-def _ember_prepare(backend: str) -> Callable[[Any, CompileOptions, CompileStats], Any]:
+def _ember_prepare(
+    backend: str, mode: str | None = None
+) -> Callable[[Any, CompileOptions, CompileStats], Any]:
     def prepare(model: Any, options: CompileOptions, stats: CompileStats) -> Any:
         dynamo = _ember_dynamo()
         # The backend goes by its registered name, as a user writes it: ember keeps
@@ -131,7 +133,7 @@ def _ember_prepare(backend: str) -> Callable[[Any, CompileOptions, CompileStats]
             fn = _ember_backend_fn(backend)
             target = _counting(fn, stats) if fn is not None else backend
         return dynamo.compile(
-            model, backend=target, fullgraph=options.fullgraph, dynamic=options.dynamic
+            model, backend=target, fullgraph=options.fullgraph, dynamic=options.dynamic, mode=mode
         )
 
     return prepare
@@ -182,6 +184,18 @@ for _name, _desc, _rng in (
         )
     )
 
+register_compiler(
+    Compiler(
+        name="ember-inductor-ro",
+        description="ember.dynamo.compile(backend='inductor', mode='reduce-overhead'): CUDA graphs",
+        prepare=_ember_prepare("inductor", "reduce-overhead"),
+        available=_ember_available("inductor"),
+        reset=_ember_reset,
+        disk_cache=True,
+        rng_matches_eager=False,
+    )
+)
+
 
 # --- torch.compile ------------------------------------------------------------------------
 
@@ -211,6 +225,14 @@ def _torch_prepare(backend: str) -> Callable[[Any, CompileOptions, CompileStats]
         )
 
     return prepare
+
+
+def _torch_ro_prepare(model: Any, options: CompileOptions, stats: CompileStats) -> Any:
+    """torch.compile(mode="reduce-overhead"): the mode needs inductor named by its string
+    (a wrapped backend callable would drop it), so graphs are not counted here."""
+    return torch.compile(
+        model, mode="reduce-overhead", fullgraph=options.fullgraph, dynamic=options.dynamic
+    )
 
 
 def _torch_reset() -> None:
@@ -305,3 +327,16 @@ def ember_break_stats(
 def _first_line(obj: object) -> str:
     text = str(obj).strip()
     return text.splitlines()[0] if text else type(obj).__name__
+
+
+register_compiler(
+    Compiler(
+        name="torch-inductor-ro",
+        description="torch.compile(mode='reduce-overhead'): inductor with CUDA graphs",
+        prepare=_torch_ro_prepare,
+        available=_torch_available("inductor"),
+        reset=_torch_reset,
+        disk_cache=True,
+        rng_matches_eager=False,
+    )
+)

@@ -28,6 +28,11 @@ def test_ember_fields_and_mapped_torch_names_set_options_silently() -> None:
     assert got.mode == "max-autotune-no-cudagraphs"
 
 
+def test_triton_cudagraphs_is_reduce_overhead() -> None:
+    assert _quiet({"triton.cudagraphs": True}).mode == "reduce-overhead"
+    assert _quiet({"triton.cudagraphs": False}).mode == "default"
+
+
 def test_values_that_already_are_embers_behaviour_are_quiet() -> None:
     assert _quiet({"fallback_random": True, "max_autotune": False, "debug": False}) == InductorOptions()
 
@@ -35,7 +40,6 @@ def test_values_that_already_are_embers_behaviour_are_quiet() -> None:
 @pytest.mark.parametrize(("key", "value", "says"), [
     ("shape_padding", True, "does not pad shapes"),
     ("max_autotune_gemm", True, "mode='max-autotune'"),
-    ("triton.cudagraphs", True, "does not implement CUDA graphs"),
     ("triton.tile_reductions", True, "Triton backend has no such setting"),
     ("trace.enabled", True, "EMBER_COMPILE_DEBUG=1"),
     ("fallback_random", False, "ATen's generator"),

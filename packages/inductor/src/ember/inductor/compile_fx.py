@@ -27,11 +27,12 @@ from . import graph_cache
 from .codegen.backend import Backend, BuildStats, KernelSource
 from .codegen.registry import backend_for
 from .codegen.wrapper_runtime import namespace
+from .cudagraphs import CudaGraphCall
 from .errors import InputMismatchError
 from .fx_util import attr_value, graph_device, op_name
 from .graph_cache import GraphArtifact
 from .logs import configure_from_env, log, output_code, perf_hints
-from .modes import warn_mode
+from .modes import CUDAGRAPH_MODES, warn_mode
 from .options import InductorOptions, options_from_env
 from .profiling import graph_label, named_kernels, profiling
 
@@ -93,6 +94,26 @@ class CompiledGraph:
         )
         self._eager = eager
         self.report = report
+        #: the CUDA-graph runner (``mode="reduce-overhead"`` on CUDA), None without one
+        self.cudagraphs: CudaGraphCall | None = None
+
+    def use_cuda_graphs(self, gm: torch.fx.GraphModule, art: GraphArtifact, device: torch.device) -> None:
+        """Replay this graph's calls from CUDA graphs (``mode="reduce-overhead"``, ADR 0039),
+        unless it cannot be recorded: then the reason is a perf hint and ``cudagraphs`` is None."""
+        from .cudagraphs import mutated_inputs, refusal
+
+        index_checks = any(m.get("index_check") for m in art.kernel_meta.values())
+        why = refusal(gm, symbolic=art.symbolic, index_checks=index_checks)
+        mutated = mutated_inputs(gm)
+        if why is None and mutated is None:
+            why = "it calls a Python function whose writes to its inputs are unknown"
+        if why is not None:
+            perf_hints.info("%s: not recorded into a CUDA graph: %s", self._label, why)
+            return
+        assert mutated is not None
+        mutated |= {i for _, i in input_updates_of(gm)}
+        self.cudagraphs = CudaGraphCall(self._call, device, mutated, self._label)
+        self._call = self.cudagraphs
 
     def __call__(self, *args: Any) -> Any:
         if len(args) == 1 and isinstance(args[0], list) and self._n_args != 1:
@@ -294,9 +315,13 @@ def _compile(
     call = wrapper(kernels)
     report.compiled, report.cached = stats.compiled, stats.cached
     report.seconds = time.perf_counter() - start
-    return CompiledGraph(
+    compiled = CompiledGraph(
         call, art, report, gm, inputs_guarded, profiled=lambda: wrapper(named_kernels(kernels))
     )
+    device = graph_device(example_inputs)
+    if device.type == "cuda" and opts.mode in CUDAGRAPH_MODES:
+        compiled.use_cuda_graphs(gm, art, device)
+    return compiled
 
 
 def _generate(

@@ -71,7 +71,8 @@ class InductorOptions:
     cpu_backend: str = "cpp"
     #: torch.compile's ``mode``: ``"max-autotune"``/``"max-autotune-no-cudagraphs"`` widen
     #: the Triton autotuning space and try a Triton matmul template against ATen's;
-    #: ``"reduce-overhead"`` (CUDA graphs) is not implemented and warns (ADR 0011).
+    #: ``"reduce-overhead"`` replays graphs on CUDA tensors from CUDA graphs (ADR 0039;
+    #: elsewhere it warns, ADR 0011).
     mode: str = "default"
     #: Directory for compiled kernels; None means ``default_cache_dir()`` at the entry point.
     cache_dir: str | None = None

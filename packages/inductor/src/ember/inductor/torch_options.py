@@ -77,8 +77,7 @@ TORCH_NAMES: dict[str, TorchName] = {
                              quiet_values=(False,)),
     "cpp.threads": TorchName(note="C++ kernels use OpenMP's threads (torch.set_num_threads, "
                              "OMP_NUM_THREADS)"),
-    "triton.cudagraphs": TorchName(note="ember.inductor does not implement CUDA graphs "
-                                   "(ADR 0011)", quiet_values=(False,)),
+    "triton.cudagraphs": TorchName("mode", convert=lambda on: "reduce-overhead" if on else None),
     "debug": TorchName(note=_DEBUG, quiet_values=(False,)),
     "force_disable_caches": TorchName(
         note="turns off nothing: set EMBER_GRAPH_CACHE=0 / EMBER_AOT_CACHE=0, or point "
