@@ -59,7 +59,11 @@ def device_arch(device: torch.device) -> str:
 
 
 def interpreted(device: torch.device) -> bool:
-    return device.type == "cpu"
+    """Whether kernels for ``device`` run in Triton's interpreter: always for CPU tensors,
+    and for CUDA tensors too when ``TRITON_INTERPRET=1`` made ``triton.jit`` interpret."""
+    if device.type == "cpu":
+        return True
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def kernel_key(source: str, device: torch.device) -> str:
