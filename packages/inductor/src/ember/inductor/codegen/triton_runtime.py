@@ -249,9 +249,8 @@ def build(
 
 
 def _precompile(launchers: Mapping[str, Launcher], kernels: Mapping[str, KernelSource], threads: int) -> None:
-    """Compile each (kernel, configuration) ahead of the first call, ``threads`` at a time.
-
-    Never run: no GPU was available when this was written (see ADR 0011)."""
+    """Compile each (kernel, configuration) ahead of the first call, ``threads`` at a time
+    (first run on a GPU on 2026-11-27: ``tools/gpu_check.sh``, README "On a GPU")."""
     jobs: list[Callable[[], Any]] = []
     for name, launcher in launchers.items():
         dtypes = kernels[name].meta["arg_dtypes"]
