@@ -8,8 +8,9 @@ end-to-end cases.
 
 from __future__ import annotations
 
-import math
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,51 +25,9 @@ pytest.importorskip("triton")
 DEV = "cuda"
 
 
-class Block(nn.Module):
-    """A GPT block whose causal mask is made on the input's device."""
-
-    def __init__(self, d: int = 64, heads: int = 4) -> None:
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-        self.heads = heads
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
-        mask = torch.tril(torch.ones(t, t, dtype=torch.bool, device=x.device))
-        att = torch.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(b, t, d)
-        x = x + self.proj(y)
-        return x + self.out(torch.nn.functional.gelu(self.fc(self.ln2(x))))
-
-
-def _models() -> dict[str, tuple[Callable[[], nn.Module], Callable[[], torch.Tensor]]]:
-    return {
-        "mlp": (
-            lambda: nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16)),
-            lambda: torch.randn(8, 32),
-        ),
-        "cnn_bn": (
-            lambda: nn.Sequential(
-                nn.Conv2d(3, 8, 3, padding=1),
-                nn.BatchNorm2d(8),
-                nn.ReLU(),
-                nn.AdaptiveAvgPool2d(1),
-                nn.Flatten(),
-                nn.Linear(8, 4),
-            ),
-            lambda: torch.randn(2, 3, 8, 8),
-        ),
-        "transformer": (
-            lambda: nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True),
-            lambda: torch.randn(2, 6, 32),
-        ),
-        "gpt_block": (lambda: Block(), lambda: torch.randn(2, 8, 64)),
-    }
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_models import GPTBlock as Block  # noqa: E402  (the same models as on CPU)
+from test_models import _models  # noqa: E402
 
 
 @pytest.fixture
