@@ -1,15 +1,22 @@
 """What decides whether a graph is recorded into CUDA graphs, tested on CPU graphs.
 
-The recording and replaying themselves need a GPU: ``test_cuda.py``.
+The runner's bookkeeping (which recording a call replays, copies in and out, outputs the
+caller holds) is tested here with a stand-in for ``CUDAGraph`` that re-runs the recorded
+work on the same memory; the real recording and replaying need a GPU: ``test_cuda.py``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from ember.inductor.cudagraphs import mutated_inputs, refusal
+from ember.inductor import CompiledGraph, InductorOptions, compile_graph
+from ember.inductor.cudagraphs import CudaGraphCall, mutated_inputs, refusal
 
 
 def test_mutated_inputs_follow_views_to_the_input() -> None:
@@ -52,3 +59,97 @@ def test_masks_and_data_dependent_ops_are_host_syncs(monkeypatch: pytest.MonkeyP
     assert "reads values back" in str(refusal(scalar, symbolic=False, index_checks=False))
     gathered = make_fx(lambda x: x[torch.tensor([0, 2])] * 2)(x)  # integer indices: no sync
     assert refusal(gathered, symbolic=False, index_checks=False) is None
+
+
+# -- the runner's bookkeeping, on CPU: a recording re-runs the same work on the same memory --
+
+
+class Replayed(CudaGraphCall):
+    """What a CUDA graph promises, on CPU tensors: a replay does the recorded work again and
+    leaves its results in the memory the recording's outputs occupy."""
+
+    def _capture(self, run: Callable[[], list[Any]]) -> tuple[Callable[[], Any], list[Any]]:
+        outputs = run()
+
+        def replay() -> None:
+            for o, n in zip(outputs, run()):
+                if isinstance(o, torch.Tensor) and o is not n:
+                    o.copy_(n)
+
+        return replay, outputs
+
+
+def _runner(fn: Callable[..., Any], inputs: list[torch.Tensor], tmp_path: Path) -> tuple[CompiledGraph, Replayed]:
+    gm = make_fx(fn)(*[x.clone() for x in inputs])
+    c = compile_graph(gm, inputs, InductorOptions(cache_dir=str(tmp_path), fallback_on_error=False))
+    assert isinstance(c, CompiledGraph)
+    mutated = mutated_inputs(gm)
+    assert mutated is not None
+    runner = Replayed(c._call, torch.device("cpu"), mutated, "test graph")
+    c._call = runner
+    return c, runner
+
+
+def test_replays_match_eager_and_held_outputs_are_never_overwritten(tmp_path: Path) -> None:
+    def fn(x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+        return [(x * 2 + y).relu(), (x - y).sum(0)]
+
+    x, y = torch.randn(8, 5), torch.randn(8, 5)
+    c, runner = _runner(fn, [x, y], tmp_path)
+    kept = []
+    for i in range(7):
+        x, y = torch.randn(8, 5), torch.randn(8, 5)
+        got = c(x, y)
+        for g, e in zip(got, fn(x, y)):
+            torch.testing.assert_close(g, e)
+        if i % 2:
+            kept.append((got, fn(x, y)))  # held: later calls must not write over it
+    for got, want in kept:
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g, e)
+    assert runner.replays >= 3 and 1 <= runner.recordings <= 4
+
+
+def test_a_dropped_output_lets_its_recording_be_reused(tmp_path: Path) -> None:
+    c, runner = _runner(lambda x: [x.cos()], [torch.randn(6)], tmp_path)
+    for _ in range(6):
+        x = torch.randn(6)
+        torch.testing.assert_close(c(x)[0], x.cos())  # the output is dropped at once
+    assert runner.recordings == 1 and runner.replays == 5
+
+
+def test_every_recording_held_runs_without_graphs(tmp_path: Path) -> None:
+    c, runner = _runner(lambda x: [x + 1], [torch.randn(3)], tmp_path)
+    xs = [torch.randn(3) for _ in range(8)]
+    outs = [c(x)[0] for x in xs]
+    for x, o in zip(xs, outs):
+        torch.testing.assert_close(o, x + 1)
+    assert runner.recordings == 4 and runner.replays == 4  # call 1 warms up, calls 6-8 run plainly
+
+
+def test_an_input_written_in_place_reaches_the_callers_tensor(tmp_path: Path) -> None:
+    def fn(x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+        x.mul_(2)
+        return [x + y]
+
+    c, runner = _runner(fn, [torch.randn(4), torch.randn(4)], tmp_path)
+    for _ in range(4):
+        x, y = torch.randn(4), torch.randn(4)
+        expect_x = x * 2
+        torch.testing.assert_close(c(x, y)[0], expect_x + y)
+        torch.testing.assert_close(x, expect_x)
+    assert runner.replays == 3
+
+
+def test_parameters_are_read_in_place_and_a_moved_one_is_recorded_again(tmp_path: Path) -> None:
+    w = torch.nn.Parameter(torch.randn(4, 4))
+    c, runner = _runner(lambda w, x: [x @ w], [w.detach(), torch.randn(2, 4)], tmp_path)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(2, 4)
+            torch.testing.assert_close(c(w, x)[0], x @ w)
+            w.add_(1.0)  # an optimizer's in-place update: the next replay sees it
+        w2 = torch.nn.Parameter(torch.randn(4, 4))  # another parameter: another address
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(c(w2, x)[0], x @ w2)
+    assert runner.recordings == 2

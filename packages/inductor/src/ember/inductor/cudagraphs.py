@@ -157,7 +157,8 @@ def _use_count(t: torch.Tensor) -> int:
 
 @dataclass
 class _Recording:
-    graph: torch.cuda.CUDAGraph
+    #: replays the recorded work (``CUDAGraph.replay``)
+    replay: Callable[[], Any]
     #: per input: the static buffer the graph reads, or None (recorded in place)
     buffers: list[torch.Tensor | None]
     #: per input recorded in place: the address it had
@@ -215,7 +216,7 @@ class CudaGraphCall:
         self._calls += 1
         if self._disabled is not None or self._calls <= self._warmup:
             return self._call(inputs)
-        if torch.cuda.is_current_stream_capturing():
+        if self._device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return self._call(inputs)  # the caller records a graph around ours
         for rec in self._records:
             if rec.fits(inputs) and rec.free():
@@ -251,16 +252,10 @@ class CudaGraphCall:
             buf.copy_(a)
             buffers.append(buf)
             static_inputs.append(buf)
-        graph = torch.cuda.CUDAGraph()
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        torch.cuda.synchronize(self._device)
         try:
-            with torch.cuda.device(self._device), torch.cuda.graph(graph, pool=self._pool):
-                outputs = self._call(list(static_inputs))
+            replay, outputs = self._capture(lambda: self._call(list(static_inputs)))
         except Exception as e:  # an op that cannot be recorded: never try again
             self._disable(f"recording it raised {type(e).__name__}: {str(e).splitlines()[0][:200]}")
-            torch.cuda.synchronize(self._device)
             return None
         output_is_input: dict[int, int] = {}
         buffer_storages = {
@@ -279,7 +274,7 @@ class CudaGraphCall:
                     f"output {k} is a view of input {copied}, which would alias a static copy of it"
                 )
                 return None
-        rec = _Recording(graph, buffers, addresses, list(outputs), output_is_input)
+        rec = _Recording(replay, buffers, addresses, list(outputs), output_is_input)
         for k, o in enumerate(outputs):
             if isinstance(o, torch.Tensor) and k not in output_is_input:
                 rec.baseline[k] = _use_count(o)
@@ -291,6 +286,20 @@ class CudaGraphCall:
         )
         return rec
 
+    def _capture(self, run: Callable[[], list[Any]]) -> tuple[Callable[[], Any], list[Any]]:
+        """Record ``run``'s work into a CUDA graph: (its replay, the outputs the graph writes)."""
+        graph = torch.cuda.CUDAGraph()
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        torch.cuda.synchronize(self._device)
+        try:
+            with torch.cuda.device(self._device), torch.cuda.graph(graph, pool=self._pool):
+                outputs = run()
+        except Exception:
+            torch.cuda.synchronize(self._device)
+            raise
+        return graph.replay, outputs
+
     def _disable(self, why: str) -> None:
         self._disabled = why
         perf_hints.info("%s: not recorded into a CUDA graph: %s", self._label, why)
@@ -299,7 +308,7 @@ class CudaGraphCall:
         for buf, a in zip(rec.buffers, inputs):
             if buf is not None and buf.data_ptr() != a.data_ptr():
                 buf.copy_(a)
-        rec.graph.replay()
+        rec.replay()
         self.replays += 1
         for i in self._mutated:
             buf = rec.buffers[i] if i < len(rec.buffers) else None
