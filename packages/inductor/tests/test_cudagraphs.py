@@ -153,3 +153,15 @@ def test_parameters_are_read_in_place_and_a_moved_one_is_recorded_again(tmp_path
         x = torch.randn(2, 4)
         torch.testing.assert_close(c(w2, x)[0], x @ w2)
     assert runner.recordings == 2
+
+
+def test_a_tensor_given_to_mark_static_address_is_read_in_place(tmp_path: Path) -> None:
+    state = torch.randn(5)
+    state._ember_static_address = True  # type: ignore[attr-defined]  # what ember.dynamo.mark_static_address sets
+    c, runner = _runner(lambda s, g: [s * 0.9 + g], [state.clone(), torch.randn(5)], tmp_path)
+    for _ in range(4):
+        g = torch.randn(5)
+        torch.testing.assert_close(c(state, g)[0], state * 0.9 + g)
+        state.add_(1.0)
+    assert runner.recordings == 1 and runner.replays == 3
+    assert runner._records[0].buffers[0] is None  # not copied: the graph reads it where it is
