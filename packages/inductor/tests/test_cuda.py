@@ -254,3 +254,26 @@ def test_reduce_overhead_through_ember_dynamo(tmp_path: Any, monkeypatch: pytest
     runners = [g.cudagraphs for g in graphs if isinstance(g, CompiledGraph)]
     assert runners and all(r is not None for r in runners)
     assert sum(r.replays for r in runners if r is not None) >= 3
+
+
+def test_an_out_of_range_index_fails_as_eager_does_on_cuda() -> None:
+    """A device-side assertion, as eager's CUDA embedding raises (a separate process: the
+    assertion leaves the CUDA context unusable, in eager too)."""
+    import os
+    import subprocess
+
+    script = (
+        "import torch, ember.inductor\n"
+        "emb = torch.nn.Embedding(10, 4).cuda()\n"
+        "f = torch.compile(lambda i: emb(i) * 2, backend=ember.inductor.backend)\n"
+        "with torch.no_grad():\n"
+        "    print(f(torch.tensor([1, 2], device='cuda')).sum().item())\n"
+        "    out = f(torch.tensor([1, 12], device='cuda'))\n"
+        "    torch.cuda.synchronize()\n"
+        "print('NO ERROR', out)\n"
+    )
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert "NO ERROR" not in run.stdout, run.stdout
+    assert run.returncode != 0
+    assert "assert" in run.stderr.lower(), run.stderr[-2000:]

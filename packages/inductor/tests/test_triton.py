@@ -7,6 +7,7 @@ The ops, fusions and models shared with the C++ backend run under both in
 
 from __future__ import annotations
 
+import os
 import re
 import warnings
 from collections.abc import Callable
@@ -238,3 +239,23 @@ def test_mode_and_options_reach_the_backend_from_both_frontends(tmp_path: Path) 
             torch.testing.assert_close(compiled(x), want, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="unknown options key"):
         make_backend().configure(None, {"max_autotun": True})  # type: ignore[attr-defined]
+
+
+def test_gpu_kernels_check_indices_on_the_device_and_compile_for_sm90() -> None:
+    """On a GPU, a gather's index check is a ``tl.device_assert`` (no flag read back after
+    the kernel: no host sync, and CUDA graphs can record it), compiled in by ``debug=True``.
+    Compiled for sm_90 here, without a GPU, by Triton's own ptxas, in a process without
+    the interpreter."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parent / "triton_sm90_compile.py"
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
+    if run.returncode != 0 and "ptxas" in run.stderr.lower() and "not found" in run.stderr.lower():
+        pytest.skip("this triton has no ptxas to compile for an NVIDIA GPU")
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in run.stdout.splitlines() if line)
+    for graph in ("embedding", "gather_sum"):
+        assert "asserts=True err_ptr=False ptx_assert=True" in lines[graph], run.stdout
+    assert "asserts=False err_ptr=False ptx_assert=False" in lines["softmax"], run.stdout

@@ -21,7 +21,7 @@ from ..lowering import SUPPORTED_DTYPES
 from ..options import InductorOptions
 from .backend import BuildStats, KernelSource
 from .triton_kernel import generate_kernel
-from .triton_runtime import build
+from .triton_runtime import build, interpreted
 
 #: ATen ops the max-autotune wrapper calls through a tuned choice (ATen or a Triton template).
 TEMPLATE_OPS = {"aten::mm": "_ember_mm", "aten::addmm": "_ember_addmm"}
@@ -46,7 +46,7 @@ class TritonBackend:
         self.max_autotune = options.mode in ("max-autotune", "max-autotune-no-cudagraphs")
 
     def generate(self, plan: KernelPlan, dtypes: Mapping[str, torch.dtype]) -> KernelSource:
-        k = generate_kernel(plan, dtypes)
+        k = generate_kernel(plan, dtypes, device_asserts=not interpreted(self.device))
         k.meta["arg_dtypes"] = [str(dtypes[a]).removeprefix("torch.") for a in k.args]
         return k
 

@@ -297,9 +297,16 @@ class _Gen:
         return "\n".join(lines) + "\n"
 
 
-def generate_kernel(plan: KernelPlan, dtypes: Mapping[str, torch.dtype]) -> KernelSource:
-    """Triton source of one kernel (a module defining ``kernel``) and its launch data."""
+def generate_kernel(
+    plan: KernelPlan, dtypes: Mapping[str, torch.dtype], *, device_asserts: bool = False
+) -> KernelSource:
+    """Triton source of one kernel (a module defining ``kernel``) and its launch data.
+
+    ``device_asserts``: indirect indices are checked by ``tl.device_assert`` (compiled GPU
+    kernels, launched with ``debug=True``) rather than an error flag read after the kernel
+    (Triton's interpreter; a host sync on a GPU)."""
     gen = _Gen(plan, dtypes, "kernel")
+    gen.k.device_asserts = device_asserts
     if plan.is_pointwise:
         gen.pointwise()
     else:
@@ -312,6 +319,7 @@ def generate_kernel(plan: KernelPlan, dtypes: Mapping[str, torch.dtype]) -> Kern
         "persistent": gen.persistent,
         "rblock": gen.rblock,
         "index_check": gen.k.index_check,
+        "asserts": gen.k.asserts,
     }
     return KernelSource(src, plan.args, meta)
 

@@ -173,6 +173,11 @@ class TritonKernel:
         self.lane_index = "xindex"
         #: the kernel checks indirect indices (it takes an ``err_ptr`` argument)
         self.index_check = False
+        #: check indirect indices with ``tl.device_assert`` instead (compiled CUDA kernels:
+        #: no flag to read back, as eager's CUDA kernels; launched with ``debug=True``)
+        self.device_asserts = False
+        #: the kernel holds a ``tl.device_assert``
+        self.asserts = False
         #: ``@triton.jit`` helpers the kernel calls (name -> source)
         self.helpers: dict[str, str] = {}
 
@@ -289,14 +294,19 @@ class TritonOps(DefaultOps):
 
     def indirect_indexing(self, x: TVar, size: int) -> sympy.Expr:
         """The index ``x`` (negative counts from the end) as a symbol; out of range sets the
-        kernel's error flag (``KernelIndexError`` after the kernel) and reads element 0."""
+        kernel's error flag (``KernelIndexError`` after the kernel) or, in a compiled CUDA
+        kernel, fails a device-side assertion (as eager's CUDA kernels do); reads element 0."""
         k = self.k
         v = k.emit(f"{x}.to(tl.int64)", torch.int64)
         w = k.emit(f"tl.where({v} < 0, {v} + {size}, {v})", torch.int64)
         bad = k.emit(f"({w} < 0) | ({w} >= {size})", torch.bool)
         flag = k.emit(" & ".join([str(bad), k.lane_mask, *k.masked]), torch.bool)
-        k.line(f"tl.store(err_ptr + tl.zeros_like({flag}).to(tl.int32), 1, {flag})")
-        k.index_check = True
+        if k.device_asserts:
+            k.line(f'tl.device_assert({flag} == 0, "index out of range in an ember.inductor kernel")')
+            k.asserts = True
+        else:
+            k.line(f"tl.store(err_ptr + tl.zeros_like({flag}).to(tl.int32), 1, {flag})")
+            k.index_check = True
         safe = k.emit(f"tl.where({bad}, 0, {w})", torch.int64)
         sym = sympy.Symbol(safe.expr, integer=True, nonnegative=True)
         k.symbol_masks[sym] = k.lane_mask

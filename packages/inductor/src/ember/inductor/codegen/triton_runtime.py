@@ -150,11 +150,21 @@ class Launcher:
         g = grid(self.meta["kind"], numels, config)
         if g[0] == 0:
             return
+        kwargs = self.kwargs(config)
         if self.device.type == "cuda" and self.device.index != torch.cuda.current_device():
             with torch.cuda.device(self.device):  # Triton launches on the current device's stream
-                self.fn[g](*tensors, *extra, *numels, **config.kwargs())
+                self.fn[g](*tensors, *extra, *numels, **kwargs)
             return
-        self.fn[g](*tensors, *extra, *numels, **config.kwargs())
+        self.fn[g](*tensors, *extra, *numels, **kwargs)
+
+    def kwargs(self, config: Config) -> dict[str, Any]:
+        """What a launch (or a compile ahead of it) passes besides the arguments."""
+        kwargs = config.kwargs()
+        if self.meta.get("asserts"):
+            # device-side index checks are compiled in only with debug; the overflow checks
+            # debug also turns on are not wanted (what torch's inductor passes too)
+            kwargs.update(debug=True, sanitize_overflow=False)
+        return kwargs
 
     def __call__(self, *args: Any) -> None:
         n = self.meta["n_tensors"]
@@ -261,7 +271,7 @@ def _precompile(launchers: Mapping[str, Launcher], kernels: Mapping[str, KernelS
         for config in launcher.configs:
             jobs.append(
                 functools.partial(
-                    launcher.fn.warmup, *dummies, *numels, grid=(1,), **config.kwargs()
+                    launcher.fn.warmup, *dummies, *numels, grid=(1,), **launcher.kwargs(config)
                 )
             )
     with ThreadPoolExecutor(max(1, threads)) as pool:
