@@ -259,3 +259,35 @@ def test_gpu_kernels_check_indices_on_the_device_and_compile_for_sm90() -> None:
     for graph in ("embedding", "gather_sum"):
         assert "asserts=True err_ptr=False ptx_assert=True" in lines[graph], run.stdout
     assert "asserts=False err_ptr=False ptx_assert=False" in lines["softmax"], run.stdout
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int64, torch.int16, torch.bool])
+def test_a_constant_stored_into_any_dtype(dtype: torch.dtype, tmp_path: Path) -> None:
+    """A plain literal (``1.0``, ``True``, ``3``) converted for the buffer's type: found by
+    compiling OpInfo's kernels for sm_90 (``fill`` at float16 wrote ``1.0.to(tl.float16)``)."""
+    x = torch.zeros(37, dtype=dtype)
+
+    def fn(x: torch.Tensor) -> list[torch.Tensor]:
+        return [torch.ops.aten.fill.Scalar(x, True), torch.ops.aten.fill.Scalar(x, 3)]
+
+    c = _compile(fn, [x], _opts(tmp_path))
+    for got, want in zip(c(x), fn(x)):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.slow
+def test_opinfo_kernels_compile_for_sm90() -> None:
+    """Every kernel the OpInfo sweep's elementwise and reduction ops generate for a GPU, at
+    float32, float16, bfloat16, int64 and bool, compiles to an sm_90 cubin (~6 min)."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parent / "triton_sm90_compile.py"
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    run = subprocess.run(
+        [sys.executable, str(script), "--opinfo", "float32,float16,bfloat16,int64,bool"],
+        capture_output=True, text=True, env=env, timeout=1800,
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert ", failed 0," in run.stdout

@@ -18,6 +18,7 @@ narrow them, and ``to_dtype`` to them rounds (``.to(tl.float16).to(tl.float32)``
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,6 +80,17 @@ def literal(value: bool | int | float, dtype: torch.dtype) -> str:
     if dtype == torch.int32 and -(2**31) <= v < 2**31:
         return str(v)
     return f"tl.full([1], {v}, {TL_DTYPES[dtype]})"
+
+
+_PLAIN_LITERAL = re.compile(r'True|False|-?[0-9][0-9.e+-]*|float\("-?(inf|nan)"\)')
+
+
+def cast(value: TVar, tl_dtype: str) -> str:
+    """``value`` converted to ``tl_dtype``: ``.to`` on a block; a plain literal (``1.0``,
+    ``True``), which has no ``.to``, becomes a one-element block of that type."""
+    if _PLAIN_LITERAL.fullmatch(value.expr):
+        return f"tl.full([1], {value.expr}, {tl_dtype})"
+    return f"{value}.to({tl_dtype})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +247,7 @@ def store_value(value: TVar, dtype: torch.dtype) -> str:
     if dtype == torch.bool:
         return str(value) if value.dtype == torch.bool else f"({value} != 0)"
     if value.dtype == torch.bool or register_dtype(value.dtype) != TL_DTYPES[dtype]:
-        return f"{value}.to({TL_DTYPES[dtype]})"
+        return cast(value, TL_DTYPES[dtype])
     return str(value)
 
 
@@ -271,10 +283,10 @@ class TritonOps(DefaultOps):
         if dtype == torch.bool:
             return self.k.emit(f"({x} != 0)", dtype)
         if dtype in LOW_PRECISION:
-            return self.k.emit(f"{x}.to({TL_DTYPES[dtype]}).to(tl.float32)", dtype)
+            return self.k.emit(f"{cast(x, TL_DTYPES[dtype])}.to(tl.float32)", dtype)
         if register_dtype(x.dtype) == TL_DTYPES[dtype] and x.dtype != torch.bool:
             return TVar(x.expr, dtype)  # float16/bfloat16 already are float32 in registers
-        return self.k.emit(f"{x}.to({TL_DTYPES[dtype]})", dtype)
+        return self.k.emit(cast(x, TL_DTYPES[dtype]), dtype)
 
     def where(self, cond: TVar, a: TVar, b: TVar) -> TVar:
         return self.k.emit(f"tl.where({cond}, {a}, {b})", a.dtype)
