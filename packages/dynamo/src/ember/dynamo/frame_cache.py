@@ -57,6 +57,7 @@ from ember.ir.cache_entry import (
     default_cache_dir,
     entry_path,
     load_entry,
+    remember_stored_text,
     source_fingerprint,
     store_entry,
 )
@@ -588,6 +589,7 @@ def instantiate(
             for name in graph_ir.tensor_metas()
         }
         gm = ir.to_fx(graph_ir.with_tensors(tensors))
+        remember_stored_text(gm, graph.ir)  # the backend's plan key, without serializing gm
         for path in graph_ir.modules:
             if path not in graph.attrs:
                 continue  # made while tracing, without tensors: rebuilt from its record
