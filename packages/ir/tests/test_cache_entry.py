@@ -13,6 +13,7 @@ from ember.ir.cache_entry import (
     entry_path,
     graph_key_text,
     load_entry,
+    remember_stored_text,
     source_fingerprint,
     store_entry,
 )
@@ -60,6 +61,50 @@ def test_graph_key_text_ignores_stack_traces_but_not_the_graph() -> None:
     assert text is not None and text == graph_key_text(gm2, LOG)
     gm3 = torch.fx.symbolic_trace(lambda x: torch.relu(x) * 3)
     assert graph_key_text(gm3, LOG) != text
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+        self.norm = torch.nn.LayerNorm(8)
+        self.register_buffer("scale", torch.full((8,), 0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(self.norm(self.proj(x))) * self.scale + x
+
+
+def test_a_graph_loaded_from_a_cache_entry_keys_from_the_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warm start reads a rebuilt graph's key from the entry's text (no second
+    serialization), and that key is the one the live graph had; a graph edited after
+    loading is serialized again."""
+    import ember.ir as ir
+    import ember.ir.cache_entry as cache_entry
+
+    block = _Block()
+    live = torch.fx.symbolic_trace(block)
+    text = ir.dumps(ir.from_fx(live))
+    expected = graph_key_text(live, LOG)
+    loaded = ir.loads(text)
+    gm = ir.to_fx(loaded.with_tensors({k: v for k, v in block.state_dict().items()}))
+    remember_stored_text(gm, text)
+
+    def no_serialization(*args: object) -> None:
+        raise AssertionError("serialized the graph again")
+
+    with monkeypatch.context() as m:
+        m.setattr(cache_entry, "from_fx", no_serialization)
+        assert graph_key_text(gm, LOG) == expected
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(gm(x), block(x))
+
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    with gm.graph.inserting_before(output):
+        relu = gm.graph.call_function(torch.relu, (output.args[0],))
+    output.args = (relu,)
+    gm.recompile()
+    edited = graph_key_text(gm, LOG)
+    assert edited is not None and edited != expected and "relu" in edited
 
 
 def test_source_fingerprint_follows_the_files(tmp_path: Path) -> None:

@@ -301,3 +301,15 @@ def test_leaf_modules_with_functions_and_derived_state() -> None:
     rebuilt = to_fx(ir.with_tensors(from_fx(torch.fx.symbolic_trace(model)).tensors))
     assert rebuilt.enc.activation is torch.nn.functional.relu
     _close(model(x), rebuilt(x))
+
+
+def test_lazy_code_generates_python_on_first_call() -> None:
+    """``to_fx(..., lazy_code=True)`` (a graph rebuilt from a cache entry) defers FX code
+    generation to the first call, then runs like the eager module."""
+    model = nn.Sequential(nn.Linear(6, 5), nn.GELU(), nn.LayerNorm(5))
+    text = dumps(from_fx(torch.fx.symbolic_trace(model)))
+    gm = to_fx(loads(text).with_tensors(dict(model.state_dict())), lazy_code=True)
+    assert "_code" not in gm.__dict__  # nothing generated yet
+    x = torch.randn(4, 6)
+    torch.testing.assert_close(gm(x), model(x))
+    assert "def forward" in gm.code

@@ -77,3 +77,36 @@ def test_bad_text_reports_position(text: str, position: int) -> None:
 def test_attr_member_must_be_identifier() -> None:
     with pytest.raises(FormatError, match="identifier"):
         Attr(Local("x"), "not valid")
+
+
+def test_hash_is_cached_per_process_and_never_pickled() -> None:
+    """A derived source caches its hash (guard sets hash long chains many times); the
+    cache is per process (str hashes are salted), so a pickled source carries none."""
+    import pickle
+
+    s = parse_source("L['self'].layers[2].weight.size()[1]")
+    fresh = parse_source("L['self'].layers[2].weight.stride()[1]").base
+    assert hash(s) == hash(s) and hash(s.base) == hash(fresh) and s.base == fresh
+    copied = pickle.loads(pickle.dumps(s))
+    assert copied._hash == 0 and copied == s and hash(copied) == hash(s)
+
+
+def test_sources_sharing_a_base_parse_only_their_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stored frame's guard sources share long bases: once ``L['self'].enc`` is parsed,
+    ``L['self'].enc.layer[0].w`` parses from there; a ``.`` or ``[`` inside a string or
+    number constant is never taken for the end of a base."""
+    from ember.ir import source as source_module
+
+    base = parse_source("L['self'].enc")
+    tricky = ["L['self']['enc.layer[0]']", "L['self'][\"e'].nc\"].x", "L['self'][(1, 2.5)].w"]
+    expected = {t: source_module._Parser(t).parse() for t in tricky}
+
+    def no_full_parse(self: object) -> None:
+        raise AssertionError("parsed the whole text again")
+
+    monkeypatch.setattr(source_module._Parser, "parse", no_full_parse)
+    got = parse_source("L['self'].enc.layer[0].w.size()[1]")
+    assert got == Size(Attr(Item(Attr(base, "layer"), 0), "w"), 1)
+    assert parse_source("L['self'].enc.layer[1]") == Item(Attr(base, "layer"), 1)
+    for text, want in expected.items():  # these start from L['self'] (parsed above), not enc
+        assert parse_source(text) == want

@@ -47,6 +47,7 @@ from ember.ir.cache_entry import (
     entry_path,
     graph_key_text,
     load_entry,
+    remember_stored_text,
     source_fingerprint,
     store_entry,
 )
@@ -250,7 +251,8 @@ def _load_graph(data: dict[str, Any], placeholders: _Placeholders, weights: Weig
         tensors = {c: weights[w] for c, w in refs.items()}
         tensors.update({c: _small_constant(v) for c, v in values.items()})
         graph_ir = graph_ir.with_tensors(tensors)
-    gm = ir.to_fx(graph_ir)
+    gm = ir.to_fx(graph_ir, lazy_code=True)
+    remember_stored_text(gm, data["ir"])  # the backend's graph key, without serializing gm
     for node in gm.graph.nodes:
         if node.op != "placeholder":
             continue

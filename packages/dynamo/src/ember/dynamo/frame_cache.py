@@ -57,6 +57,7 @@ from ember.ir.cache_entry import (
     default_cache_dir,
     entry_path,
     load_entry,
+    remember_stored_text,
     source_fingerprint,
     store_entry,
 )
@@ -587,7 +588,8 @@ def instantiate(
             name: guards.eval_source(_tensor_source(graph, name), f_locals, f_globals)
             for name in graph_ir.tensor_metas()
         }
-        gm = ir.to_fx(graph_ir.with_tensors(tensors))
+        gm = ir.to_fx(graph_ir.with_tensors(tensors), lazy_code=True)
+        remember_stored_text(gm, graph.ir)  # the backend's plan key, without serializing gm
         for path in graph_ir.modules:
             if path not in graph.attrs:
                 continue  # made while tracing, without tensors: rebuilt from its record

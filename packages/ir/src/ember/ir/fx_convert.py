@@ -19,6 +19,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from ember.ir.errors import FormatError, UnsupportedGraphError
 from ember.ir.graph import (
@@ -352,8 +353,14 @@ def _fx_value(value: object, env: Mapping[str, torch.fx.Node]) -> Any:
     return value
 
 
-def to_fx(ir: GraphIR) -> torch.fx.GraphModule:
-    """Build a runnable GraphModule; FormatError if the IR is bad or weights are missing."""
+def to_fx(ir: GraphIR, *, lazy_code: bool = False) -> torch.fx.GraphModule:
+    """Build a runnable GraphModule; FormatError if the IR is bad or weights are missing.
+
+    ``lazy_code``: generate the module's Python code on its first call (or ``.code``)
+    rather than now: for a graph rebuilt from a cache entry, which a backend whose own
+    cache hits never runs (FX code generation is ~10% of a warm start). The entry's
+    graph was generated once already, in the process that stored it.
+    """
     ir.verify()
     missing = ir.missing_tensors()
     if missing:
@@ -401,6 +408,8 @@ def to_fx(ir: GraphIR) -> torch.fx.GraphModule:
         env[node.name] = fx_node
     if ir.codegen is not None:
         _set_codegen(graph, ir.codegen)
+    if lazy_code:
+        return _LazyGraphModule(root, graph)
     try:
         return torch.fx.GraphModule(root, graph)
     except Exception as e:  # FX code generation rejects arguments that verify() cannot judge (arity, ...)

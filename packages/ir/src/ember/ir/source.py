@@ -15,7 +15,8 @@ or a tuple of those.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from ember.ir.errors import FormatError
@@ -38,6 +39,14 @@ def _check_index(index: object) -> None:
             _check_index(i)
     elif index is not None and not isinstance(index, (int, str, bool, float)):
         raise FormatError(f"source index must be a constant, got {type(index).__name__}")
+
+
+def _cache_hash(source: object, parts: tuple[object, ...]) -> int:
+    """A derived source's hash, computed once: guard sets hash long chains many times
+    (``L['self'].encoder.layer[3].attention.query.weight``: every base again per lookup)."""
+    h = hash(parts) or 1
+    object.__setattr__(source, "_hash", h)
+    return h
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +75,13 @@ class Attr:
 
     base: Source
     member: str
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        return self._hash or _cache_hash(self, (Attr, self.base, self.member))
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return Attr, (self.base, self.member)  # the cached hash is per process: never pickled
 
     def __post_init__(self) -> None:
         if not self.member.isidentifier():
@@ -81,6 +97,13 @@ class Item:
 
     base: Source
     index: Index
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        return self._hash or _cache_hash(self, (Item, self.base, self.index))
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return Item, (self.base, self.index)  # the cached hash is per process: never pickled
 
     def __post_init__(self) -> None:
         _check_index(self.index)
@@ -95,6 +118,13 @@ class Size:
 
     base: Source
     dim: int
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        return self._hash or _cache_hash(self, (Size, self.base, self.dim))
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return Size, (self.base, self.dim)  # the cached hash is per process: never pickled
 
     def expr(self) -> str:
         return f"{self.base.expr()}.size()[{self.dim}]"
@@ -106,6 +136,13 @@ class Stride:
 
     base: Source
     dim: int
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        return self._hash or _cache_hash(self, (Stride, self.base, self.dim))
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return Stride, (self.base, self.dim)  # the cached hash is per process: never pickled
 
     def expr(self) -> str:
         return f"{self.base.expr()}.stride()[{self.dim}]"
@@ -125,9 +162,9 @@ def root_of(source: Source) -> Local | Global:
 class _Parser:
     """Recursive-descent parser over the source text; errors carry the position."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, pos: int = 0) -> None:
         self.text = text
-        self.pos = 0
+        self.pos = pos
 
     def fail(self, what: str) -> FormatError:
         caret = " " * self.pos + "^"
@@ -157,8 +194,14 @@ class _Parser:
         if not isinstance(name, str):
             raise self.fail("L[...] and G[...] take a string name")
         self.expect("]")
-        src: Source = Local(name) if head == "L" else Global(name)
+        return self.trailers(Local(name) if head == "L" else Global(name))
+
+    def trailers(self, src: Source) -> Source:
+        """``src`` followed by the ``.member`` / ``[index]`` trailers from ``pos`` on; each
+        prefix parsed is remembered, so sources sharing a base parse only their own end."""
         while True:
+            if len(_PARSED) < _PARSED_MAX:
+                _PARSED.setdefault(self.text[: self.pos], src)
             self.skip_ws()
             ch = self.peek()
             if ch == "":
@@ -186,8 +229,7 @@ class _Parser:
 
     def identifier(self) -> str:
         start = self.pos
-        while self.pos < len(self.text) and (self.text[self.pos].isalnum() or self.text[self.pos] == "_"):
-            self.pos += 1
+        self.pos = _WORD.match(self.text, start).end()  # type: ignore[union-attr]  # \w*: always matches
         word = self.text[start : self.pos]
         if not word.isidentifier():
             self.pos = start
@@ -292,7 +334,7 @@ def parse_source(text: str) -> Source:
     if found is None:
         # Sources are immutable: a stored frame's hundreds of guard sources, parsed once
         # when its file is checked and again when it is bound, are parsed once.
-        found = _Parser(text).parse()
+        found = _parse_after_known_base(text) or _Parser(text).parse()
         if len(_PARSED) >= _PARSED_MAX:
             _PARSED.clear()
         _PARSED[text] = found
@@ -301,3 +343,23 @@ def parse_source(text: str) -> Source:
 
 _PARSED: dict[str, Source] = {}
 _PARSED_MAX = 1 << 16
+#: what ``str.isalnum()`` or ``_`` accepts (``\w`` on str patterns is exactly that)
+_WORD = re.compile(r"\w*")
+
+
+def _parse_after_known_base(text: str) -> Source | None:
+    """``text`` parsed from its longest already-parsed prefix ending before a ``.`` or
+    ``[`` (a guard set's sources share long bases), or None when there is none.
+
+    A remembered prefix is a complete source text, so ``text`` parses as that source
+    followed by trailers: a cut inside a string or number constant leaves an incomplete
+    prefix, which was never remembered.
+    """
+    cut = len(text)
+    while True:
+        cut = max(text.rfind(".", 0, cut), text.rfind("[", 0, cut))
+        if cut <= 0:
+            return None
+        base = _PARSED.get(text[:cut])
+        if base is not None:
+            return _Parser(text, cut).trailers(base)
