@@ -651,3 +651,23 @@ def test_cat_of_gathered_rows_after_an_in_place_write() -> None:
     _same(ember.dynamo.compile(fn, backend="inductor")(xc), out_e)
     _same(xc, xe)
 
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_constant_columns_have_zero_variance_under_inductor(dtype: torch.dtype) -> None:
+    # fuzz seed 834: the variance was sum((x - sum(x) / n) ** 2), and the rounded mean
+    # left every deviation of a constant column about one ulp, so its variance was ~1e-32
+    # instead of eager's 0: a column eager drops as constant was kept (seed 834: an argmax
+    # over such variances picked another index)
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        var = x.var(0)
+        return var, var > 0
+
+    x = torch.randn(10, 6, generator=torch.Generator().manual_seed(0), dtype=dtype)
+    x[:, 1] = 0.1
+    x[:, 4] = -2.7
+    x[:, 5] = 1 / 3
+    var_e, keep_e = fn(x)
+    var_c, keep_c = ember.dynamo.compile(fn, backend="inductor")(x)
+    assert torch.equal(keep_c, keep_e) and keep_e.tolist() == [True, False, True, True, False, False]
+    _same(var_c, var_e)
