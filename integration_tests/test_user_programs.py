@@ -671,3 +671,20 @@ def test_constant_columns_have_zero_variance_under_inductor(dtype: torch.dtype) 
     var_c, keep_c = ember.dynamo.compile(fn, backend="inductor")(x)
     assert torch.equal(keep_c, keep_e) and keep_e.tolist() == [True, False, True, True, False, False]
     _same(var_c, var_e)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_windows_of_a_strided_input_centred_in_place(backend: str) -> None:
+    # fuzz seed 723: ``unfold`` is traced as ``as_strided`` with the input's own strides (2
+    # for every other sample); after the in-place write the functional graph applied them to
+    # the new, dense value: out of bounds (or other elements)
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        x.sub_(x.mean())
+        return x.unfold(0, 3, 1).sum(-1)
+
+    signal = torch.randn(12, generator=torch.Generator().manual_seed(0))
+    se, sc = signal.clone(), signal.clone()
+    out_e = fn(se[::2])
+    out_c = ember.dynamo.compile(fn, backend=backend)(sc[::2])
+    _same(out_c, out_e)
+    _same(sc, se)
