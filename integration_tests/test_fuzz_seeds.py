@@ -56,6 +56,7 @@ FOUND_SEEDS = {
     3757: "wrong:requires_grad: an op breaking the graph inside no_grad ran with grad on",
     723: "error:RuntimeError: as_strided (unfold) of a strided input written in place",
     834: "wrong:value: argmax over variances of constant rows (ulp-sized, eager's 0)",
+    4208: "wrong:stride: x[idx] of a transposed input, meta kernel contiguous, eager not",
     4630: "wrong:value: cat of a gather with a constant index: the last part's loads ran unmasked",
     4726: "wrong:value: copy_ into an as_strided view of a tensor from that tensor",
     4020: "wrong:requires_grad: a graph resumed inside no_grad, compiled without backward",

@@ -688,3 +688,21 @@ def test_windows_of_a_strided_input_centred_in_place(backend: str) -> None:
     out_c = ember.dynamo.compile(fn, backend=backend)(sc[::2])
     _same(out_c, out_e)
     _same(sc, se)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rows_gathered_by_a_transposed_index_keep_eager_layout(backend: str) -> None:
+    # fuzz seed 4208 (inductor): torch's meta kernel lays ``x[idx]`` out contiguously, eager
+    # follows the operands' layout ((3, 9, 1) here); the compiled result, and a ``sort``
+    # or ``view`` after it, followed the meta kernel's
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = x[x.clamp(0, 2)]
+        return rows, (rows > 0).sort(1).values
+
+    x = torch.randint(-4, 8, (3, 3), generator=torch.Generator().manual_seed(0)).t()
+    want = fn(x)
+    got = ember.dynamo.compile(fn, backend=backend)(x)
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+        assert g.stride() == w.stride() == (3, 9, 1)
+
