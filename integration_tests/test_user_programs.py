@@ -706,3 +706,24 @@ def test_rows_gathered_by_a_transposed_index_keep_eager_layout(backend: str) -> 
         assert torch.equal(g, w)
         assert g.stride() == w.stride() == (3, 9, 1)
 
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_in_place_write_before_an_index_error_is_applied_once(backend: str) -> None:
+    # ADR 0029, 11: a compiled call that raises is run again eagerly; when a kernel had
+    # already doubled ``x`` in place (inductor computes the update into the input) the
+    # rerun doubled it again, so a caller catching the IndexError saw x * 4, eager x * 2
+    def fn(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        x.mul_(2)
+        return x[idx] + 1
+
+    compiled = ember.dynamo.compile(fn, backend=backend, options={"strict": False})
+    xe, xc = torch.arange(6.0), torch.arange(6.0)
+    bad = torch.tensor([1, 7])
+    with pytest.raises(IndexError):
+        fn(xe, bad)
+    with pytest.raises(IndexError):
+        compiled(xc, bad)
+    assert torch.equal(xc, xe)
+    good = torch.tensor([1, 2])
+    _same(compiled(xc, good), fn(xe, good))
+    assert torch.equal(xc, xe)

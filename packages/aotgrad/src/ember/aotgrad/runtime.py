@@ -30,6 +30,7 @@ import torch
 from ember.aotgrad.aliasing import replay
 from ember.aotgrad.errors import DoubleBackwardError
 from ember.aotgrad.joint import OutputSlot
+from ember.ir.updates import note_inputs_written
 
 Compiled = Callable[..., Sequence[Any]]
 
@@ -79,18 +80,28 @@ class CompiledPlan:
             args = list(inputs)
             for i in self.copied_inputs:
                 args[i] = inputs[i].contiguous()
-        if self.backward is None:
-            with torch.no_grad():
-                fw = list(self.forward(*args))
-        else:
-            args = self._without_dead_edges(args)
-            groups = grad_groups(sum(self.tangent_mask), self.grad_inputs, self.grad_tangents)
-            if len(groups) > 1:
-                fw = _apply_in_groups(self, args, groups)
+        try:
+            if self.backward is None:
+                with torch.no_grad():
+                    fw = list(self.forward(*args))
             else:
-                fw = list(_CompiledFunction.apply(self, *args))  # type: ignore[no-untyped-call]
-        self._write_back(inputs, fw, overlapping)
-        return self._assemble(inputs, fw[len(self.mutated_inputs):])
+                args = self._without_dead_edges(args)
+                groups = grad_groups(sum(self.tangent_mask), self.grad_inputs, self.grad_tangents)
+                if len(groups) > 1:
+                    fw = _apply_in_groups(self, args, groups)
+                else:
+                    fw = list(_CompiledFunction.apply(self, *args))  # type: ignore[no-untyped-call]
+        except Exception as exc:
+            # the graphs are functional: an input is written only by a compiler that computes
+            # an update into it (ember.ir.updates), and that compiler says so on the exception
+            note_inputs_written(exc, False)
+            raise
+        try:
+            self._write_back(inputs, fw, overlapping)
+            return self._assemble(inputs, fw[len(self.mutated_inputs):])
+        except Exception as exc:
+            note_inputs_written(exc, bool(self.mutated_inputs))
+            raise
 
     def _without_dead_edges(self, args: Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
         """``args`` with the inputs that get no gradient detached.

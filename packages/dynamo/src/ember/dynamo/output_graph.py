@@ -30,7 +30,7 @@ from ember.ir.fake_mode import EagerLayoutFakeMode
 
 from .builder import wrap_constant_result
 from .codegen import OUT_LOCAL, PyCodegen
-from .eager_fallback import alias_checked
+from .eager_fallback import alias_checked, set_mutated_inputs
 from .empty_check import empty_input_error
 from .errors import Unsupported
 from .frame import CapturedGraph, CompilerFn, next_graph_name
@@ -431,6 +431,7 @@ class OutputGraph:
             k for k, i in enumerate(inputs)
             if i.version is not None and _version_of(i.var.example) != i.version
         )
+        set_mutated_inputs(gm, mutated)
         # compiled under the grad mode it runs under, not the one where capture stopped (a
         # break inside `with torch.no_grad()`): the backend decides on it whether to build
         # a backward
