@@ -54,6 +54,7 @@ FOUND_SEEDS = {
     3875: "error: in-place write to a view the compiled Function returned",
     3730: "wrong:grad: a view taken with grad on of a view made under no_grad",
     3757: "wrong:requires_grad: an op breaking the graph inside no_grad ran with grad on",
+    354: "error:ValueError: view of a zero-size weight as (1, 0) (strict: inductor raised)",
     723: "error:RuntimeError: as_strided (unfold) of a strided input written in place",
     834: "wrong:value: argmax over variances of constant rows (ulp-sized, eager's 0)",
     4208: "wrong:stride: x[idx] of a transposed input, meta kernel contiguous, eager not",

@@ -727,3 +727,15 @@ def test_in_place_write_before_an_index_error_is_applied_once(backend: str) -> N
     good = torch.tensor([1, 2])
     _same(compiled(xc, good), fn(xe, good))
     assert torch.equal(xc, xe)
+
+
+def test_linear_with_no_input_features_under_inductor() -> None:
+    # fuzz seed 354: a weight of shape (out, 0) built as ``linspace(-1, 1, 0).view(1, 0)``;
+    # inductor's view lowering could not pair the size 0 with (1, 0) and raised
+    # "cannot view size (0,) as (1, 0)" (strict; otherwise the graph fell back to eager)
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        w = torch.linspace(-1, 1, 0, dtype=x.dtype).view(1, 0)
+        return F.linear(x, w, torch.ones(1, dtype=x.dtype)) * 2
+
+    x = torch.randn(3, 0)
+    _same(ember.dynamo.compile(fn, backend="inductor", options={"strict": True})(x), fn(x))
