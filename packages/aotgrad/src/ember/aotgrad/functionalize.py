@@ -382,7 +382,8 @@ class _Functionalizer:
             self.bind_view(node, args[0], first, ViewStep(op, (), ()))
             return
         as_strided = op is aten.as_strided.default and isinstance(first, fx.Node)
-        if as_strided and self.version.get(self.storage(first), 0) > 0:
+        if (as_strided and isinstance(first, fx.Node)
+                and self.version.get(self.storage(first), 0) > 0):
             # the source's storage was written: its value now is a functional result
             self.check_as_strided(first.meta["val"], args[0], node.args[1:], dict(node.kwargs),
                                   node)

@@ -29,7 +29,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 aten = torch.ops.aten
 
 
-class EagerLayoutFakeMode(FakeTensorMode):
+class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
     """``FakeTensorMode`` whose results have eager's strides for the ops listed above."""
 
     def dispatch(
