@@ -61,6 +61,7 @@ FOUND_SEEDS = {
     4630: "wrong:value: cat of a gather with a constant index: the last part's loads ran unmasked",
     4726: "wrong:value: copy_ into an as_strided view of a tensor from that tensor",
     4020: "wrong:requires_grad: a graph resumed inside no_grad, compiled without backward",
+    3832: "error:RuntimeError: a view of a leaf written through detach, the copy recorded",
     3889: "wrong:no exception: index_put_ on a 0-d result (nansum(0)) did not raise",
     4023: "wrong:mutation: as_strided(..., offset).abs_() on a slice input that requires grad",
 }

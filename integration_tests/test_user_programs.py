@@ -739,3 +739,29 @@ def test_linear_with_no_input_features_under_inductor() -> None:
 
     x = torch.randn(3, 0)
     _same(ember.dynamo.compile(fn, backend="inductor", options={"strict": True})(x), fn(x))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("as_view", [False, True])
+def test_parameter_written_through_detach_inside_the_compiled_function(
+    backend: str, as_view: bool
+) -> None:
+    # fuzz seed 3832: eager writes a leaf that requires grad (or a view of one) only
+    # without autograd (detach, no_grad); the compiled write-back recorded the copy and
+    # raised "a view of a leaf Variable that requires grad is being used in an in-place
+    # operation" (then ran the graph eagerly, or, since the rerun checks for writes,
+    # raised to the user)
+    def fn(w: torch.Tensor) -> torch.Tensor:
+        d = w.detach()
+        d.masked_fill_(d > 0, 3.0)
+        return w * 2
+
+    def run(f: Callable[[torch.Tensor], torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        leaf = torch.linspace(-1, 1, 6).requires_grad_()
+        out = f(leaf.view(2, 3) if as_view else leaf)
+        out.sum().backward()
+        assert leaf.grad is not None
+        return out.detach(), leaf.detach().clone(), leaf.grad
+
+    for got, want in zip(run(ember.dynamo.compile(fn, backend=backend)), run(fn)):
+        _same(got, want)
