@@ -87,7 +87,7 @@ def test_inductor_step_is_a_few_kernels_writing_in_place(
     outputs = [r.getMessage() for r in caplog.records if "kernels:" in r.getMessage()]
     assert outputs, [r.getMessage() for r in caplog.records]
     wrapper = outputs[-1].split("kernels:")[0]
-    calls = re.findall(r"^    kernel\d+\(", wrapper, flags=re.M)
+    calls = re.findall(r"^ +kernel\d+\(", wrapper, flags=re.M)  # in the try of an update
     assert len(calls) == 3, wrapper  # the scalars (Adam's steps), the weights, the biases
     assert "  # aten" not in wrapper and "empty_strided((24" not in wrapper, wrapper
     # Adam's per-parameter bias corrections share one scratch block, not a tensor each,

@@ -651,3 +651,117 @@ def test_cat_of_gathered_rows_after_an_in_place_write() -> None:
     _same(ember.dynamo.compile(fn, backend="inductor")(xc), out_e)
     _same(xc, xe)
 
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_constant_columns_have_zero_variance_under_inductor(dtype: torch.dtype) -> None:
+    # fuzz seed 834: the variance was sum((x - sum(x) / n) ** 2), and the rounded mean
+    # left every deviation of a constant column about one ulp, so its variance was ~1e-32
+    # instead of eager's 0: a column eager drops as constant was kept (seed 834: an argmax
+    # over such variances picked another index)
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        var = x.var(0)
+        return var, var > 0
+
+    x = torch.randn(10, 6, generator=torch.Generator().manual_seed(0), dtype=dtype)
+    x[:, 1] = 0.1
+    x[:, 4] = -2.7
+    x[:, 5] = 1 / 3
+    var_e, keep_e = fn(x)
+    var_c, keep_c = ember.dynamo.compile(fn, backend="inductor")(x)
+    assert torch.equal(keep_c, keep_e) and keep_e.tolist() == [True, False, True, True, False, False]
+    _same(var_c, var_e)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_windows_of_a_strided_input_centred_in_place(backend: str) -> None:
+    # fuzz seed 723: ``unfold`` is traced as ``as_strided`` with the input's own strides (2
+    # for every other sample); after the in-place write the functional graph applied them to
+    # the new, dense value: out of bounds (or other elements)
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        x.sub_(x.mean())
+        return x.unfold(0, 3, 1).sum(-1)
+
+    signal = torch.randn(12, generator=torch.Generator().manual_seed(0))
+    se, sc = signal.clone(), signal.clone()
+    out_e = fn(se[::2])
+    out_c = ember.dynamo.compile(fn, backend=backend)(sc[::2])
+    _same(out_c, out_e)
+    _same(sc, se)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rows_gathered_by_a_transposed_index_keep_eager_layout(backend: str) -> None:
+    # fuzz seed 4208 (inductor): torch's meta kernel lays ``x[idx]`` out contiguously, eager
+    # follows the operands' layout ((3, 9, 1) here); the compiled result, and a ``sort``
+    # or ``view`` after it, followed the meta kernel's
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = x[x.clamp(0, 2)]
+        return rows, (rows > 0).sort(1).values
+
+    x = torch.randint(-4, 8, (3, 3), generator=torch.Generator().manual_seed(0)).t()
+    want = fn(x)
+    got = ember.dynamo.compile(fn, backend=backend)(x)
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+        assert g.stride() == w.stride() == (3, 9, 1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_in_place_write_before_an_index_error_is_applied_once(backend: str) -> None:
+    # ADR 0029, 11: a compiled call that raises is run again eagerly; when a kernel had
+    # already doubled ``x`` in place (inductor computes the update into the input) the
+    # rerun doubled it again, so a caller catching the IndexError saw x * 4, eager x * 2
+    def fn(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        x.mul_(2)
+        return x[idx] + 1
+
+    compiled = ember.dynamo.compile(fn, backend=backend, options={"strict": False})
+    xe, xc = torch.arange(6.0), torch.arange(6.0)
+    bad = torch.tensor([1, 7])
+    with pytest.raises(IndexError):
+        fn(xe, bad)
+    with pytest.raises(IndexError):
+        compiled(xc, bad)
+    assert torch.equal(xc, xe)
+    good = torch.tensor([1, 2])
+    _same(compiled(xc, good), fn(xe, good))
+    assert torch.equal(xc, xe)
+
+
+def test_linear_with_no_input_features_under_inductor() -> None:
+    # fuzz seed 354: a weight of shape (out, 0) built as ``linspace(-1, 1, 0).view(1, 0)``;
+    # inductor's view lowering could not pair the size 0 with (1, 0) and raised
+    # "cannot view size (0,) as (1, 0)" (strict; otherwise the graph fell back to eager)
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        w = torch.linspace(-1, 1, 0, dtype=x.dtype).view(1, 0)
+        return F.linear(x, w, torch.ones(1, dtype=x.dtype)) * 2
+
+    x = torch.randn(3, 0)
+    _same(ember.dynamo.compile(fn, backend="inductor", options={"strict": True})(x), fn(x))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("as_view", [False, True])
+def test_parameter_written_through_detach_inside_the_compiled_function(
+    backend: str, as_view: bool
+) -> None:
+    # fuzz seed 3832: eager writes a leaf that requires grad (or a view of one) only
+    # without autograd (detach, no_grad); the compiled write-back recorded the copy and
+    # raised "a view of a leaf Variable that requires grad is being used in an in-place
+    # operation" (then ran the graph eagerly, or, since the rerun checks for writes,
+    # raised to the user)
+    def fn(w: torch.Tensor) -> torch.Tensor:
+        d = w.detach()
+        d.masked_fill_(d > 0, 3.0)
+        return w * 2
+
+    def run(f: Callable[[torch.Tensor], torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        leaf = torch.linspace(-1, 1, 6).requires_grad_()
+        out = f(leaf.view(2, 3) if as_view else leaf)
+        out.sum().backward()
+        assert leaf.grad is not None
+        return out.detach(), leaf.detach().clone(), leaf.grad
+
+    for got, want in zip(run(ember.dynamo.compile(fn, backend=backend)), run(fn)):
+        _same(got, want)

@@ -22,7 +22,7 @@ back into the caller's tensors after the compiled forward has run.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -52,6 +52,9 @@ class ViewStep:
     index: int | None = None
     #: the view was made under ``no_grad`` (replayed so: eager's view of it has no history)
     no_grad: bool = False
+    #: ``as_strided`` only: the traced value it was applied to (its sizes and strides address
+    #: that value's storage, so a replay on another value must have the same layout)
+    traced: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +173,8 @@ class _Functionalizer:
 
     def replay(self, value: fx.Node, steps: tuple[ViewStep, ...]) -> fx.Node:
         for step in steps:
+            if step.traced is not None:
+                self.check_as_strided(step.traced, value, step.args, dict(step.kwargs), value)
             value = self.emit(step.op, (value, *step.args), dict(step.kwargs))
             if step.index is not None:
                 value = self.emit(operator.getitem, (value, step.index))
@@ -281,6 +286,8 @@ class _Functionalizer:
             return self.emit(aten.view.default, (new, shape))
         if name == "as_strided":
             val = before.meta["val"]
+            if step.traced is not None:
+                self.check_as_strided(step.traced, before, args, kw, where)
             if val.is_contiguous() and val.storage_offset() == 0:
                 return self.emit(aten.as_strided_scatter.default, (before, new, *args), kw)
         raise FunctionalizationError(
@@ -374,6 +381,12 @@ class _Functionalizer:
             # without mutation a detach/alias is the value itself
             self.bind_view(node, args[0], first, ViewStep(op, (), ()))
             return
+        as_strided = op is aten.as_strided.default and isinstance(first, fx.Node)
+        if (as_strided and isinstance(first, fx.Node)
+                and self.version.get(self.storage(first), 0) > 0):
+            # the source's storage was written: its value now is a functional result
+            self.check_as_strided(first.meta["val"], args[0], node.args[1:], dict(node.kwargs),
+                                  node)
         new = self.emit(op, args, kwargs)
         if isinstance(op, torch._ops.OpOverload) and op.is_view and isinstance(first, fx.Node):
             src = first
@@ -381,7 +394,8 @@ class _Functionalizer:
                 self.env[node] = new
                 self.multi_view_src[node] = src
                 return
-            step = ViewStep(op, tuple(node.args[1:]), tuple(node.kwargs.items()))
+            step = ViewStep(op, tuple(node.args[1:]), tuple(node.kwargs.items()),
+                            traced=first.meta["val"] if as_strided else None)
             self.bind_view(node, new, src, step)
             return
         if isinstance(node.meta.get("val"), torch.Tensor):
@@ -441,6 +455,24 @@ class _Functionalizer:
                 value = self.emit(aten._to_copy.default, (value,), {"dtype": target_val.dtype})
         self.write(target, value, node)
         self.bind_written(node, target, value)
+
+    def check_as_strided(self, traced: Any, value: fx.Node, args: Any, kwargs: dict[str, Any],
+                         where: fx.Node) -> None:
+        """Refuse ``as_strided(value, *args)`` where ``value`` (a functional result standing
+        for a tensor eager wrote in place) may not address the elements eager's ``traced``
+        tensor did: ``as_strided`` indexes its argument's storage, and eager's storage is the
+        written tensor's own (a strided input, ``x[::2]``, keeps its gaps after
+        ``_foreach_sub_``) while the functional value is a new tensor laid out otherwise (fuzz
+        seed 723: ``x.unfold(0, 3, 1)`` of a written ``x[::2]`` read out of bounds). Both must
+        be dense from offset 0, alike, and the view must stay within their elements."""
+        val = value.meta["val"]
+        if not _as_strided_replayable(traced, val, args, kwargs):
+            raise FunctionalizationError(
+                f"node '{where.name}' ({where.target}): as_strided of a tensor written in place "
+                f"before, whose storage eager addresses otherwise (traced {tuple(traced.shape)} "
+                f"with strides {tuple(traced.stride())}, offset {traced.storage_offset()}); the "
+                "graph runs eagerly"
+            )
 
     def check_no_partial_overlap(self, node: fx.Node, target: fx.Node) -> None:
         """Refuse an in-place op that reads memory of its target at other positions
@@ -558,6 +590,28 @@ class _Functionalizer:
 
 #: above this many elements, two views of one storage are taken to overlap
 _MAX_POSITIONS = 1 << 16
+
+
+def _as_strided_replayable(traced: Any, val: Any, args: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether ``as_strided(val, *args)`` reads the elements ``as_strided(traced, *args)``
+    does: both dense and laid out alike from storage offset 0, the view within them."""
+    try:
+        if not (isinstance(traced, torch.Tensor) and isinstance(val, torch.Tensor)):
+            return False
+        if (tuple(traced.shape) != tuple(val.shape) or traced.stride() != val.stride()
+                or traced.storage_offset() != 0 or val.storage_offset() != 0
+                or not traced.is_contiguous()):
+            return False
+        size = list(args[0] if args else kwargs["size"])
+        stride = list(args[1] if len(args) > 1 else kwargs["stride"])
+        offset = args[2] if len(args) > 2 else kwargs.get("storage_offset")
+        offset = 0 if offset is None else offset
+        if any(int(n) == 0 for n in size):
+            return True
+        last = int(offset) + sum((int(n) - 1) * int(st) for n, st in zip(size, stride))
+        return int(offset) >= 0 and all(int(st) >= 0 for st in stride) and last < traced.numel()
+    except Exception:  # symbolic sizes that cannot be decided here: refuse
+        return False
 
 
 def _layout(t: torch.Tensor) -> tuple[Any, ...]:

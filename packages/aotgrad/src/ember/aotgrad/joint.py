@@ -33,6 +33,7 @@ from ember.aotgrad.errors import AotGradError, TraceError, VerifyError
 from ember.aotgrad.functionalize import ViewStep, find_mutated_inputs, functionalize
 from ember.aotgrad.sizes import SYM_TYPES, expr_of, is_symbolic_tensor
 from ember.aotgrad.trace import DecompTable, GraphTracer, storage_key
+from ember.ir.fake_mode import EagerLayoutFakeMode
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +140,7 @@ def trace_graph(
     ``fake_inputs(mode)`` makes the fake inputs (default: fakes with the real
     inputs' sizes); give it to trace with symbolic sizes (``ember.aotgrad.sizes``).
     """
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake_mode = EagerLayoutFakeMode(allow_non_fake_inputs=True)
     tracer = GraphTracer(decompositions)
     fakes = fake_inputs(fake_mode) if fake_inputs is not None else _fake_inputs(fake_mode, inputs)
     args: list[torch.Tensor] = []

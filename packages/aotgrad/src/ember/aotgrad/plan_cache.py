@@ -226,7 +226,9 @@ class _Placeholders:
         if meta.device.type == "cpu":
             return torch.empty_strided(shape, stride, dtype=meta.dtype, device=meta.device)  # type: ignore[arg-type]
         if self._mode is None:
-            self._mode = FakeTensorMode(allow_non_fake_inputs=True)
+            from ember.ir.fake_mode import EagerLayoutFakeMode
+
+            self._mode = EagerLayoutFakeMode(allow_non_fake_inputs=True)
         with self._mode:
             return torch.empty_strided(shape, stride, dtype=meta.dtype, device=meta.device)  # type: ignore[arg-type]
 

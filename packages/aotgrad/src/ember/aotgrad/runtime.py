@@ -30,6 +30,7 @@ import torch
 from ember.aotgrad.aliasing import replay
 from ember.aotgrad.errors import DoubleBackwardError
 from ember.aotgrad.joint import OutputSlot
+from ember.ir.updates import note_inputs_written
 
 Compiled = Callable[..., Sequence[Any]]
 
@@ -79,18 +80,28 @@ class CompiledPlan:
             args = list(inputs)
             for i in self.copied_inputs:
                 args[i] = inputs[i].contiguous()
-        if self.backward is None:
-            with torch.no_grad():
-                fw = list(self.forward(*args))
-        else:
-            args = self._without_dead_edges(args)
-            groups = grad_groups(sum(self.tangent_mask), self.grad_inputs, self.grad_tangents)
-            if len(groups) > 1:
-                fw = _apply_in_groups(self, args, groups)
+        try:
+            if self.backward is None:
+                with torch.no_grad():
+                    fw = list(self.forward(*args))
             else:
-                fw = list(_CompiledFunction.apply(self, *args))  # type: ignore[no-untyped-call]
+                args = self._without_dead_edges(args)
+                groups = grad_groups(sum(self.tangent_mask), self.grad_inputs, self.grad_tangents)
+                if len(groups) > 1:
+                    fw = _apply_in_groups(self, args, groups)
+                else:
+                    fw = list(_CompiledFunction.apply(self, *args))  # type: ignore[no-untyped-call]
+        except Exception as exc:
+            # the graphs are functional: an input is written only by a compiler that computes
+            # an update into it (ember.ir.updates), and that compiler says so on the exception
+            note_inputs_written(exc, False)
+            raise
         self._write_back(inputs, fw, overlapping)
-        return self._assemble(inputs, fw[len(self.mutated_inputs):])
+        try:
+            return self._assemble(inputs, fw[len(self.mutated_inputs):])
+        except Exception as exc:
+            note_inputs_written(exc, bool(self.mutated_inputs))
+            raise
 
     def _without_dead_edges(self, args: Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
         """``args`` with the inputs that get no gradient detached.
@@ -124,19 +135,26 @@ class CompiledPlan:
 
     def _write_back(self, inputs: Sequence[torch.Tensor], fw: list[Any],
                     overlapping: dict[int, torch.Tensor]) -> None:
-        in_place: list[torch.Tensor] = []
-        for k, i in enumerate(self.mutated_inputs):
-            new = fw[k]
-            if new is inputs[i]:  # the compiled graph wrote it in place (ember.ir.updates)
-                in_place.append(new)
-                continue
-            if i in overlapping:
-                _write_overlapping(inputs[i], overlapping[i], new)
-            elif isinstance(new, torch.Tensor) and new.requires_grad and torch.is_grad_enabled():
-                inputs[i].copy_(new)
-            else:
-                with torch.no_grad():
+        in_place: list[torch.Tensor] = [
+            fw[k] for k, i in enumerate(self.mutated_inputs) if fw[k] is inputs[i]]
+        written = bool(in_place)  # the compiled graph wrote those already (ember.ir.updates)
+        try:
+            for k, i in enumerate(self.mutated_inputs):
+                new = fw[k]
+                if new is inputs[i]:
+                    continue
+                if i in overlapping:
+                    _write_overlapping(inputs[i], overlapping[i], new)
+                elif (isinstance(new, torch.Tensor) and new.requires_grad
+                      and torch.is_grad_enabled() and not _written_untracked(inputs[i])):
                     inputs[i].copy_(new)
+                else:
+                    with torch.no_grad():
+                        inputs[i].copy_(new)
+                written = True
+        except Exception as exc:
+            note_inputs_written(exc, written)  # a copy that raised wrote nothing
+            raise
         if in_place:
             # a kernel wrote through data_ptr(): bump the version counters as eager's in-place
             # ops do, so autograd still refuses a backward through a graph that saved one of
@@ -161,6 +179,18 @@ class CompiledPlan:
                 with torch.no_grad():
                     out.append(replay(base, slot.views, user))
         return out
+
+
+def _written_untracked(t: torch.Tensor) -> bool:
+    """Whether eager can only have written ``t`` without autograd (under ``no_grad`` or
+    through a ``detach``ed alias): an in-place op autograd records raises on a leaf that
+    requires grad and on a view of one. So the compiled write is not recorded either (a
+    graph input ``v = x.view(-1)`` written through ``v.detach().masked_fill_(...)``, fuzz
+    seed 3832: the recorded copy raised where eager does not)."""
+    if not t.requires_grad:
+        return False
+    base = t._base if t._is_view() else None
+    return t.is_leaf or (base is not None and base.is_leaf and base.requires_grad)
 
 
 def _with_strides(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:

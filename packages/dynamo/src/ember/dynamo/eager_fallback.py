@@ -8,7 +8,14 @@ Two places can fail after capture succeeded:
   same inputs. If eager raises too, the exception is the program's own (a shape
   mismatch, an index out of range) and eager's exception propagates unchanged;
   if eager succeeds, the compiled code was wrong to raise: the reason is logged
-  and this graph runs eagerly from then on.
+  and this graph runs eagerly from then on. Only where no input was written
+  before the exception, though: a graph that changes its inputs in place may
+  have had a kernel write one before a later kernel raised, and running it
+  again would apply that write twice (``x.mul_(2)`` quadrupling ``x``: a wrong
+  result). The layers below say on the exception whether an input was written
+  (``ember.ir.updates.inputs_written``); where one was, or where nobody says and
+  the graph writes inputs, the exception is raised, with a note, and the graph
+  runs eagerly from the next call on.
 
 Failures of capture itself (not graph breaks) are handled by the runtime
 (``function_entry.py``): the frame runs eagerly. With ``strict`` (the
@@ -23,9 +30,29 @@ from typing import Any
 
 import torch
 
+from ember.ir.updates import inputs_written
+
 from .logs import get_logger
 
 log_dynamo = get_logger("dynamo")
+
+#: The ``GraphModule.meta`` key holding the positions of the inputs the graph changes in place.
+MUTATED_INPUTS_KEY = "ember_mutated_inputs"
+
+
+def set_mutated_inputs(gm: torch.fx.GraphModule, mutated: tuple[int, ...]) -> None:
+    """Record on ``gm`` which of its inputs it changes in place (read by ``EagerOnError``)."""
+    gm.meta[MUTATED_INPUTS_KEY] = tuple(mutated)
+
+
+def may_have_written(gm: torch.fx.GraphModule, exc: BaseException) -> bool:
+    """Whether the compiled call of ``gm`` that raised ``exc`` may have written an input:
+    what the layers below said, else whether ``gm`` writes any (unknown: it may)."""
+    said = inputs_written(exc)
+    if said is not None:
+        return said
+    mutated = gm.meta.get(MUTATED_INPUTS_KEY)
+    return mutated is None or bool(mutated)
 
 
 def compile_or_eager(
@@ -73,6 +100,24 @@ class EagerOnError:
         try:
             return self.compiled(*args)
         except Exception as exc:
+            if may_have_written(self.gm, exc):
+                # the compiled call may have written an input already: running the graph
+                # again would write it twice, so the exception is the user's to see
+                self.failed = f"{type(exc).__name__}: {exc}"
+                log_dynamo.warning(
+                    "compiled code of %s raised %s after it may have written an input in "
+                    "place; not running it again eagerly (the write would apply twice), the "
+                    "exception propagates and that graph runs eagerly from the next call on",
+                    self.name,
+                    self.failed,
+                    exc_info=log_dynamo.isEnabledFor(10),
+                )
+                exc.add_note(
+                    f"ember: raised by the compiled code of {self.name} after it may have "
+                    "written an input in place, so it was not run again eagerly; the graph "
+                    "runs eagerly from the next call on"
+                )
+                raise
             try:
                 out = self.gm(*args)
             except Exception as eager_exc:

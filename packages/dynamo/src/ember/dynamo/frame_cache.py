@@ -63,7 +63,7 @@ from ember.ir.cache_entry import (
 )
 from ember.ir.modules import module_spec
 
-from .eager_fallback import alias_checked
+from .eager_fallback import alias_checked, set_mutated_inputs
 from .frame import CapturedGraph, CompilerFn, GraphBreak, GuardedCode, next_graph_name
 from .logs import get_logger
 from .portable import bind, code_digest, identity_of, make_portable, resolve
@@ -602,6 +602,7 @@ def instantiate(
         example_inputs = [guards.eval_source(s, f_locals, f_globals) for s in sources]
         # a graph that changes an input in place runs in program order when that input
         # shares memory with another (``f(x, x)``), as it did where it was captured
+        set_mutated_inputs(gm, graph.mutated)
         compiled = alias_checked(compiler(gm, example_inputs), gm, graph.mutated)
         name = next_graph_name()
         f_globals[name] = compiled

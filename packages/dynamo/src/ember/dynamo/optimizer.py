@@ -338,11 +338,11 @@ def _shadow(
 def trace_step(optimizer: torch.optim.Optimizer, plan: _Plan) -> tuple[torch.fx.GraphModule, list[torch.Tensor]]:
     """One FX graph of ``optimizer``'s step on fake tensors, and the real inputs it takes."""
     # imported on the first compile, so that ``import ember.dynamo`` stays cheap
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    from ember.ir.fake_mode import EagerLayoutFakeMode
 
     graph = torch.fx.Graph()
     recorder = _Recorder(graph)
-    fake_mode = FakeTensorMode()
+    fake_mode = EagerLayoutFakeMode()
 
     def fake(t: torch.Tensor, name: str) -> torch.Tensor:
         f = fake_mode.from_tensor(t)

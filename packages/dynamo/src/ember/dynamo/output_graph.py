@@ -23,14 +23,14 @@ from typing import Any
 import torch
 import torch.fx
 from bytecode import Instr
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils import _pytree as pytree
 
 from ember.ir import Attr, Global, Item, Local, Source
+from ember.ir.fake_mode import EagerLayoutFakeMode
 
 from .builder import wrap_constant_result
 from .codegen import OUT_LOCAL, PyCodegen
-from .eager_fallback import alias_checked
+from .eager_fallback import alias_checked, set_mutated_inputs
 from .empty_check import empty_input_error
 from .errors import Unsupported
 from .frame import CapturedGraph, CompilerFn, next_graph_name
@@ -114,7 +114,7 @@ class OutputGraph:
         self.f_globals = f_globals
         self.graph = torch.fx.Graph()
         self.root = torch.nn.Module()
-        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        self.fake_mode = EagerLayoutFakeMode(allow_non_fake_inputs=True)
         #: grad mode where the graph starts (the frame's entry), which is the mode it runs under
         self.entry_grad = torch.is_grad_enabled()
         #: which input dimensions are symbolic, and the guards on them
@@ -427,15 +427,16 @@ class OutputGraph:
         order = {n: i for i, n in enumerate(self.graph.nodes)}
         inputs.sort(key=lambda i: order[i.node])
         example_inputs = [as_plain(i.value) for i in inputs]
+        mutated = tuple(
+            k for k, i in enumerate(inputs)
+            if i.version is not None and _version_of(i.var.example) != i.version
+        )
+        set_mutated_inputs(gm, mutated)
         # compiled under the grad mode it runs under, not the one where capture stopped (a
         # break inside `with torch.no_grad()`): the backend decides on it whether to build
         # a backward
         with torch.set_grad_enabled(self.entry_grad):
             compiled = compiler(gm, example_inputs)
-        mutated = tuple(
-            k for k, i in enumerate(inputs)
-            if i.version is not None and _version_of(i.var.example) != i.version
-        )
         compiled = alias_checked(compiled, gm, mutated)
         name = next_graph_name()
         self.f_globals[name] = compiled

@@ -10,9 +10,11 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_map
+
+from ember.ir.fake_mode import EagerLayoutFakeMode
 
 from .decompositions import Recorder
 from .errors import LoweringError
@@ -54,7 +56,7 @@ class _AtenRecorder(Recorder):  # type: ignore[no-untyped-call]
 
 def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> torch.fx.GraphModule:
     """An ATen-level GraphModule computing what ``gm`` computes (no autograd)."""
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake_mode = EagerLayoutFakeMode(allow_non_fake_inputs=True)
     graph = torch.fx.Graph()
     root = torch.nn.Module()
     env: dict[int, torch.fx.Node] = {}

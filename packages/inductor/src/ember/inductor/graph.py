@@ -15,9 +15,10 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._pytree import tree_flatten, tree_map
 
+from ember.ir.fake_mode import EagerLayoutFakeMode
 from ember.ir.updates import input_updates_of
 
 from .decompositions import NEVER_DECOMPOSE, decompose_node
@@ -114,7 +115,7 @@ class GraphLowering:
         self.constants: dict[str, torch.Tensor] = {}
         self.constant_targets: dict[str, str] = {}
         self.fallbacks: collections.Counter[str] = collections.Counter()
-        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        self.fake_mode = EagerLayoutFakeMode(allow_non_fake_inputs=True)
         self.hints = SizeHints.of_inputs(example_inputs)
         if self.hints:  # symbolic sizes: torch's dispatch cache keys on its own ShapeEnv
             self.fake_mode.cache_enabled = False

@@ -18,10 +18,11 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from ember.ir.errors import FormatError, UnsupportedGraphError
+from ember.ir.fake_mode import EagerLayoutFakeMode
 from ember.ir.graph import (
     Dialect,
     GraphIR,
@@ -132,7 +133,7 @@ def _fake_values(gm: torch.fx.GraphModule, example_inputs: Sequence[object]) -> 
         flat = pytree.tree_leaves(list(example_inputs))
     # Inputs that are already fake (a capturer's own fake mode) keep their mode and their symbols.
     existing = next((x.fake_mode for x in flat if isinstance(x, FakeTensor)), None)
-    mode = existing if existing is not None else FakeTensorMode(allow_non_fake_inputs=True)
+    mode = existing if existing is not None else EagerLayoutFakeMode(allow_non_fake_inputs=True)
     fakes = [mode.from_tensor(x) if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor) else x for x in flat]
     state: dict[str, torch.Tensor] = {f"gm.{k}": mode.from_tensor(v) for k, v in [*gm.named_parameters(), *gm.named_buffers()]}
     recorder = _FakeRecorder(gm)

@@ -10,10 +10,20 @@ return input ``i`` itself, and the caller, seeing the same tensor, skips the cop
 
 Like ``debug.py``'s folder, the entry travels as ``GraphModule.meta``, so
 ember.aotgrad and ember.inductor agree on it without importing each other.
+
+A compiled call that raises may have written an input already (a kernel computed
+an update into it, a later one failed). Whoever recovers by running the graph
+again eagerly (ember.dynamo) would then apply that write twice, so the layers
+say on the exception whether an input was written before it was raised
+(:func:`note_inputs_written`, read by :func:`inputs_written`): a backend that
+computes updates into inputs marks what it knows, and the caller of a
+functional graph (ember.aotgrad's runtime, which writes inputs only after the
+graph returned) marks the rest.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 
 import torch.fx
@@ -33,4 +43,30 @@ def input_updates_of(gm: torch.fx.GraphModule) -> tuple[tuple[int, int], ...]:
     return tuple((int(k), int(i)) for k, i in pairs)
 
 
-__all__ = ["INPUT_UPDATES_KEY", "input_updates_of", "set_input_updates"]
+#: The attribute of an exception saying whether an input was written before it was raised.
+INPUTS_WRITTEN_ATTR = "ember_inputs_written"
+
+
+def note_inputs_written(exc: BaseException, written: bool) -> None:
+    """Record on ``exc`` whether the call that raised it had written an input in place.
+    ``True`` is never taken back: a layer that knows less than the one below keeps it."""
+    if getattr(exc, INPUTS_WRITTEN_ATTR, None) is True:
+        return
+    with contextlib.suppress(AttributeError, TypeError):  # an exception type without a __dict__
+        setattr(exc, INPUTS_WRITTEN_ATTR, bool(written))
+
+
+def inputs_written(exc: BaseException) -> bool | None:
+    """Whether the call that raised ``exc`` had written an input (None: nobody said)."""
+    value = getattr(exc, INPUTS_WRITTEN_ATTR, None)
+    return None if value is None else bool(value)
+
+
+__all__ = [
+    "INPUTS_WRITTEN_ATTR",
+    "INPUT_UPDATES_KEY",
+    "input_updates_of",
+    "inputs_written",
+    "note_inputs_written",
+    "set_input_updates",
+]

@@ -185,12 +185,15 @@ class WrapperWriter:
                 ln.append(f"    _scratch = empty_strided(({size},), (1,), dtype=torch.uint8)  "
                           f"# {len(self.scratch)} small buffers only kernels touch")
                 ln.append("    _sp = _scratch.data_ptr()")
+        first_write: int | None = None  # the line from which a kernel may write an input
         for step, mem in zip(self.steps, self.memory):
             for a in mem.allocate:
                 lay = a.layout
                 if a.name in self.scratch:
                     continue
                 if a.into_input is not None:
+                    if first_write is None:
+                        first_write = len(ln)
                     ln.append(f"    {a.name} = {a.into_input}  # computed in place")
                     self.same_memory[a.name] = a.into_input
                 elif a.reuses is not None and a.reuses in self.fresh and cpp:
@@ -216,6 +219,16 @@ class WrapperWriter:
             for name in mem.free:
                 self.free(name)
         ln.append(f"    return [{', '.join(self._output(o) for o in g.outputs)}]")
+        if first_write is not None:
+            # an exception raised after a kernel wrote an input says so (ember.ir.updates):
+            # running the graph again eagerly would apply that write twice
+            ln[first_write:] = [
+                "    try:",
+                *("    " + line.replace("\n", "\n    ") for line in ln[first_write:]),
+                "    except Exception as _e:",
+                "        _inputs_written(_e)",
+                "        raise",
+            ]
         return WrapperCode("\n".join(ln) + "\n", self.consts)
 
     def _pointer(self, name: str) -> str:

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from ember.ir.updates import note_inputs_written
+
 from ..errors import InputMismatchError
 from .backend import Backend
 
@@ -73,6 +75,11 @@ def _input(
     return out
 
 
+def _inputs_written(exc: BaseException) -> None:
+    """Mark ``exc`` as raised after a kernel wrote an input (ember.ir.updates)."""
+    note_inputs_written(exc, True)
+
+
 def namespace(
     backend: Backend,
     kernels: dict[str, Any],
@@ -87,6 +94,7 @@ def namespace(
         "_const_view": _const_view,
         "_vc": {},  # this compiled graph's views of its constants
         "_input": _input,
+        "_inputs_written": _inputs_written,
         # an aten overload's __call__ only forwards to its C++ operation: call that directly
         "_c": [c._op if isinstance(c, torch._ops.OpOverload) else c for c in consts],
         "_constants": constants,

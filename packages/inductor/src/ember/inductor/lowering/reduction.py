@@ -1,8 +1,9 @@
 """Reductions: sum, prod, mean, amax/amin, max/min with indices, argmax/argmin, any/all, var/std.
 
 Each becomes a ``Reduction`` over (kept dims) x (reduced dims) and is realized
-at once. var/std are two passes (mean, then squared deviations), which the
-scheduler fuses into one kernel with two inner loops.
+at once. var/std are two passes (mean, then squared deviations and their sum for
+the corrected two-pass formula), which the scheduler fuses into one kernel with two
+inner loops.
 """
 
 from __future__ import annotations
@@ -199,13 +200,19 @@ def _var(
         x_load = x.make_loader()
         red = set(d)
 
-        def sq_dev(idx: Index, ops: OpsHandler) -> Any:
+        def dev(idx: Index, ops: OpsHandler) -> Any:
             v = ops.to_dtype(x_load(idx, ops), dtype)
             m = mean_load([sympy.Integer(0) if k in red else i for k, i in enumerate(idx)], ops)
-            diff = ops.sub(v, m)
+            return ops.sub(v, m)
+
+        def sq_dev(idx: Index, ops: OpsHandler) -> Any:
+            diff = dev(idx, ops)
             return ops.mul(diff, diff)
 
-        total = reduce(ctx, Pointwise(x.get_size(), dtype, sq_dev), d, keepdim, "sum", dtype, dtype)
+        size = x.get_size()
+        squares = reduce(ctx, Pointwise(size, dtype, sq_dev), d, keepdim, "sum", dtype, dtype)
+        drift = reduce(ctx, Pointwise(size, dtype, dev), d, keepdim, "sum", dtype, dtype)
+        total = _corrected(squares, drift, count, dtype)
     corr = 1.0 if correction is None else float(correction)
     if isinstance(count, sympy.Basic):  # a dynamic count is >= 2 > any correction used in practice
         if not provably(count - corr > 0):
@@ -218,6 +225,28 @@ def _var(
     if mean is not None and not keepdim:
         mean = reshape(ctx.realize(mean), var.get_size(), ctx.hints)
     return var, mean
+
+
+def _corrected(squares: IRNode, drift: IRNode, count: Size, dtype: torch.dtype) -> Pointwise:
+    """``squares - drift**2 / count`` (at least 0): the corrected two-pass variance numerator.
+
+    The mean ``sum / count`` is rounded, so the deviations from it carry a common offset
+    (``drift / count``) that the plain sum of squares counts as spread: ``count`` equal
+    values gave a variance of about ``ulp**2`` where eager's Welford update gives exactly 0,
+    and an ``argmax`` over such variances picked another index (fuzz seed 834). The
+    correction removes the offset (exactly, for equal values) and is never negative
+    mathematically; rounding could make it so, hence the floor (a NaN stays NaN).
+    """
+    sq_load, drift_load = squares.make_loader(), drift.make_loader()
+    value = count if isinstance(count, sympy.Basic) else float(count)
+
+    def inner(idx: Index, ops: OpsHandler) -> Any:
+        s = drift_load(idx, ops)
+        t = ops.sub(sq_load(idx, ops), ops.truediv(ops.mul(s, s), scalar_value(ops, value, dtype)))
+        zero = ops.constant(0.0, dtype)
+        return ops.where(ops.lt(t, zero), zero, t)
+
+    return Pointwise(squares.get_size(), dtype, inner)
 
 
 def _nan_like(total: IRNode, dtype: torch.dtype) -> Pointwise:

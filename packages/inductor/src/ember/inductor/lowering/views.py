@@ -95,6 +95,10 @@ def reshape(x: IRNode, new_size: Sequence[Size], hints: SizeHints | None = None)
         assert strided is not None
         layout = Layout(new, contiguous_strides(new), x.get_dtype(), strided.layout.offset)
         return ReinterpretView(strided.base, layout)
+    if any(n == 0 for n in (*old, *new)):
+        # no elements (a zero-size weight viewed as (1, 0), fuzz seed 354): nothing is
+        # ever loaded, and the size groups below cannot pair a 0 with anything
+        return View(x, new, lambda idx: [sympy.Integer(0)] * len(old))
     groups = _reshape_groups(old, new, hints)
     if groups is None:
         raise ValueError(f"cannot view size {old} as {new}")

@@ -1,0 +1,181 @@
+"""The fake tensor mode every ember stage traces with: torch's, with eager's strides where
+torch's meta kernel gives others.
+
+Fake tensors carry the sizes and strides the real op would give, and ember lays out
+buffers and graph outputs by them. Where a meta kernel's strides differ from the CPU
+kernel's, the compiled program returns a tensor laid out otherwise than eager (and a
+later ``view`` or layout-preserving op such as ``sort`` follows the wrong layout):
+
+- ``aten.index.Tensor`` (``x[idx]``): the meta kernel returns a contiguous result;
+  the CPU kernel is a ``TensorIterator`` over the source restrided to the result's
+  shape and the index tensors, so the result follows their layout (fuzz seed 4208:
+  ``x[x.clamp(0, 2)]`` of a transposed ``x`` has strides ``(3, 9, 1)`` in eager).
+
+:class:`EagerLayoutFakeMode` computes such an op's fake result as usual, then lays it
+out as eager would (a fresh fake tensor with eager's strides). Each stage that makes
+a ``FakeTensorMode`` makes this one, so capture, tracing, functionalization and
+lowering agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.utils._python_dispatch import _disable_current_modes
+
+aten = torch.ops.aten
+
+
+class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
+    """``FakeTensorMode`` whose results have eager's strides for the ops listed above."""
+
+    def dispatch(
+        self,
+        func: Any,
+        types: Sequence[type],
+        args: Sequence[object] = (),
+        kwargs: Mapping[str, object] | None = None,
+    ) -> object:
+        out = super().dispatch(func, types, args, kwargs or {})
+        if func is aten.index.Tensor and isinstance(out, FakeTensor):
+            stride = index_strides(args[0], args[1]) if len(args) > 1 else None
+            if stride is not None and tuple(stride) != tuple(out.stride()):
+                return super().dispatch(
+                    aten.empty_strided.default, types, (out.shape, stride),
+                    {"dtype": out.dtype, "device": out.device},
+                )
+        return out
+
+
+def _ints(values: Sequence[Any]) -> list[int] | None:
+    return [int(v) for v in values] if all(type(v) is int for v in values) else None
+
+
+def index_strides(self: Any, indices: Any) -> list[int] | None:
+    """The strides of eager's ``aten.index.Tensor(self, indices)`` result on CPU (None where
+    they are not computed here: symbolic sizes, masks, no index, an empty result).
+
+    This follows ATen's ``make_info``/``AdvancedIndex`` (indices broadcast together, the
+    indexed dims moved to the front when not adjacent, the source restrided to the
+    result's shape with stride 0 in the indexed dims, each index reshaped with size-1
+    dims around it) and ``TensorIterator``'s output layout (``compute_strides``,
+    ``reorder_dimensions``, ``compatible_stride``).
+    """
+    if not isinstance(self, torch.Tensor) or not isinstance(indices, (list, tuple)):
+        return None
+    if self.device.type != "cpu":
+        return None
+    idx = list(indices)
+    defined = [t for t in idx if t is not None]
+    if not defined or not all(isinstance(t, torch.Tensor) for t in defined):
+        return None
+    if any(t.dtype in (torch.bool, torch.uint8) for t in defined):
+        return None  # masks: a data-dependent shape, never traced
+    src_size, src_stride = _ints(self.shape), _ints(self.stride())
+    if src_size is None or src_stride is None or len(idx) > len(src_size):
+        return None
+    metas = []
+    for t in defined:
+        size, stride = _ints(t.shape), _ints(t.stride())
+        if size is None or stride is None:
+            return None
+        metas.append((size, stride))
+    # broadcast the indices together (expand: stride 0 where a dim is new or of size 1)
+    ndim_i = max(len(s) for s, _ in metas)
+    repl = [1] * ndim_i
+    for size, _ in metas:
+        for k, n in enumerate(size):
+            d = ndim_i - len(size) + k
+            if n != 1:
+                if repl[d] not in (1, n):
+                    return None  # eager raises: not broadcastable
+                repl[d] = n
+    expanded: list[list[int]] = []
+    for size, stride in metas:
+        out = [0] * ndim_i
+        for k, (n, st) in enumerate(zip(size, stride)):
+            d = ndim_i - len(size) + k
+            out[d] = st if n == repl[d] else 0
+        expanded.append(out)
+    idx_strides: list[list[int] | None] = []
+    it = iter(expanded)
+    for t in idx:
+        idx_strides.append(None if t is None else next(it))
+    idx_strides += [None] * (len(src_size) - len(idx_strides))
+    positions = [d for d, s in enumerate(idx_strides) if s is not None]
+    if positions != list(range(positions[0], positions[-1] + 1)):
+        # not adjacent: self and the indices are transposed so that the indexed dims lead
+        order = positions + [d for d in range(len(src_size)) if d not in positions]
+        src_size = [src_size[d] for d in order]
+        src_stride = [src_stride[d] for d in order]
+        idx_strides = [idx_strides[d] for d in order]
+    before = next(d for d, s in enumerate(idx_strides) if s is not None)
+    n_indexed = sum(1 for s in idx_strides if s is not None)
+    after = len(src_size) - before - n_indexed
+    shape = src_size[:before] + repl + src_size[before + n_indexed:]
+    if any(n == 0 for n in shape):
+        return None
+    operands = [src_stride[:before] + [0] * len(repl) + src_stride[before + n_indexed:]]
+    for s in idx_strides:
+        if s is not None:
+            operands.append(_reshaped_strides(repl, s, before, after))
+    # compute_strides: a size-1 dim broadcast to a larger one has stride 0
+    op_sizes = [shape] + [[1] * before + repl + [1] * after] * (len(operands) - 1)
+    op_sizes[0] = shape
+    strides = [
+        [0 if n == 1 and shape[d] != 1 else st for d, (n, st) in enumerate(zip(sizes, ops))]
+        for sizes, ops in zip(op_sizes, operands)
+    ]
+    return _iterator_output_strides(shape, strides)
+
+
+def _reshaped_strides(repl: list[int], stride: list[int], before: int, after: int) -> list[int]:
+    """Strides of ``index.reshape([1] * before + repl + [1] * after)`` (ATen's
+    ``reshape_indexer``) for an index expanded to ``repl`` with ``stride``."""
+    with _disable_current_modes():
+        meta = torch.empty_strided(repl, stride, device="meta")
+        return list(meta.reshape([1] * before + repl + [1] * after).stride())
+
+
+def _iterator_output_strides(shape: list[int], strides: list[list[int]]) -> list[int]:
+    """The strides ``TensorIterator`` gives a new output over ``shape`` with inputs laid
+    out by ``strides`` (``reorder_dimensions`` then ``compatible_stride``)."""
+    ndim = len(shape)
+    if ndim <= 1:
+        return [1] * ndim
+
+    def should_swap(dim0: int, dim1: int) -> int:
+        for st in strides:
+            s0, s1 = st[dim0], st[dim1]
+            if s0 == 0 or s1 == 0:
+                continue
+            if s0 < s1:
+                return -1
+            if s0 > s1:
+                return 1
+            if shape[dim0] > shape[dim1]:
+                return 1
+        return 0
+
+    perm = list(range(ndim - 1, -1, -1))  # perm[0] is the fastest-moving dim
+    for i in range(1, ndim):
+        dim1 = i
+        for dim0 in range(i - 1, -1, -1):
+            c = should_swap(perm[dim0], perm[dim1])
+            if c > 0:
+                perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
+                dim1 = dim0
+            elif c < 0:
+                break
+    out = [0] * ndim
+    step = 1
+    for d in perm:
+        out[d] = step
+        step *= shape[d]
+    return out
+
+
+__all__ = ["EagerLayoutFakeMode", "index_strides"]

@@ -1,0 +1,59 @@
+"""``EagerLayoutFakeMode``: fake results laid out as eager's CPU kernels lay them out."""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from ember.ir.fake_mode import EagerLayoutFakeMode, index_strides
+
+
+def _strided(rng: random.Random, shape: list[int]) -> torch.Tensor:
+    """``arange`` values of ``shape`` in a random layout: permuted dims, some with gaps."""
+    perm = list(range(len(shape)))
+    rng.shuffle(perm)
+    steps = [rng.choice([1, 1, 2]) for _ in perm]
+    big = [shape[p] * s for p, s in zip(perm, steps)]
+    t = torch.arange(max(1, int(torch.tensor(big).prod()) if big else 1)).view(big)
+    t = t[tuple(slice(None, None, s) for s in steps)]
+    return t.permute([perm.index(i) for i in range(len(shape))])
+
+
+def _significant(shape: torch.Size, stride: tuple[int, ...] | list[int]) -> list[int]:
+    return [st for n, st in zip(shape, stride) if n > 1]
+
+
+def test_index_strides_match_eager_on_random_layouts() -> None:
+    rng = random.Random(0)
+    checked = 0
+    for _ in range(600):
+        shape = [rng.randint(1, 4) for _ in range(rng.randint(1, 4))]
+        x = _strided(rng, shape).float()
+        positions = sorted(rng.sample(range(len(shape)), rng.randint(1, len(shape))))
+        index_shape = [rng.randint(1, 3) for _ in range(rng.randint(0, 3))]
+        indices: list[torch.Tensor | None] = [None] * (positions[-1] + 1)
+        for p in positions:
+            own = list(index_shape)
+            if own and rng.random() < 0.3:
+                own[rng.randrange(len(own))] = 1  # broadcast against the others
+            indices[p] = _strided(rng, own).remainder(shape[p])
+        out = torch.ops.aten.index.Tensor(x, indices)
+        if out.numel() == 0:
+            continue
+        got = index_strides(x, indices)
+        assert got is not None
+        assert _significant(out.shape, got) == _significant(out.shape, out.stride()), (
+            x.shape, x.stride(), [None if i is None else (i.shape, i.stride()) for i in indices])
+        checked += 1
+    assert checked > 400
+
+
+def test_fake_index_of_a_transposed_input_has_eager_strides() -> None:
+    x = torch.arange(9).view(3, 3).t()
+    want = x[x.clamp(0, 2)].stride()
+    assert want == (3, 9, 1)
+    with EagerLayoutFakeMode(allow_non_fake_inputs=True) as mode:
+        fx = mode.from_tensor(x)
+        assert fx[fx.clamp(0, 2)].stride() == want
+        assert (fx[fx.clamp(0, 2)] > 0).sort(1).values.stride() == want
