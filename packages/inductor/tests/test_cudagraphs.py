@@ -7,7 +7,7 @@ work on the same memory; the real recording and replaying need a GPU: ``test_cud
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +68,15 @@ class Replayed(CudaGraphCall):
     """What a CUDA graph promises, on CPU tensors: a replay does the recorded work again and
     leaves its results in the memory the recording's outputs occupy."""
 
-    def _capture(self, run: Callable[[], list[Any]]) -> tuple[Callable[[], Any], list[Any]]:
+    def _capture(
+        self, run: Callable[[], list[Any]], inputs: Sequence[Any]
+    ) -> tuple[Callable[[], Any], list[Any]]:
+        # a CUDA graph's recording runs nothing: undo what running it here wrote
+        saved = [(t, t.clone()) for t in inputs if isinstance(t, torch.Tensor)]
         outputs = run()
+        with torch.no_grad():
+            for t, before in saved:
+                t.copy_(before)
 
         def replay() -> None:
             for o, n in zip(outputs, run()):
@@ -165,3 +172,44 @@ def test_a_tensor_given_to_mark_static_address_is_read_in_place(tmp_path: Path) 
         state.add_(1.0)
     assert runner.recordings == 1 and runner.replays == 3
     assert runner._records[0].buffers[0] is None  # not copied: the graph reads it where it is
+
+
+def test_an_input_passed_again_at_the_same_address_is_read_in_place(tmp_path: Path) -> None:
+    x, y = torch.randn(6), torch.randn(6)
+    c, runner = _runner(lambda x, y: [x * y + 1], [x, y], tmp_path)
+    for _ in range(5):
+        torch.testing.assert_close(c(x, y)[0], x * y + 1)
+        x.add_(1.0)  # new values at the same address: the next replay reads them
+    assert runner.replays == 4
+    assert all(b is None for rec in runner._records for b in rec.buffers)  # nothing copied
+
+
+def test_feeding_an_output_back_as_the_next_input(tmp_path: Path) -> None:
+    def step(x: torch.Tensor) -> list[torch.Tensor]:
+        return [torch.tanh(x * 1.5 + 0.1)]
+
+    x = torch.randn(16)
+    c, runner = _runner(step, [x], tmp_path)
+    want = x.clone()
+    for _ in range(10):
+        (x,) = c(x)
+        (want,) = step(want)
+        torch.testing.assert_close(x, want)
+    assert runner.replays >= 5 and runner.recordings <= 4
+
+
+def test_an_input_written_in_place_at_a_stable_address(tmp_path: Path) -> None:
+    def fn(s: torch.Tensor, g: torch.Tensor) -> list[torch.Tensor]:
+        s.mul_(0.5).add_(g)
+        return [s.sum()]
+
+    s, want = torch.randn(8), None
+    want = s.clone()
+    c, runner = _runner(fn, [s, torch.randn(8)], tmp_path)
+    for _ in range(4):
+        g = torch.randn(8)
+        got = c(s, g)[0]
+        (expect,) = fn(want, g)
+        torch.testing.assert_close(s, want)  # the caller's tensor was written, as eager writes it
+        torch.testing.assert_close(got, expect)
+    assert runner.replays == 3 and runner._records[0].buffers[0] is None

@@ -6,11 +6,13 @@ and extern calls) is wrapped in :class:`CudaGraphCall`:
 1. The first ``warmup`` calls run the wrapper as usual (Triton compiles, autotunes and
    caches its kernels, ATen initialises its libraries).
 2. The next call records the wrapper into a ``torch.cuda.CUDAGraph``. Inputs with a
-   static address (``nn.Parameter``, a tensor given to ``mark_static_address``) are
-   recorded in place; every other input is copied into a static buffer of its own,
-   which the graph reads.
-3. Later calls copy the non-static inputs into their buffers and replay the graph:
-   one launch instead of one per kernel. A static input whose address changed, or
+   static address (``nn.Parameter``, a tensor given to ``mark_static_address``, or one
+   passed at the same address in the warm-up call) are recorded in place; every other
+   input is copied into a static buffer of its own, which the graph reads.
+3. Later calls copy the other inputs into their buffers and replay the graph:
+   one launch instead of one per kernel. An input recorded in place whose address
+   changed (reading memory at the recorded address is right only for the tensor that
+   lives there now), or
    outputs of the last replay still held by the caller (the next replay would
    overwrite them), send the call to another recording (up to ``max_graphs``) or, when
    none fits, to the wrapper itself, with a perf hint. Inputs the graph writes in place
@@ -197,6 +199,8 @@ class CudaGraphCall:
         self._warmup = warmup
         self._max_graphs = max_graphs
         self._calls = 0
+        #: the inputs' addresses at the last warm-up call
+        self._last: list[int | None] = []
         self._records: list[_Recording] = []
         self._pool: Any = None
         self._disabled: str | None = None
@@ -214,7 +218,10 @@ class CudaGraphCall:
 
     def __call__(self, inputs: list[Any]) -> list[Any]:
         self._calls += 1
-        if self._disabled is not None or self._calls <= self._warmup:
+        if self._disabled is not None:
+            return self._call(inputs)
+        if self._calls <= self._warmup:
+            self._last = [a.data_ptr() if isinstance(a, torch.Tensor) else None for a in inputs]
             return self._call(inputs)
         if self._device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return self._call(inputs)  # the caller records a graph around ours
@@ -242,7 +249,8 @@ class CudaGraphCall:
         addresses: dict[int, int] = {}
         static_inputs: list[Any] = []
         for i, a in enumerate(inputs):
-            if not isinstance(a, torch.Tensor) or _is_static(a):
+            stable = i < len(self._last) and isinstance(a, torch.Tensor) and self._last[i] == a.data_ptr()
+            if not isinstance(a, torch.Tensor) or stable or _is_static(a):
                 buffers.append(None)
                 static_inputs.append(a)
                 if isinstance(a, torch.Tensor):
@@ -253,7 +261,7 @@ class CudaGraphCall:
             buffers.append(buf)
             static_inputs.append(buf)
         try:
-            replay, outputs = self._capture(lambda: self._call(list(static_inputs)))
+            replay, outputs = self._capture(lambda: self._call(list(static_inputs)), static_inputs)
         except Exception as e:  # an op that cannot be recorded: never try again
             self._disable(f"recording it raised {type(e).__name__}: {str(e).splitlines()[0][:200]}")
             return None
@@ -286,8 +294,11 @@ class CudaGraphCall:
         )
         return rec
 
-    def _capture(self, run: Callable[[], list[Any]]) -> tuple[Callable[[], Any], list[Any]]:
-        """Record ``run``'s work into a CUDA graph: (its replay, the outputs the graph writes)."""
+    def _capture(
+        self, run: Callable[[], list[Any]], inputs: Sequence[Any]
+    ) -> tuple[Callable[[], Any], list[Any]]:
+        """Record ``run``'s work (over ``inputs``) into a CUDA graph: (its replay, the outputs
+        the graph writes). Recording runs nothing: the inputs are untouched until a replay."""
         graph = torch.cuda.CUDAGraph()
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
