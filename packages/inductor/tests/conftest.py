@@ -105,3 +105,23 @@ def compile_fn(options: InductorOptions) -> Callable[..., CompiledGraph]:
         return _compile_fn(fn, *inputs, **kw)
 
     return run
+
+
+@pytest.fixture
+def reports(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every graph ``ember.inductor.backends`` compiles in the test, in order."""
+    import torch._dynamo
+
+    import ember.inductor.backends as backends
+
+    torch._dynamo.reset()  # each test's torch.compile starts fresh (recompile limits are per process)
+    seen: list[Any] = []
+    real = backends.compile_graph
+
+    def spy(gm: Any, inputs: Any, options: Any = None, **kw: Any) -> Any:
+        compiled = real(gm, inputs, options, **kw)
+        seen.append(compiled)
+        return compiled
+
+    monkeypatch.setattr(backends, "compile_graph", spy)
+    return seen

@@ -30,36 +30,20 @@ from test_models import GPTBlock as Block  # noqa: E402  (the same models as on 
 from test_models import _models  # noqa: E402
 
 
-@pytest.fixture
-def graphs(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    import ember.inductor.backends as backends
-
-    seen: list[Any] = []
-    real = backends.compile_graph
-
-    def spy(gm: Any, inputs: Any, options: Any = None, **kw: Any) -> Any:
-        compiled = real(gm, inputs, options, **kw)
-        seen.append(compiled)
-        return compiled
-
-    monkeypatch.setattr(backends, "compile_graph", spy)
-    return seen
-
-
 def _opts(tmp_path: Any, **kw: Any) -> InductorOptions:
     return InductorOptions(cache_dir=str(tmp_path), fallback_on_error=False, **kw)
 
 
-def _all_compiled(graphs: list[Any]) -> None:
-    assert graphs and all(isinstance(g, CompiledGraph) for g in graphs), [
-        g.report.eager_reason for g in graphs
+def _all_compiled(reports: list[Any]) -> None:
+    assert reports and all(isinstance(g, CompiledGraph) for g in reports), [
+        g.report.eager_reason for g in reports
     ]
-    assert sum(g.report.kernels for g in graphs) >= 1
-    assert all(g.report.kernel_suffix == "py" for g in graphs)  # Triton kernels, not C++
+    assert sum(g.report.kernels for g in reports) >= 1
+    assert all(g.report.kernel_suffix == "py" for g in reports)  # Triton kernels, not C++
 
 
 @pytest.mark.parametrize("name", list(_models()))
-def test_inference_on_cuda(name: str, graphs: list[Any], tmp_path: Any) -> None:
+def test_inference_on_cuda(name: str, reports: list[Any], tmp_path: Any) -> None:
     torch.manual_seed(0)
     make_model, make_input = _models()[name]
     model, x = make_model().to(DEV).eval(), make_input().to(DEV)
@@ -68,11 +52,11 @@ def test_inference_on_cuda(name: str, graphs: list[Any], tmp_path: Any) -> None:
     compiled = torch.compile(model, backend=make_backend(_opts(tmp_path)))
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
-    _all_compiled(graphs)
+    _all_compiled(reports)
 
 
 @pytest.mark.parametrize("name", ["mlp", "cnn_bn", "gpt_block", "transformer"])
-def test_training_on_cuda(name: str, graphs: list[Any], tmp_path: Any) -> None:
+def test_training_on_cuda(name: str, reports: list[Any], tmp_path: Any) -> None:
     pytest.importorskip("ember.aotgrad")
     torch.manual_seed(0)
     make_model, make_input = _models()[name]
@@ -89,7 +73,7 @@ def test_training_on_cuda(name: str, graphs: list[Any], tmp_path: Any) -> None:
         torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-3, msg=lambda m, n=n: f"{n}: {m}")
     for b, rb in zip(model.buffers(), ref_model.buffers()):
         torch.testing.assert_close(b, rb, atol=1e-5, rtol=1e-5)
-    _all_compiled(graphs)
+    _all_compiled(reports)
 
 
 def test_ember_dynamo_end_to_end_on_cuda(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -105,7 +89,7 @@ def test_ember_dynamo_end_to_end_on_cuda(tmp_path: Any, monkeypatch: pytest.Monk
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_precision_kernels(dtype: torch.dtype, graphs: list[Any], tmp_path: Any) -> None:
+def test_half_precision_kernels(dtype: torch.dtype, reports: list[Any], tmp_path: Any) -> None:
     x = torch.randn(64, 257, device=DEV, dtype=dtype)
 
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,10 +98,10 @@ def test_half_precision_kernels(dtype: torch.dtype, graphs: list[Any], tmp_path:
     compiled = torch.compile(fn, backend=make_backend(_opts(tmp_path)))
     for g, e in zip(compiled(x), fn(x)):
         torch.testing.assert_close(g, e, atol=2e-2, rtol=2e-2)
-    _all_compiled(graphs)
+    _all_compiled(reports)
 
 
-def test_embedding_lookup_matches_eager(graphs: list[Any], tmp_path: Any) -> None:
+def test_embedding_lookup_matches_eager(reports: list[Any], tmp_path: Any) -> None:
     emb = nn.Embedding(100, 16).to(DEV)
     idx = torch.randint(0, 100, (4, 9), device=DEV)
 
@@ -127,10 +111,10 @@ def test_embedding_lookup_matches_eager(graphs: list[Any], tmp_path: Any) -> Non
     compiled = torch.compile(fn, backend=make_backend(_opts(tmp_path)))
     with torch.no_grad():
         torch.testing.assert_close(compiled(idx), fn(idx))
-    _all_compiled(graphs)
+    _all_compiled(reports)
 
 
-# -- mode="reduce-overhead": CUDA graphs ----------------------------------------------------
+# -- mode="reduce-overhead": CUDA reports ----------------------------------------------------
 
 
 def _ro(tmp_path: Any) -> InductorOptions:
@@ -153,7 +137,7 @@ def test_reduce_overhead_replays_and_matches_eager(tmp_path: Any) -> None:
 
     x, y = torch.randn(64, 33, device=DEV), torch.randn(64, 33, device=DEV)
     c = _graph(fn, [x, y], _ro(tmp_path))
-    assert c.cudagraphs is not None, "reduce-overhead on CUDA must record CUDA graphs"
+    assert c.cudagraphs is not None, "reduce-overhead on CUDA must record CUDA reports"
     held = []
     for _ in range(6):
         x, y = torch.randn_like(x), torch.randn_like(y)
@@ -242,7 +226,7 @@ def test_reduce_overhead_training_steps_match_eager(tmp_path: Any) -> None:
         torch.testing.assert_close(p, q, atol=1e-4, rtol=1e-3, msg=lambda m, n=n: f"{n}: {m}")
 
 
-def test_reduce_overhead_through_ember_dynamo(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, graphs: list[Any]) -> None:
+def test_reduce_overhead_through_ember_dynamo(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, reports: list[Any]) -> None:
     dynamo = pytest.importorskip("ember.dynamo")
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
     model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64)).to(DEV)
@@ -251,7 +235,7 @@ def test_reduce_overhead_through_ember_dynamo(tmp_path: Any, monkeypatch: pytest
         for _ in range(5):
             x = torch.randn(16, 64, device=DEV)
             torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
-    runners = [g.cudagraphs for g in graphs if isinstance(g, CompiledGraph)]
+    runners = [g.cudagraphs for g in reports if isinstance(g, CompiledGraph)]
     assert runners and all(r is not None for r in runners)
     assert sum(r.replays for r in runners if r is not None) >= 3
 

@@ -10,7 +10,6 @@ import pytest
 import torch
 from torch import nn
 
-import ember.inductor.backends as backends
 from ember.inductor import CompiledGraph, InductorOptions, make_backend
 
 #: every model runs with both code generators (Triton in its interpreter, on CPU tensors)
@@ -60,23 +59,6 @@ def _models() -> dict[str, tuple[Callable[[], nn.Module], Callable[[], torch.Ten
         ),
         "gpt_block": (lambda: GPTBlock(), lambda: torch.randn(2, 8, 64)),
     }
-
-
-@pytest.fixture
-def reports(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    import torch._dynamo
-
-    torch._dynamo.reset()  # each test's torch.compile starts fresh (recompile limits are per process)
-    seen: list[Any] = []
-    real = backends.compile_graph
-
-    def spy(gm: Any, inputs: Any, options: Any = None, **kw: Any) -> Any:
-        compiled = real(gm, inputs, options, **kw)
-        seen.append(compiled)
-        return compiled
-
-    monkeypatch.setattr(backends, "compile_graph", spy)
-    return seen
 
 
 @pytest.mark.parametrize("name", list(_models()))
