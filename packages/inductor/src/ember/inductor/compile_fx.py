@@ -27,7 +27,7 @@ from . import graph_cache
 from .codegen.backend import Backend, BuildStats, KernelSource
 from .codegen.registry import backend_for
 from .codegen.wrapper_runtime import namespace
-from .cudagraphs import CudaGraphCall
+from .cudagraphs import CudaGraphCall, mutated_inputs, refusal
 from .errors import InputMismatchError
 from .fx_util import attr_value, graph_device, op_name
 from .graph_cache import GraphArtifact
@@ -100,8 +100,6 @@ class CompiledGraph:
     def use_cuda_graphs(self, gm: torch.fx.GraphModule, art: GraphArtifact, device: torch.device) -> None:
         """Replay this graph's calls from CUDA graphs (``mode="reduce-overhead"``, ADR 0039),
         unless it cannot be recorded: then the reason is a perf hint and ``cudagraphs`` is None."""
-        from .cudagraphs import mutated_inputs, refusal
-
         index_checks = any(m.get("index_check") for m in art.kernel_meta.values())
         why = refusal(gm, symbolic=art.symbolic, index_checks=index_checks)
         mutated = mutated_inputs(gm)

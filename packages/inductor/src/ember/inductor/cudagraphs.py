@@ -41,28 +41,9 @@ from .logs import perf_hints
 
 Call = Callable[[list[Any]], list[Any]]
 
-#: ATen ops whose result depends on values read back to the host (a sync a CUDA graph
-#: cannot record) or whose output size depends on the data.
-HOST_SYNC_OPS = frozenset(
-    {
-        "aten::_local_scalar_dense",
-        "aten::item",
-        "aten::nonzero",
-        "aten::nonzero_static",
-        "aten::masked_select",
-        "aten::unique",
-        "aten::_unique",
-        "aten::_unique2",
-        "aten::unique_consecutive",
-        "aten::unique_dim",
-        "aten::bincount",
-        "aten::repeat_interleave",
-        "aten::_assert_async",
-        "aten::equal",
-        "aten::is_nonzero",
-        "aten::allclose",
-    }
-)
+#: ATen ops that read values back to the host but carry neither of ATen's tags for it
+#: (``data_dependent_output``, ``dynamic_output_shape``; ``_syncs`` checks those)
+HOST_SYNC_OPS = frozenset({"aten::item", "aten::is_nonzero"})
 
 #: attributes that mark a tensor's address as static (ember's and TorchDynamo's
 #: ``mark_static_address``)
@@ -317,7 +298,7 @@ class CudaGraphCall:
 
     def _replay(self, rec: _Recording, inputs: list[Any]) -> list[Any]:
         for buf, a in zip(rec.buffers, inputs):
-            if buf is not None and buf.data_ptr() != a.data_ptr():
+            if buf is not None:
                 buf.copy_(a)
         rec.replay()
         self.replays += 1

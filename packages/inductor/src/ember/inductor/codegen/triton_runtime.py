@@ -138,6 +138,8 @@ class Launcher:
     tune_path: Path | None
     chosen: Config | None = None
     err: torch.Tensor | None = field(default=None, repr=False)
+    #: launch keywords per configuration (built once: ``_launch`` runs on every call)
+    _kwargs: dict[Config, dict[str, Any]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if len(self.configs) == 1:
@@ -159,11 +161,13 @@ class Launcher:
 
     def kwargs(self, config: Config) -> dict[str, Any]:
         """What a launch (or a compile ahead of it) passes besides the arguments."""
-        kwargs = config.kwargs()
-        if self.meta.get("asserts"):
-            # device-side index checks are compiled in only with debug; the overflow checks
-            # debug also turns on are not wanted (what torch's inductor passes too)
-            kwargs.update(debug=True, sanitize_overflow=False)
+        kwargs = self._kwargs.get(config)
+        if kwargs is None:
+            kwargs = self._kwargs[config] = config.kwargs()
+            if self.meta.get("asserts"):
+                # device-side index checks are compiled in only with debug; the overflow
+                # checks debug also turns on are not wanted (what torch's inductor passes too)
+                kwargs.update(debug=True, sanitize_overflow=False)
         return kwargs
 
     def __call__(self, *args: Any) -> None:
