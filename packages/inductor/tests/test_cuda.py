@@ -27,7 +27,7 @@ DEV = "cuda"
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_models import GPTBlock as Block  # noqa: E402  (the same models as on CPU)
-from test_models import _models  # noqa: E402
+from test_models import _models, assert_trains_like_eager  # noqa: E402
 
 
 def _opts(tmp_path: Any, **kw: Any) -> InductorOptions:
@@ -64,15 +64,7 @@ def test_training_on_cuda(name: str, reports: list[Any], tmp_path: Any) -> None:
     ref_model = make_model().to(DEV).train()
     ref_model.load_state_dict(model.state_dict())
     compiled = torch.compile(model, backend=make_backend(_opts(tmp_path)))
-    out, ref = compiled(x), ref_model(x)
-    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
-    grad = torch.randn_like(out)
-    out.backward(grad)
-    ref.backward(grad)
-    for (n, p), q in zip(model.named_parameters(), ref_model.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-3, msg=lambda m, n=n: f"{n}: {m}")
-    for b, rb in zip(model.buffers(), ref_model.buffers()):
-        torch.testing.assert_close(b, rb, atol=1e-5, rtol=1e-5)
+    assert_trains_like_eager(compiled, model, ref_model, x)
     _all_compiled(reports)
 
 
