@@ -26,7 +26,13 @@ def _fresh_dynamo() -> Iterator[None]:
 
 @pytest.fixture
 def gloo_world_of_one(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A one-process gloo group on a free port (other test processes run such tests too)."""
+    """A one-process gloo group on a free port (other test processes run such tests too).
+
+    The test's DDP modules are freed before the group is destroyed: a DDP reducer
+    destroyed after its group joins gloo's worker thread while holding the GIL, which
+    hung a full run once.
+    """
+    import gc
     import socket
 
     import torch.distributed as dist
@@ -40,4 +46,5 @@ def gloo_world_of_one(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     try:
         yield
     finally:
+        gc.collect()
         dist.destroy_process_group()

@@ -72,26 +72,13 @@ def test_training_optimizer_step_is_captured() -> None:
 # -- Do you support Distributed code? ------------------------------------------
 
 
-def test_ddp_model_is_captured(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ddp_model_is_captured(gloo_world_of_one: None) -> None:
     # CPU rendering: one gloo process; the seed's point is that DDP models compile.
-    import torch.distributed as dist
-
-    monkeypatch.setenv("MASTER_ADDR", "localhost")
-    import socket
-
-    with socket.socket() as probe:  # a free port: other test processes run this test too
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    monkeypatch.setenv("MASTER_PORT", str(port))
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    try:
-        model = torch.nn.parallel.DistributedDataParallel(MLP())
-        counter = CompileCounter()
-        out = ember.dynamo.compile(model, backend=counter)(torch.randn(5, 8))
-        out.sum().backward()
-        assert counter.frame_count >= 1
-    finally:
-        dist.destroy_process_group()
+    model = torch.nn.parallel.DistributedDataParallel(MLP())
+    counter = CompileCounter()
+    out = ember.dynamo.compile(model, backend=counter)(torch.randn(5, 8))
+    out.sum().backward()
+    assert counter.frame_count >= 1
 
 
 def test_ddp_graphs_split_at_bucket_boundaries(gloo_world_of_one: None) -> None:
