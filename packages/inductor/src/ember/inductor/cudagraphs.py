@@ -134,10 +134,6 @@ def _is_static(t: torch.Tensor) -> bool:
     return isinstance(t, torch.nn.Parameter) or any(getattr(t, a, False) for a in STATIC_ATTRS)
 
 
-def _use_count(t: torch.Tensor) -> int:
-    return int(torch._C._storage_Use_Count(t.untyped_storage()._cdata))
-
-
 @dataclass
 class _Recording:
     #: replays the recorded work (``CUDAGraph.replay``)
@@ -149,15 +145,34 @@ class _Recording:
     outputs: list[Any]
     #: per output: the input position it is (the caller's own tensor), if any
     output_is_input: dict[int, int]
-    #: per output tensor: the storage use count while only this recording holds it
-    baseline: dict[int, int] = field(default_factory=dict)
+    #: per output tensor: (its storage handle, the storage's use count while only this
+    #: recording holds it)
+    baseline: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: per output tensor: what a replay's fresh tensor over it is made from
+    #: (a tensor to call ``new()`` on, the storage, offset, sizes, strides)
+    views: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    #: (position, static buffer) of each input a replay copies in
+    copied: list[tuple[int, torch.Tensor]] = field(default_factory=list)
 
     def fits(self, inputs: Sequence[Any]) -> bool:
         return all(inputs[i].data_ptr() == p for i, p in self.addresses.items())
 
     def free(self) -> bool:
         """Whether the caller let go of every output of the last replay."""
-        return all(_use_count(self.outputs[k]) <= n for k, n in self.baseline.items())
+        count = torch._C._storage_Use_Count
+        return all(count(handle) <= n for handle, n in self.baseline.values())
+
+    def prepare(self) -> None:
+        """Note what each replay does: the inputs it copies in, how it rebuilds each output,
+        and each output storage's use count while only this recording holds it."""
+        self.copied = [(i, b) for i, b in enumerate(self.buffers) if b is not None]
+        for k, o in enumerate(self.outputs):
+            if isinstance(o, torch.Tensor) and k not in self.output_is_input:
+                storage = o.untyped_storage()  # held here: its handle stays valid
+                self.views[k] = (o, storage, o.storage_offset(), o.size(), o.stride())
+        for k, (_, storage, *_rest) in self.views.items():
+            handle = storage._cdata
+            self.baseline[k] = (handle, int(torch._C._storage_Use_Count(handle)))
 
 
 class CudaGraphCall:
@@ -264,9 +279,7 @@ class CudaGraphCall:
                 )
                 return None
         rec = _Recording(replay, buffers, addresses, list(outputs), output_is_input)
-        for k, o in enumerate(outputs):
-            if isinstance(o, torch.Tensor) and k not in output_is_input:
-                rec.baseline[k] = _use_count(o)
+        rec.prepare()
         perf_hints.info(
             "%s: recorded CUDA graph %d (%d inputs copied per call)",
             self._label,
@@ -297,23 +310,22 @@ class CudaGraphCall:
         perf_hints.info("%s: not recorded into a CUDA graph: %s", self._label, why)
 
     def _replay(self, rec: _Recording, inputs: list[Any]) -> list[Any]:
-        for buf, a in zip(rec.buffers, inputs):
-            if buf is not None:
-                buf.copy_(a)
+        for i, buf in rec.copied:
+            buf.copy_(inputs[i])
         rec.replay()
         self.replays += 1
-        for i in self._mutated:
-            buf = rec.buffers[i] if i < len(rec.buffers) else None
-            if buf is not None:
+        for i, buf in rec.copied:
+            if i in self._mutated:
                 inputs[i].copy_(buf)
         out: list[Any] = []
+        views = rec.views
         for k, o in enumerate(rec.outputs):
-            if k in rec.output_is_input:
+            view = views.get(k)
+            if view is not None:  # a new tensor object (own version counter) over the output
+                like, storage, offset, size, stride = view
+                out.append(like.new().set_(storage, offset, size, stride))
+            elif k in rec.output_is_input:
                 out.append(inputs[rec.output_is_input[k]])
-            elif isinstance(o, torch.Tensor):
-                fresh = torch.empty((0,), dtype=o.dtype, device=o.device)
-                fresh.set_(o.untyped_storage(), o.storage_offset(), o.size(), o.stride())
-                out.append(fresh)
             else:
                 out.append(o)
         return out
