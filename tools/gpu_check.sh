@@ -15,6 +15,8 @@
 #   bench    tools/bench.py --device cuda: ember-inductor next to torch.compile's inductor
 #   ro       tools/bench.py --device cuda: mode='reduce-overhead' (CUDA graphs) against default
 #   bw       tools/bench_bandwidth.py: pointwise kernels against the copy bandwidth
+#   direct   EMBER_TRITON_DIRECT_LAUNCH=1 (launches skipping JITFunction.run, off by default
+#            until checked here): test_cuda.py, then the bench's many-kernel workloads
 # GPU_CHECK_SAMPLES (default 2), GPU_CHECK_OPS (op names) and GPU_CHECK_WORKLOADS narrow the
 # opinfo and bench parts; GPU_CHECK_REPEATS sets the bench's repeats (default 5);
 # GPU_CHECK_TESTS_TIMEOUT and GPU_CHECK_OPINFO_TIMEOUT cap those parts (seconds).
@@ -83,8 +85,17 @@ for part in "${parts[@]}"; do
         bw)
             python3 tools/bench_bandwidth.py --device cuda --torch 2>&1 | tee "$OUTDIR/bandwidth.txt" || status=1
             ;;
+        direct)
+            EMBER_TRITON_DIRECT_LAUNCH=1 TRITON_INTERPRET=0 timeout "${GPU_CHECK_TESTS_TIMEOUT:-900}" \
+                python3 -m pytest -q -p no:cacheprovider -p no:randomly packages/inductor/tests/test_cuda.py \
+                2>&1 | tee "$OUTDIR/cuda_tests_direct.txt" | grep -E "^(FAILED|ERROR|E  )|passed|failed" | head -60 || status=1
+            EMBER_TRITON_DIRECT_LAUNCH=1 python3 tools/bench.py --device cuda --no-warm --repeats "${GPU_CHECK_REPEATS:-5}" \
+                --workloads "${GPU_CHECK_DIRECT_WORKLOADS:-gpt_block_train,mlp_train,gpt_block,tiny_add}" \
+                --compilers ember-inductor,torch-inductor --json "$OUTDIR/bench_direct.json" 2>&1 \
+                | tee "$OUTDIR/bench_direct.txt" | tail -20 || status=1
+            ;;
         *)
-            echo "unknown part: $part (env, opinfo, tests, bench, bw)"
+            echo "unknown part: $part (env, opinfo, tests, bench, bw, ro, direct)"
             status=2
             ;;
     esac

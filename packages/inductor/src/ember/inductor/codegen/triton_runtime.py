@@ -39,8 +39,10 @@ from ember.ir.cache_entry import entry_path, load_entry, store_entry
 
 from ..errors import KernelIndexError
 from ..logs import log
+from . import triton_direct
 from .backend import BuildStats, KernelSource
 from .triton_configs import Config, candidate_configs, grid
+from .triton_direct import DirectLaunches
 
 
 @functools.cache
@@ -141,11 +143,22 @@ class Launcher:
     #: launch keywords per configuration (built once: ``_launch`` runs on every call)
     _kwargs: dict[Config, dict[str, Any]] = field(default_factory=dict, repr=False)
 
+    #: compiled kernels launched without ``JITFunction.run`` (``triton_direct``), or None
+    direct: DirectLaunches | None = field(default=None, repr=False)
+
     def __post_init__(self) -> None:
         if len(self.configs) == 1:
             self.chosen = self.configs[0]
         if self.meta.get("index_check"):
             self.err = torch.zeros(1, dtype=torch.int32, device=self.device)
+        if (
+            self.device.type == "cuda"
+            and not interpreted(self.device)
+            and triton_direct.enabled()
+            and triton_direct.supported()
+            and getattr(self.fn, "arg_names", None) is not None
+        ):
+            self.direct = triton_direct.DirectLaunches(self.name, self.fn.arg_names)
 
     def _launch(self, config: Config, tensors: Sequence[Any], numels: Sequence[int]) -> None:
         extra = (self.err,) if self.err is not None else ()
@@ -157,7 +170,22 @@ class Launcher:
             with torch.cuda.device(self.device):  # Triton launches on the current device's stream
                 self.fn[g](*tensors, *extra, *numels, **kwargs)
             return
-        self.fn[g](*tensors, *extra, *numels, **kwargs)
+        direct = self.direct
+        if direct is None:
+            self.fn[g](*tensors, *extra, *numels, **kwargs)
+            return
+        args = (*tensors, *extra, *numels)
+        key = triton_direct.spec_key(args)
+        tail = direct.tail(config, len(args), kwargs)
+        if key is not None and tail is not None:
+            index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+            if direct.launch(config, key, g, args, tail, index):
+                return
+        if direct.broken:
+            self.direct = None
+        kernel = self.fn[g](*args, **kwargs)
+        if key is not None and tail is not None and not direct.broken:
+            direct.remember(config, key, kernel)
 
     def kwargs(self, config: Config) -> dict[str, Any]:
         """What a launch (or a compile ahead of it) passes besides the arguments."""
