@@ -765,3 +765,29 @@ def test_parameter_written_through_detach_inside_the_compiled_function(
 
     for got, want in zip(run(ember.dynamo.compile(fn, backend=backend)), run(fn)):
         _same(got, want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_foreach_write_seen_through_an_aliasing_input_with_dynamic_sizes(backend: str) -> None:
+    # fuzz seed 3 with resized inputs (tools/fuzz.py run --resize): `v2` is a view of `v1`,
+    # both inputs; `_foreach_add_` writes v1 then adds v2 (already written) to x. torch's
+    # fake tensors do not bump a version counter for foreach writes, so capture did not
+    # count v1 as written; with symbolic sizes the inputs' fake tensors do not share
+    # memory either, and the compiled graph added v2's old value
+    def fn(x: torch.Tensor, v0: torch.Tensor, v1: torch.Tensor, v2: torch.Tensor) -> Any:
+        with torch.no_grad():
+            torch._foreach_add_([v1, x], [v0, v2])
+        x.div_(2)
+        return x, v1
+
+    compiled = ember.dynamo.compile(fn, backend=backend, dynamic=True)
+    for shape in [(5, 4), (7, 6)]:
+        x = torch.randn(shape)
+        v0 = x * x
+        results = []
+        for f in (compiled, fn):
+            xs, v1 = x.clone(), torch.sin(v0)
+            results.append((f(xs, v0, v1, v1.view_as(v1)), xs, v1))
+        (got, xg, v1g), (want, xw, v1w) = results
+        _same(got, want)
+        assert torch.equal(xg, xw) and torch.equal(v1g, v1w)
