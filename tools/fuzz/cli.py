@@ -5,6 +5,7 @@
     python tools/fuzz.py show 17                     # the program of seed 17
     python tools/fuzz.py replay fuzz_failures/ember-inductor/seed17.json
     python tools/fuzz.py shrink 17 --backend ember-inductor -o repro.py
+    python tools/fuzz.py run --backends ember-inductor --seeds 0:500 --resize   # + grown inputs
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ def parse_seeds(text: str) -> list[int]:
     return [int(s) for s in text.split(",") if s.strip()]
 
 
-def _load(path: str) -> tuple[Program, str]:
+def _load(path: str) -> tuple[Program, str, bool]:
+    """A saved failure: its program, its backend and whether it was found on grown inputs."""
     data = json.loads(Path(path).read_text())
-    return Program.from_json(data["program"]), data["backend"]
+    return Program.from_json(data["program"]), data["backend"], bool(data.get("resize", False))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--json", help="write every record here")
     r.add_argument("--out-dir", help="write failing programs (and reproducers) here")
     r.add_argument("--shrink", action="store_true", help="shrink failures into reproducers")
+    r.add_argument("--resize", action="store_true",
+                   help="two more calls per program, on inputs whose sizes above 1 grew by 2 "
+                        "and by 3 (recompiles, symbolic sizes)")
     s = sub.add_parser("show", help="print the program of a seed")
     s.add_argument("seed", type=int)
     p = sub.add_parser("replay", help="check a saved failing program again")
@@ -58,15 +63,17 @@ def main(argv: list[str] | None = None) -> int:
     k = sub.add_parser("shrink", help="shrink a seed or a saved program into a reproducer")
     k.add_argument("what", help="a seed, or a saved program's JSON file")
     k.add_argument("--backend", default=None)
+    k.add_argument("--resize", action="store_true", help="check on grown inputs too (as run --resize)")
     k.add_argument("-o", "--output", help="write the reproducer here (default: stdout)")
     w = sub.add_parser("worker", help=argparse.SUPPRESS)
     w.add_argument("--backend", required=True)
     w.add_argument("--out-dir")
     w.add_argument("--shrink", action="store_true")
+    w.add_argument("--resize", action="store_true")
     args = ap.parse_args(argv)
 
     if args.cmd == "worker":
-        return worker_main(args.backend, args.out_dir, args.shrink)
+        return worker_main(args.backend, args.out_dir, args.shrink, args.resize)
     previous = logging.root.manager.disable
     try:
         return _command(args)
@@ -77,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
 def _command(args: argparse.Namespace) -> int:
     if args.cmd == "run":
         records = run(args.backends.split(","), parse_seeds(args.seeds), jobs=args.jobs,
-                      timeout=args.timeout, out_dir=args.out_dir, do_shrink=args.shrink)
+                      timeout=args.timeout, out_dir=args.out_dir, do_shrink=args.shrink,
+                      resize=args.resize)
         if args.json:
             Path(args.json).write_text(json.dumps(records, indent=0))
         print(summary_table(records))
@@ -88,27 +96,29 @@ def _command(args: argparse.Namespace) -> int:
         print(generate(args.seed).source())
         return 0
     if args.cmd == "replay":
-        program, backend_name = _load(args.file)
+        program, backend_name, resize = _load(args.file)
         backend_name = args.backend or backend_name
         logging.disable(logging.CRITICAL)
-        outcome = check(program, get_backend(backend_name))
+        outcome = check(program, get_backend(backend_name), resize=resize)
         print(f"{backend_name}: {outcome.signature} {outcome.detail}")
         return 0 if outcome.status == "ok" else 1
     # shrink
+    resize = args.resize
     if args.what.isdigit():
         program, backend_name = generate(int(args.what)), args.backend or "ember-inductor"
     else:
-        program, saved = _load(args.what)
+        program, saved, saved_resize = _load(args.what)
         backend_name = args.backend or saved
+        resize = resize or saved_resize
     backend = get_backend(backend_name)
     logging.disable(logging.CRITICAL)
-    outcome = check(program, backend)
+    outcome = check(program, backend, resize=resize)
     backend.reset()
     if outcome.status == "ok":
         print(f"{backend_name}: the program passes; nothing to shrink", file=sys.stderr)
         return 1
-    small = shrink(program, backend, outcome)
-    text = reproducer(small, backend_name, outcome)
+    small = shrink(program, backend, outcome, resize=resize)
+    text = reproducer(small, backend_name, outcome, resize)
     if args.output:
         Path(args.output).write_text(text)
         print(f"{outcome.signature}: {len(program.body)} -> {len(small.body)} statements, "

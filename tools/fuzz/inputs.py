@@ -64,6 +64,14 @@ def _step_input_shape(step: str, shape: tuple[int, ...]) -> tuple[tuple[int, ...
     raise ValueError(f"unknown layout step {step!r}")
 
 
+def resized(specs: list[InputSpec], grow: int) -> list[InputSpec]:
+    """The same inputs with every size above 1 grown by ``grow``, consistently across
+    inputs (two dims of one size keep one size, so broadcasting still lines up); sizes 0
+    and 1 stay (they are special to broadcasting and reductions)."""
+    return [InputSpec(s.name, tuple(d + grow if d > 1 else d for d in s.shape), s.dtype,
+                      s.layout, s.grad) for s in specs]
+
+
 def valid_layout(shape: tuple[int, ...], layout: tuple[str, ...]) -> bool:
     ndim = len(shape)
     for step in layout:

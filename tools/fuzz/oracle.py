@@ -1,7 +1,9 @@
 """Run one program eagerly and compiled, and check everything eager makes observable.
 
 Per call (the first call compiles, the second, on other values of the same
-layouts, runs what was cached):
+layouts, runs what was cached; with ``resize``, two more calls on inputs whose sizes
+above 1 grew by 2 and then by 3, which a compiler must handle by recompiling or by
+symbolic sizes):
 
 - exceptions: compiled code raises exactly when eager does;
 - the output structure (tuple/list/None/Python values) and, per tensor output,
@@ -35,7 +37,7 @@ from .compare import (
     significant_strides,
     storage_view,
 )
-from .inputs import build_inputs
+from .inputs import InputSpec, build_inputs, resized
 from .program import Program
 
 SECOND_SEED = 7919
@@ -98,9 +100,9 @@ class _Call:
     """One call's eager and compiled sides, with a lazily computed float64 reference."""
 
     def __init__(self, program: Program, fn: Callable[..., Any], compiled: Callable[..., Any],
-                 seed: int) -> None:
+                 seed: int, specs: list[InputSpec] | None = None) -> None:
         self.program, self.fn, self.compiled, self.seed = program, fn, compiled, seed
-        specs = list(program.inputs)
+        self.specs = specs = list(program.inputs) if specs is None else specs
         self.in_e, self.leaves_e = build_inputs(specs, seed)
         self.in_c, self.leaves_c = build_inputs(specs, seed)
         self.before = [(t.shape, t.stride(), t.storage_offset()) for t in self.in_e]
@@ -111,7 +113,7 @@ class _Call:
     def reference(self) -> tuple[list[Any], list[torch.Tensor], list[torch.Tensor | None]]:
         """(outputs, inputs after the call, leaf grads) of eager on float64 inputs."""
         if self._ref is None:
-            ins, leaves = build_inputs(list(self.program.inputs), self.seed, upcast=True)
+            ins, leaves = build_inputs(self.specs, self.seed, upcast=True)
             out, exc = _call(self.fn, ins)
             grads: list[torch.Tensor | None] = [None] * len(leaves)
             if exc is None and self.program.backward:
@@ -139,25 +141,37 @@ class _Call:
             raise Mismatch("wrong", kind, f"{where}: {v.detail}")
 
 
-def check(program: Program, backend: Backend, calls: int = 2) -> Outcome:
-    """Compile ``program`` with ``backend`` and compare it with eager over ``calls`` calls."""
+#: how much the sizes above 1 grow in the calls ``resize`` adds
+RESIZE_GROWTH = (2, 3)
+
+
+def call_specs(program: Program, calls: int = 2, resize: bool = False) -> list[list[InputSpec]]:
+    """The input specs of each call ``check`` makes."""
+    specs = list(program.inputs)
+    return [specs] * calls + ([resized(specs, g) for g in RESIZE_GROWTH] if resize else [])
+
+
+def check(program: Program, backend: Backend, calls: int = 2, resize: bool = False) -> Outcome:
+    """Compile ``program`` with ``backend`` and compare it with eager over ``calls`` calls
+    (and, with ``resize``, two more on grown inputs)."""
     fn = program.make_fn()
     try:
         compiled = backend.compile(program.make_fn())
     except Exception as e:
         return Outcome("error", f"compile {type(e).__name__}", _err(e))
     try:
-        for k in range(calls):
-            _check_call(_Call(program, fn, compiled, program.seed + k * SECOND_SEED), k)
+        for k, specs in enumerate(call_specs(program, calls, resize)):
+            c = _Call(program, fn, compiled, program.seed + k * SECOND_SEED, specs)
+            _check_call(c, k, sizes="" if k < calls else f" (sizes +{RESIZE_GROWTH[k - calls]})")
     except Mismatch as m:
         return m.outcome
     return Outcome("ok")
 
 
-def _check_call(c: _Call, k: int) -> None:
+def _check_call(c: _Call, k: int, sizes: str = "") -> None:
     out_e, exc_e = _call(c.fn, c.in_e)
     out_c, exc_c = _call(c.compiled, c.in_c)
-    tag = f"call {k + 1}"
+    tag = f"call {k + 1}{sizes}"
     if exc_e is not None and k == 0:
         raise Mismatch("invalid", "eager raised", _err(exc_e))
     if exc_e is not None or exc_c is not None:
@@ -245,7 +259,7 @@ def _check_aliasing(c: _Call, tag: str, flat_e: list[Any], flat_c: list[Any]) ->
 
 def _check_inputs(c: _Call, tag: str) -> None:
     for j, (xe, xc) in enumerate(zip(c.in_e, c.in_c)):
-        name = c.program.inputs[j].name
+        name = c.specs[j].name
         meta_e = (xe.shape, xe.stride(), xe.storage_offset())
         meta_c = (xc.shape, xc.stride(), xc.storage_offset())
         if meta_e != meta_c:
@@ -315,7 +329,7 @@ def _close(a: Any, b: Any) -> bool:
 def _eager_on_contiguous(c: _Call) -> tuple[list[Any], list[torch.Tensor | None]] | None:
     """(flat outputs, leaf grads) of eager on this call's values in contiguous inputs; None
     when inputs that take gradients are not leaves themselves, or eager raises."""
-    specs = c.program.inputs
+    specs = c.specs
     if any(s.grad == "nonleaf" for s in specs):
         return None
     ins, leaves = build_inputs(list(specs), c.seed)

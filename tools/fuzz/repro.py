@@ -8,7 +8,8 @@ mutations, gradients). Exit status 1 while the bug is present, 0 once fixed.
 
 from __future__ import annotations
 
-from .oracle import Outcome
+from .inputs import make_inputs_source
+from .oracle import SECOND_SEED, Outcome, call_specs
 from .program import Program
 
 
@@ -51,9 +52,9 @@ def _strides(t):
     return [st if sz > 1 else None for sz, st in zip(t.shape, t.stride())] if t.numel() > 1 else []
 
 
-def main():
-    ins_e, leaves_e = make_inputs(SEED)
-    ins_c, leaves_c = make_inputs(SEED)
+def compare(make_inputs, seed):
+    ins_e, leaves_e = make_inputs(seed)
+    ins_c, leaves_c = make_inputs(seed)
     out_e = fn(*ins_e)
     out_c = compiled_fn(*ins_c)  # an exception here is the bug when eager did not raise
     problems = []
@@ -94,6 +95,13 @@ def main():
                 if (a.grad is None) != (b.grad is None) or (
                         a.grad is not None and not _close(a.grad, b.grad)):
                     problems.append(f"gradient of leaf {k} differs")
+    return problems
+
+
+def main():
+    problems = []
+    for k, (make_inputs, seed) in enumerate(CALLS):
+        problems += [f"call {k + 1}: {p}" for p in compare(make_inputs, seed)]
     for p in problems:
         print("MISMATCH:", p)
     print("bug reproduced" if problems else "compiled matches eager")
@@ -105,8 +113,27 @@ if __name__ == "__main__":
 '''
 
 
-def reproducer(program: Program, backend: str, outcome: Outcome) -> str:
-    """The reproducer's source for ``program`` failing under ``backend``."""
+def _calls_source(program: Program, resize: bool) -> str:
+    """``make_inputs`` for the first call and, with ``resize``, one function per grown size;
+    then ``CALLS``: the (inputs maker, seed) of each call the fuzzer made, in its order."""
+    if not resize:
+        return program.inputs_source() + "\n\nCALLS = [(make_inputs, SEED)]\n"
+    sources: list[str] = []
+    names: list[str] = []
+    seen: dict[str, str] = {}
+    for k, specs in enumerate(call_specs(program, resize=True)):
+        text = make_inputs_source(specs)
+        name = seen.get(text)
+        if name is None:
+            name = seen[text] = f"make_inputs_{len(seen)}"
+            sources.append(text.replace("def make_inputs(", f"def {name}(", 1))
+        names.append(f"({name}, SEED + {k * SECOND_SEED})")
+    return "\n\n".join(sources) + f"\n\nCALLS = [{', '.join(names)}]\n"
+
+
+def reproducer(program: Program, backend: str, outcome: Outcome, resize: bool = False) -> str:
+    """The reproducer's source for ``program`` failing under ``backend`` (with ``resize``:
+    the calls on grown inputs too, in the order the fuzzer made them)."""
     head = (
         f'"""ember fuzz reproducer: {outcome.signature} under {backend}.\n\n'
         f"{outcome.detail}\n\n"
@@ -116,5 +143,5 @@ def reproducer(program: Program, backend: str, outcome: Outcome) -> str:
     return (head + "import sys\n\nimport torch\nimport torch.nn.functional as F\n\n"
             "_trace = []\n"
             f"SEED = {program.seed}\nBACKWARD = {program.backward}\n\n\n"
-            + program.inputs_source() + "\n\n" + program.fn_source() + "\n\n"
+            + _calls_source(program, resize) + "\n\n" + program.fn_source() + "\n\n"
             + compile_source(backend) + _CHECK)

@@ -35,11 +35,11 @@ LAUNCHER = Path(__file__).resolve().parent.parent / "fuzz.py"
 
 
 def check_one(program: Program, backend_name: str, out_dir: str | None,
-              do_shrink: bool) -> dict[str, Any]:
+              do_shrink: bool, resize: bool = False) -> dict[str, Any]:
     backend = get_backend(backend_name)
     start = time.perf_counter()
     try:
-        outcome = check(program, backend)
+        outcome = check(program, backend, resize=resize)
     finally:
         backend.reset()
     record: dict[str, Any] = {
@@ -48,29 +48,30 @@ def check_one(program: Program, backend_name: str, out_dir: str | None,
         "seconds": round(time.perf_counter() - start, 3), "statements": len(program.body),
     }
     if outcome.status in ("wrong", "error") and out_dir is not None:
-        record["files"] = save_failure(program, backend_name, outcome, out_dir, do_shrink)
+        record["files"] = save_failure(program, backend_name, outcome, out_dir, do_shrink, resize)
     return record
 
 
 def save_failure(program: Program, backend_name: str, outcome: Outcome, out_dir: str,
-                 do_shrink: bool) -> list[str]:
+                 do_shrink: bool, resize: bool = False) -> list[str]:
     folder = Path(out_dir) / backend_name
     folder.mkdir(parents=True, exist_ok=True)
     stem = folder / f"seed{program.seed}"
     files = [str(stem.with_suffix(".json"))]
     payload = {"backend": backend_name, "program": program.to_json(),
                "outcome": {"status": outcome.status, "kind": outcome.kind,
-                           "detail": outcome.detail}}
+                           "detail": outcome.detail}, "resize": resize}
     Path(files[0]).write_text(json.dumps(payload, indent=1))
     if do_shrink:
-        small = shrink(program, get_backend(backend_name), outcome)
+        small = shrink(program, get_backend(backend_name), outcome, resize=resize)
         path = stem.parent / f"{stem.name}_repro.py"
-        path.write_text(reproducer(small, backend_name, outcome))
+        path.write_text(reproducer(small, backend_name, outcome, resize))
         files.append(str(path))
     return files
 
 
-def worker_main(backend_name: str, out_dir: str | None, do_shrink: bool) -> int:
+def worker_main(backend_name: str, out_dir: str | None, do_shrink: bool,
+                resize: bool = False) -> int:
     """Read seeds from stdin, write ``{"start": seed}`` and then the record for each."""
     logging.disable(logging.CRITICAL)
     for line in sys.stdin:
@@ -79,7 +80,7 @@ def worker_main(backend_name: str, out_dir: str | None, do_shrink: bool) -> int:
         seed = int(line)
         print(json.dumps({"start": seed}), flush=True)
         try:
-            record = check_one(generate(seed), backend_name, out_dir, do_shrink)
+            record = check_one(generate(seed), backend_name, out_dir, do_shrink, resize)
         except Exception as e:  # the fuzzer itself failed: report, keep going
             record = {"seed": seed, "backend": backend_name, "status": "fuzzer-error",
                       "kind": type(e).__name__, "signature": f"fuzzer-error:{type(e).__name__}",
@@ -89,7 +90,7 @@ def worker_main(backend_name: str, out_dir: str | None, do_shrink: bool) -> int:
 
 
 def _worker_records(backend_name: str, seeds: list[int], out_dir: str | None,
-                    do_shrink: bool, timeout: float) -> Iterator[dict[str, Any]]:
+                    do_shrink: bool, timeout: float, resize: bool = False) -> Iterator[dict[str, Any]]:
     pending = list(seeds)
     while pending:
         cmd = [sys.executable, str(LAUNCHER), "worker", "--backend", backend_name]
@@ -97,6 +98,8 @@ def _worker_records(backend_name: str, seeds: list[int], out_dir: str | None,
             cmd += ["--out-dir", out_dir]
         if do_shrink:
             cmd.append("--shrink")
+        if resize:
+            cmd.append("--resize")
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True, env=os.environ.copy())
         assert proc.stdin is not None and proc.stdout is not None
@@ -142,7 +145,7 @@ def _lost(seed: int, backend_name: str, kind: str, detail: str) -> dict[str, Any
 
 def run(backends: list[str], seeds: list[int], *, jobs: int = 1, timeout: float = 300.0,
         out_dir: str | None = None, do_shrink: bool = False,
-        progress: bool = True) -> list[dict[str, Any]]:
+        progress: bool = True, resize: bool = False) -> list[dict[str, Any]]:
     """Check every seed under every backend; the records, in no particular order."""
     records: list[dict[str, Any]] = []
     lock = threading.Lock()
@@ -151,7 +154,7 @@ def run(backends: list[str], seeds: list[int], *, jobs: int = 1, timeout: float 
         done = Counter[str]()
 
         def drive(part: list[int], name: str = backend_name, done: Counter[str] = done) -> None:
-            for rec in _worker_records(name, part, out_dir, do_shrink, timeout):
+            for rec in _worker_records(name, part, out_dir, do_shrink, timeout, resize):
                 with lock:
                     records.append(rec)
                     done[rec["status"]] += 1

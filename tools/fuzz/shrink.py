@@ -97,8 +97,9 @@ STRATEGIES: tuple[tuple[str, Strategy], ...] = (
 
 
 def shrink(program: Program, backend: Backend, outcome: Outcome, *,
-           max_checks: int = 300) -> Program:
-    """The smallest program found that still fails with ``outcome.signature``."""
+           max_checks: int = 300, resize: bool = False) -> Program:
+    """The smallest program found that still fails with ``outcome.signature`` (checked as
+    it was found: with ``resize``, on grown inputs too)."""
     want = outcome.signature
     checks = 0
 
@@ -108,7 +109,7 @@ def shrink(program: Program, backend: Backend, outcome: Outcome, *,
         if not eager_ok(p)[0]:
             return False
         try:
-            got = check(p, backend)
+            got = check(p, backend, resize=resize)
         finally:
             backend.reset()
         return got.signature == want

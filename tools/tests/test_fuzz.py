@@ -256,3 +256,45 @@ def test_eager_that_depends_on_the_layout_is_no_reference() -> None:
     p_sum = _prog(["v0 = x0.sum(0)"], ("v0",), (spec,))
     assert check(p_sum, planted("grad", doubled)).kind == "grad"
     assert check(p_sum, planted("perturbed", _perturbed)).kind == "value"
+
+
+def _wrong_after_first_shape(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A compiler right for the sizes it first saw and off for any other (a bad recompile
+    or a symbolic-size bug)."""
+    first: list[Any] = []
+
+    def run(*a: Any) -> Any:
+        shapes = [tuple(t.shape) for t in a]
+        if not first:
+            first.append(shapes)
+        out = fn(*a)
+        return out if shapes == first[0] else _perturbed(lambda: out)()
+    return run
+
+
+def test_resize_checks_grown_inputs() -> None:
+    y = InputSpec("x1", (4,))
+    p = _prog(["v0 = x0 * x1"], ("v0",), (X, y), backward=False)
+    planted_bug = planted("size-bug", _wrong_after_first_shape)
+    assert check(p, planted_bug).status == "ok"  # the same sizes on both calls
+    got = check(p, planted_bug, resize=True)
+    assert (got.status, got.kind) == ("wrong", "value") and "sizes +2" in got.detail
+    # every size above 1 grows the same, so inputs that broadcast still do
+    assert check(p, EAGER, resize=True).status == "ok"
+    from fuzz.inputs import resized
+
+    assert [s.shape for s in resized([X, y, InputSpec("x2", (1, 0, 3))], 2)] == [
+        (5, 6), (6,), (1, 0, 5)]
+
+
+def test_resize_reproducer_replays_every_call(tmp_path: Path) -> None:
+    from fuzz.oracle import Outcome
+
+    p = _prog(["v0 = x0 * 2"], ("v0",), (X,), backward=False)
+    text = reproducer(p, "ember-eager", Outcome("wrong", "value", "call 3"), resize=True)
+    assert "CALLS = [(make_inputs_0, SEED + 0), (make_inputs_0, SEED + 7919), " \
+        "(make_inputs_1, SEED + 15838), (make_inputs_2, SEED + 23757)]" in text
+    path = tmp_path / "repro.py"
+    path.write_text(text)
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True)
+    assert done.returncode == 0 and "compiled matches eager" in done.stdout, done.stdout + done.stderr
