@@ -791,3 +791,25 @@ def test_foreach_write_seen_through_an_aliasing_input_with_dynamic_sizes(backend
         (got, xg, v1g), (want, xw, v1w) = results
         _same(got, want)
         assert torch.equal(xg, xw) and torch.equal(v1g, v1w)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_index_add_of_a_mismatched_source_raises_as_eager(backend: str) -> None:
+    # fuzz seeds 45 and 170 on grown inputs: eager's kernel checks that the source's sizes
+    # outside `dim` are the destination's, torch's meta kernel does not; the compiled
+    # program returned a result (the op's result unused, or added over 5 of 7 columns)
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        v = x * 2
+        v.index_add_(0, torch.tensor([1, 0, 1]), torch.ones(3, 5))
+        return v + 1
+
+    compiled = ember.dynamo.compile(fn, backend=backend)
+    for n in (5, 5, 7, 8):  # the third call recompiles with a symbolic size
+        x = torch.randn(2, n)
+        if n == 5:
+            _same(compiled(x), fn(x))
+            continue
+        with pytest.raises(RuntimeError, match="source tensor shape must match"):
+            fn(x)
+        with pytest.raises(RuntimeError, match="source tensor shape must match"):
+            compiled(x)
