@@ -813,3 +813,25 @@ def test_index_add_of_a_mismatched_source_raises_as_eager(backend: str) -> None:
             fn(x)
         with pytest.raises(RuntimeError, match="source tensor shape must match"):
             compiled(x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_index_put_of_values_that_do_not_broadcast_raises_as_eager(backend: str) -> None:
+    # fuzz seed 356 on grown inputs: eager's kernel checks that the values broadcast to
+    # x[idx]'s shape, torch's meta kernel does not, and the compiled program (where the
+    # written tensor is not used after) returned
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        v = x + 1
+        v.index_put_((torch.tensor([3, 1]),), torch.ones(2, 3), accumulate=True)
+        return x * 2
+
+    compiled = ember.dynamo.compile(fn, backend=backend)
+    for n in (3, 3, 5, 6):  # the third call recompiles with a symbolic size
+        x = torch.randn(4, n)
+        if n == 3:
+            _same(compiled(x), fn(x))
+            continue
+        with pytest.raises(RuntimeError, match="shape mismatch"):
+            fn(x)
+        with pytest.raises(RuntimeError, match="shape mismatch"):
+            compiled(x)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import random
+from collections.abc import Callable
 
+import pytest
 import torch
 
 from ember.ir.fake_mode import EagerLayoutFakeMode, index_strides
@@ -57,3 +60,31 @@ def test_fake_index_of_a_transposed_input_has_eager_strides() -> None:
         fx = mode.from_tensor(x)
         assert fx[fx.clamp(0, 2)].stride() == want
         assert (fx[fx.clamp(0, 2)] > 0).sort(1).values.stride() == want
+
+
+def _raises(fn: Callable[[], object]) -> bool:
+    try:
+        fn()
+    except RuntimeError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("op", ["index_put_", "index_add_"])
+def test_checks_eager_makes_and_meta_kernels_skip(op: str) -> None:
+    # on fake tensors the op raises exactly when eager's kernel does, for value/source
+    # shapes that fit and that do not (torch's meta kernels accept them all)
+    mode = EagerLayoutFakeMode(allow_non_fake_inputs=True)
+    idx = torch.tensor([1, 2])
+    shapes = [(1, 2, 5), (5,), (2, 1), (), (1,), (2, 5), (3, 5), (2, 2, 5), (1, 5), (2, 4), (2, 5, 1)]
+    for shape in shapes:
+        def run(x: torch.Tensor, shape: tuple[int, ...] = shape) -> None:
+            if op == "index_put_":
+                x.index_put_((idx,), torch.ones(shape), accumulate=True)
+            else:
+                x.index_add_(0, idx, torch.ones(shape) if shape else torch.ones(()).expand(2))
+
+        fake = mode.from_tensor(torch.zeros(4, 5))
+        with mode:
+            faked = _raises(functools.partial(run, fake))
+        assert faked == _raises(functools.partial(run, torch.zeros(4, 5))), (op, shape)

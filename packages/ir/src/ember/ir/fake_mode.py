@@ -23,6 +23,8 @@ does) instead of compiling into code that returns something:
 - ``index_add``: the source's sizes outside ``dim`` must be the destination's (fuzz
   seeds 45 and 170 on grown inputs: ``v.index_add_(0, idx, torch.ones(3, 5))`` on a
   ``v`` of 7 columns). With symbolic sizes the comparison is a guard.
+- ``index_put``: the values must broadcast to the shape ``self[indices]`` has (fuzz
+  seed 356 on grown inputs: ``torch.ones(2, 3)`` put at rows of a 7-column tensor).
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
     ) -> object:
         if func in _INDEX_ADD and len(args) >= 4:
             _check_index_add(args[0], args[1], args[3])
+        elif func in _INDEX_PUT and len(args) >= 3:
+            self._check_index_put(types, args[0], args[1], args[2])
         out = super().dispatch(func, types, args, kwargs or {})
         if func is aten.index.Tensor and isinstance(out, FakeTensor):
             stride = index_strides(args[0], args[1]) if len(args) > 1 else None
@@ -59,7 +63,30 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
                 )
         return out
 
+    def _check_index_put(self, types: Sequence[type], dest: Any, indices: Any, values: Any) -> None:
+        """Eager's ``index_put`` check (meta kernels skip it): ``values`` broadcasts to the
+        shape of ``dest[indices]``."""
+        if not isinstance(values, torch.Tensor) or not isinstance(dest, torch.Tensor):
+            return
+        try:
+            target = super().dispatch(aten.index.Tensor, types, (dest, indices), {})
+        except Exception:  # masks (a data-dependent shape), or indices eager rejects itself
+            return
+        if not isinstance(target, torch.Tensor):
+            return
+        want, have = list(target.shape), list(values.shape)
+        fits = len(have) <= len(want) and all(
+            h == 1 or h == w for h, w in zip(reversed(have), reversed(want))
+        )
+        if not fits:
+            raise RuntimeError(
+                f"shape mismatch: value tensor of shape {have} cannot be broadcast to indexing "
+                f"result of shape {want}"
+            )
 
+
+_INDEX_PUT = frozenset({aten.index_put.default, aten.index_put_.default,
+                        aten._index_put_impl_.default})
 _INDEX_ADD = frozenset({aten.index_add.default, aten.index_add_.default, aten.index_add.out})
 
 
