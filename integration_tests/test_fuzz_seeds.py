@@ -65,6 +65,14 @@ FOUND_SEEDS = {
     3889: "wrong:no exception: index_put_ on a 0-d result (nansum(0)) did not raise",
     4023: "wrong:mutation: as_strided(..., offset).abs_() on a slice input that requires grad",
 }
+#: seeds found wrong with ``tools/fuzz.py run --resize`` (two more calls on grown inputs,
+#: so recompiles and symbolic sizes) and fixed, checked the same way under every backend
+FOUND_RESIZE_SEEDS = {
+    3: "wrong:value: a foreach write to an input read through another (aliasing) input",
+    45: "wrong:no exception: an unused index_add_ of a source eager rejects",
+    170: "wrong:no exception: an unused index_add_ of a source eager rejects",
+    356: "wrong:no exception: an unused index_put_ of values eager rejects",
+}
 #: (backend, seed) -> why: known wrong results still open (issue 14), left out of the
 #: default run so the rest keeps guarding; each is still run and must still fail, so a
 #: fix shows up here and the entry is removed.
@@ -75,13 +83,13 @@ def _chunks(total: int, start: int = 0) -> list[tuple[int, int]]:
     return [(a, min(a + CHUNK, total)) for a in range(start, total, CHUNK)]
 
 
-def _run(backend_name: str, seeds: list[int]) -> None:
+def _run(backend_name: str, seeds: list[int], resize: bool = False) -> None:
     backend = get_backend(backend_name)
     failures = []
     logging.disable(logging.WARNING)  # graph breaks and eager fallbacks are expected here
     try:
         for seed in seeds:
-            outcome = check(generate(seed), backend)
+            outcome = check(generate(seed), backend, resize=resize)
             backend.reset()
             if (backend_name, seed) in KNOWN_WRONG:
                 if outcome.status in ("ok", "invalid"):
@@ -109,6 +117,11 @@ def test_fuzz_seeds(backend_name: str, lo: int, hi: int) -> None:
 @pytest.mark.parametrize("backend_name", list(SEEDS))
 def test_fuzz_found_seeds(backend_name: str) -> None:
     _run(backend_name, sorted(FOUND_SEEDS))
+
+
+@pytest.mark.parametrize("backend_name", list(SEEDS))
+def test_fuzz_found_seeds_on_grown_inputs(backend_name: str) -> None:
+    _run(backend_name, sorted(FOUND_RESIZE_SEEDS), resize=True)
 
 
 @pytest.mark.slow
