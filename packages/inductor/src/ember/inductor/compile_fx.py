@@ -9,7 +9,9 @@ reason logged.
 
 from __future__ import annotations
 
+import functools
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -303,7 +305,7 @@ def _compile(
     stats = BuildStats()
     kernels = backend.build(art.kernels(), stats)
     constants = {name: _attr(gm, target) for name, target in art.constant_targets.items()}
-    code = compile(art.wrapper_source, "<ember.inductor wrapper>", "exec")
+    code = _wrapper_code(art.wrapper_source)
 
     def wrapper(kernels: dict[str, Any]) -> Callable[[list[Any]], list[Any]]:
         ns = namespace(backend, kernels, constants, art.consts)
@@ -320,6 +322,14 @@ def _compile(
     if device.type == "cuda" and opts.mode in CUDAGRAPH_MODES:
         compiled.use_cuda_graphs(gm, art, device)
     return compiled
+
+
+@functools.lru_cache(maxsize=256)
+def _wrapper_code(source: str) -> types.CodeType:
+    """The wrapper's code object, compiled once per source text: each call of it gets its own
+    namespace (kernels, constants), and a regional compile or a warm start loads one
+    wrapper once per block."""
+    return compile(source, "<ember.inductor wrapper>", "exec")
 
 
 def _generate(
