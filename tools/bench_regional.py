@@ -12,7 +12,8 @@ call plus the first call:
 * ``torch whole`` / ``torch regional``: torch.compile on the model / each layer
   (``layer.compile()``), for comparison.
 
-Prints the median of ``--repeats`` runs per mode and the ratio regional / whole, each
+Python's bytecode cache is kept (``PYTHONDONTWRITEBYTECODE`` is dropped for the workers, as
+in ``tools/bench``): an installed ember has its ``.pyc`` files. Prints the median of ``--repeats`` runs per mode and the ratio regional / whole, each
 with the worker's CPU seconds (its own and its finished children's: ember's C++ compiler runs;
 torch's compile workers outlive the figure, so its CPU column is a lower bound). On a
 machine shared with other work, ``--threads 1`` (``OMP_NUM_THREADS`` for every mode)
@@ -97,6 +98,11 @@ def measure(
         script.write_text(WORKER.format(tools=tools))
         env = dict(os.environ, EMBER_CACHE_DIR=str(Path(tmp) / "cache"), TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / "torch"))
         env.pop("EMBER_COMPILE_DEBUG", None)
+        # Python's bytecode cache is what an installed ember has (pip writes the .pyc
+        # files; torch's are in site-packages): with PYTHONDONTWRITEBYTECODE every worker
+        # compiled ember's editable sources again (~0.3 s in both modes), which no user
+        # pays. tools/bench's workers keep it the same way (bench/runner.py).
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         if threads is not None:
             env["OMP_NUM_THREADS"] = str(threads)
         proc = subprocess.run(

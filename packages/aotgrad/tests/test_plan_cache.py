@@ -272,3 +272,28 @@ def test_small_constants_made_while_tracing_are_stored_by_value(
     for e, a, b in zip(expected, first, second, strict=True):
         torch.testing.assert_close(a, e)
         torch.testing.assert_close(b, e)
+
+
+def test_required_decompositions_in_the_fingerprint_follow_torchs_table() -> None:
+    """A lazy table's fingerprint holds the mutation decompositions aotgrad adds from torch's
+    table; it is remembered between backend calls, and must change when that table does."""
+    import torch._decomp as torch_decomp
+
+    from ember.aotgrad import LazyDecompTable
+    from ember.aotgrad.decompositions import mutation_decompositions, with_required
+
+    lazy = LazyDecompTable(dict, lambda: "own")
+    before = with_required(lazy).fingerprint()  # type: ignore[attr-defined]
+    assert with_required(lazy).fingerprint() == before  # type: ignore[attr-defined]
+    op, fn = next(iter(mutation_decompositions().items()))
+
+    def other(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    table = torch_decomp.decomposition_table
+    table[op] = other
+    try:
+        assert with_required(lazy).fingerprint() != before  # type: ignore[attr-defined]
+    finally:
+        table[op] = fn
+    assert with_required(lazy).fingerprint() == before  # type: ignore[attr-defined]

@@ -365,6 +365,71 @@ def test_regional_compilation_of_a_module_list_captures_one_block() -> None:
     assert list(model.state_dict()) == list(Tower(depth=12).state_dict())
 
 
+def _counting_inductor_compiles(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Calls of ember.inductor's graph compile (a cache hit or not): one per backend call."""
+    from ember.inductor import compile_fx
+
+    calls: list[int] = []
+    real = compile_fx._compile
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compile_fx, "_compile", counting)
+    return calls
+
+
+def test_regional_inductor_blocks_share_one_compiled_graph(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The blocks after the first binding reuse what the backend compiled, each with its own
+    weights (no plan, graph key or wrapper made again per block), and still read their own
+    weights after ``.data =`` or an in-place change."""
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    calls = _counting_inductor_compiles(monkeypatch)
+    torch.manual_seed(0)
+    model = Tower(depth=6)
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        expected = model(x)
+        ed.compile(model.blocks, backend="inductor")
+        torch.testing.assert_close(model(x), expected)
+        # one capture, one binding compiled (its caches hit); four blocks rebound
+        assert len(calls) == 2
+        model.blocks[4].fc.weight.data = torch.randn(8, 8)
+        model.blocks[3].ln.bias.add_(1.0)
+        model.blocks[5].fc.bias.zero_()
+        got = model(x)
+        for block in model.blocks:
+            block.forward = block.forward.__wrapped__.__get__(block)  # eager again
+        torch.testing.assert_close(got, model(x))
+    assert len(calls) == 2
+
+
+def test_regional_blocks_whose_weights_share_memory_otherwise_compile_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A block whose weights share memory where the first bound one's did not (a tied bias)
+    passes the guards but is compiled for itself, not rebound."""
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    calls = _counting_inductor_compiles(monkeypatch)
+    torch.manual_seed(0)
+    model = Tower(depth=4)
+    model.blocks[3].ln.bias = model.blocks[3].fc.bias
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        expected = model(x)
+        ed.compile(model.blocks, backend="inductor")
+        torch.testing.assert_close(model(x), expected)
+        model.blocks[3].fc.bias.add_(0.5)  # both names see it
+        got = model(x)
+        for block in model.blocks:
+            block.forward = block.forward.__wrapped__.__get__(block)
+        torch.testing.assert_close(got, model(x))
+    assert len(calls) == 3  # capture, the first binding, the tied block
+
+
 class Local(Block):
     pass
 

@@ -373,3 +373,31 @@ def test_sparse_values_get_no_metadata_rather_than_wrong_metadata() -> None:
     ir = from_fx(torch.fx.GraphModule(nn.Module(), g), [torch.eye(3)])
     assert ir.node("to_sparse").meta is None
     assert ir.node("x").meta is not None
+
+
+def test_a_verified_graph_is_not_walked_again_but_an_edited_copy_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``loads`` verifies; ``to_fx`` of that graph (or of it with weights attached) does not walk
+    its nodes a second time. A graph made from other nodes is verified in full."""
+    import dataclasses
+
+    ir = loads(dumps(small_ir()))
+    weights = small_ir().tensors
+    walked: list[str] = []
+    check = GraphIR._verify_node
+
+    def counting(self: GraphIR, node: Any, seen: set[str], *, is_last: bool) -> None:
+        walked.append(node.name)
+        check(self, node, seen, is_last=is_last)
+
+    monkeypatch.setattr(GraphIR, "_verify_node", counting)
+    to_fx(ir.with_tensors(weights))
+    assert walked == []
+    bad = dataclasses.replace(ir, nodes=ir.nodes[:-1])  # no output node
+    with pytest.raises(FormatError, match="must end with"):
+        bad.verify()
+    relu = next(n for n in ir.nodes if n.op == "call_function")
+    renamed = dataclasses.replace(ir, nodes=tuple(
+        dataclasses.replace(n, target="aten.no_such_op.default") if n is relu else n for n in ir.nodes))
+    with pytest.raises(FormatError):
+        to_fx(renamed.with_tensors(weights))
+    assert relu.name in walked

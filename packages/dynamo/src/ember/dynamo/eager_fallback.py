@@ -85,6 +85,26 @@ def compile_or_eager(
     return EagerOnError(compiled, gm, name)
 
 
+def rebound(
+    compiled: Callable[..., Any], new_for: dict[int, torch.Tensor], gm: torch.fx.GraphModule
+) -> Callable[..., Any] | None:
+    """What the backend compiled for one module instance, reading another instance's
+    weights instead (``new_for``: ``id`` of each old weight -> the new one), with ``gm`` (the
+    new instance's graph) as the eager fallback; None where the compiled object cannot say
+    how (only a backend result with ``rebind_weights``, e.g. ember.inductor's compiled
+    graphs, can; closures and other wrappers cannot)."""
+    if type(compiled) is EagerOnError:
+        if compiled.failed is not None:
+            return None
+        inner = rebound(compiled.compiled, new_for, gm)
+        return None if inner is None else EagerOnError(inner, gm, compiled.name)
+    rebind = getattr(type(compiled), "rebind_weights", None)
+    if rebind is None:
+        return None
+    found: Callable[..., Any] | None = rebind(compiled, new_for)
+    return found
+
+
 class EagerOnError:
     """Runs ``compiled``; where it raises and ``gm`` run eagerly does not, runs ``gm``."""
 

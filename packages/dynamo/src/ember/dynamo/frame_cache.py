@@ -63,7 +63,7 @@ from ember.ir.cache_entry import (
 )
 from ember.ir.modules import module_spec
 
-from .eager_fallback import alias_checked, set_mutated_inputs
+from .eager_fallback import alias_checked, rebound, set_mutated_inputs
 from .frame import CapturedGraph, CompilerFn, GraphBreak, GuardedCode, next_graph_name
 from .logs import get_logger
 from .portable import bind, code_digest, identity_of, make_portable, resolve
@@ -276,6 +276,9 @@ class FrameStore:
         self.cache_dir = cache_dir
         self._frames: dict[str, list[StoredFrame]] = {}
         self._keys: dict[types.CodeType, str] = {}
+        #: ``id`` of a stored graph -> (that graph, what its first binding compiled): the
+        #: other instances of the block share it (``_shared_compile``)
+        self.shared: dict[int, tuple[StoredGraph, Shared]] = {}
         _ALL_STORES.add(self)
 
     def key(self, code: types.CodeType) -> str:
@@ -318,6 +321,8 @@ class FrameStore:
             evict(path.parent.parent, max_bytes_from_env(), keep=path)
 
     def drop(self, code: types.CodeType, stored: StoredFrame) -> None:
+        for graph in stored.graphs:
+            self.shared.pop(id(graph), None)
         frames = self.frames(code)
         if stored in frames:
             frames.remove(stored)
@@ -333,6 +338,7 @@ class FrameStore:
 
     def clear(self) -> None:
         self._frames.clear()
+        self.shared.clear()
 
     def forget_misses(self) -> None:
         """Look at the disk again for keys it had nothing for (new files arrived)."""
@@ -545,6 +551,7 @@ def instantiate(
     f_globals: dict[str, Any],
     compiler: CompilerFn,
     wrap: WrapFn,
+    shared: dict[int, tuple[StoredGraph, Shared]] | None = None,
 ) -> GuardedCode | None:
     """``stored`` bound to this frame, or None when its guards do not hold here.
 
@@ -603,7 +610,8 @@ def instantiate(
         # a graph that changes an input in place runs in program order when that input
         # shares memory with another (``f(x, x)``), as it did where it was captured
         set_mutated_inputs(gm, graph.mutated)
-        compiled = alias_checked(compiler(gm, example_inputs), gm, graph.mutated)
+        backend_out = _shared_compile(graph, gm, tensors, example_inputs, compiler, shared)
+        compiled = alias_checked(backend_out, gm, graph.mutated)
         name = next_graph_name()
         f_globals[name] = compiled
         names[graph.name] = name
@@ -629,6 +637,78 @@ def instantiate(
         [b.live() for b in stored.breaks],
         input_sizes=dict(stored.input_sizes),
     )
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What the backend compiled for the first instance a stored graph was bound to."""
+
+    compiler: CompilerFn
+    compiled: Any  # the backend's result (``Runtime.compiler``), before ``alias_checked``
+    weights: dict[str, torch.Tensor]  # that instance's tensors, by graph name
+    signature: tuple[Any, ...]  # ``_compile_signature`` of that binding
+
+
+def _layout(t: Any) -> tuple[Any, ...]:
+    if not isinstance(t, torch.Tensor):
+        return (type(t),)
+    return (type(t), t.device, t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset(),
+            t.requires_grad)
+
+
+def _compile_signature(tensors: dict[str, Any], example_inputs: list[Any]) -> tuple[Any, ...]:
+    """Everything of one binding a backend may compile differently for: the layout of each
+    weight and input, which weights share memory, grad and autocast modes."""
+    storages: dict[tuple[Any, int], int] = {}
+    shares: list[int] = []
+    for t in tensors.values():
+        if isinstance(t, torch.Tensor):
+            key = (t.device, t.untyped_storage().data_ptr())
+            shares.append(storages.setdefault(key, len(storages)))
+    autocast = tuple(
+        (d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")
+    )
+    return (
+        tuple((name, _layout(t)) for name, t in tensors.items()),
+        tuple(shares),
+        tuple(_layout(x) for x in example_inputs),
+        torch.is_grad_enabled(),
+        torch.is_inference_mode_enabled(),
+        autocast,
+    )
+
+
+def _shared_compile(
+    graph: StoredGraph,
+    gm: torch.fx.GraphModule,
+    tensors: dict[str, Any],
+    example_inputs: list[Any],
+    compiler: CompilerFn,
+    shared: dict[int, tuple[StoredGraph, Shared]] | None,
+) -> Any:
+    """``compiler(gm, example_inputs)``, or, for a further instance of a block whose stored
+    graph was bound before with weights and inputs of the same layouts (same sharing, same
+    grad and autocast modes), what the backend compiled then, reading this instance's weights
+    (``eager_fallback.rebound``): no graph key, plan or wrapper is made again per block
+    (regional compilation). A backend result that cannot be rebound is compiled per instance."""
+    signature = _compile_signature(tensors, example_inputs) if shared is not None else ()
+    if shared is not None:
+        found = shared.get(id(graph))
+        if found is not None and found[0] is graph:
+            first = found[1]
+            if first.compiler == compiler and first.signature == signature:
+                new_for = {
+                    id(old): tensors[name]
+                    for name, old in first.weights.items()
+                    if isinstance(old, torch.Tensor)
+                }
+                compiled = rebound(first.compiled, new_for, gm)
+                if compiled is not None:
+                    return compiled
+    compiled = compiler(gm, example_inputs)
+    if shared is not None and id(graph) not in shared:
+        shared[id(graph)] = (graph, Shared(compiler, compiled, dict(tensors), signature))
+    return compiled
 
 
 def _modules_match(
@@ -658,7 +738,7 @@ def attempt(
     """The first stored frame of ``code`` that binds to this call, or None."""
     for stored in list(store.frames(code)):
         try:
-            guarded = instantiate(stored, f_locals, f_globals, compiler, wrap)
+            guarded = instantiate(stored, f_locals, f_globals, compiler, wrap, store.shared)
         except Exception as exc:  # a stored frame that cannot be rebuilt is dropped, never run
             log.warning(
                 "stored frame of %s could not be rebuilt (%s: %s); capturing it again",

@@ -111,7 +111,9 @@ def share_aliases(
     seen: set[Guard] = set()
     for g in guards:
         if g.source is not None:
-            g = replace(g, source=rebase(g.source))
+            moved = rebase(g.source)
+            if moved is not g.source:
+                g = replace(g, source=moved)
         if g not in seen:
             seen.add(g)
             out.append(g)

@@ -9,8 +9,11 @@ reason logged.
 
 from __future__ import annotations
 
+import copy
+import functools
 import time
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,8 +97,31 @@ class CompiledGraph:
         )
         self._eager = eager
         self.report = report
+        #: (the constants, ``(constants, profiled) -> call``): what ``rebind_weights`` remakes
+        self._rebind: tuple[dict[str, torch.Tensor], Callable[[dict[str, torch.Tensor], bool], Any]] | None = None
         #: the CUDA-graph runner (``mode="reduce-overhead"`` on CUDA), None without one
         self.cudagraphs: CudaGraphCall | None = None
+
+    def rebind_weights(self, new_for: Mapping[int, torch.Tensor]) -> CompiledGraph | None:
+        """This compiled graph reading other weights: each constant ``t`` replaced by
+        ``new_for[id(t)]``, kernels and wrapper code shared (a regional compile's next block,
+        whose weights have the layouts of these: ember.dynamo checks that). None when a
+        constant has no replacement, or the graph replays CUDA graphs (recorded addresses)."""
+        if self._rebind is None or self.cudagraphs is not None:
+            return None
+        constants, make = self._rebind
+        new = {}
+        for name, t in constants.items():
+            found = new_for.get(id(t))
+            if found is None:
+                return None
+            new[name] = found
+        other = copy.copy(self)
+        other._call = make(new, False)
+        other._make_profiled = lambda: make(new, True)
+        other._profiled = None
+        other._rebind = (new, make)
+        return other
 
     def use_cuda_graphs(self, gm: torch.fx.GraphModule, art: GraphArtifact, device: torch.device) -> None:
         """Replay this graph's calls from CUDA graphs (``mode="reduce-overhead"``, ADR 0039),
@@ -303,23 +329,35 @@ def _compile(
     stats = BuildStats()
     kernels = backend.build(art.kernels(), stats)
     constants = {name: _attr(gm, target) for name, target in art.constant_targets.items()}
-    code = compile(art.wrapper_source, "<ember.inductor wrapper>", "exec")
+    code = _wrapper_code(art.wrapper_source)
 
-    def wrapper(kernels: dict[str, Any]) -> Callable[[list[Any]], list[Any]]:
+    def wrapper(kernels: dict[str, Any], constants: dict[str, torch.Tensor]) -> Callable[[list[Any]], list[Any]]:
         ns = namespace(backend, kernels, constants, art.consts)
         exec(code, ns)
         return ns["call"]  # type: ignore[no-any-return]
 
-    call = wrapper(kernels)
+    def make(constants: dict[str, torch.Tensor], profiled: bool) -> Callable[[list[Any]], list[Any]]:
+        return wrapper(named_kernels(kernels) if profiled else kernels, constants)
+
+    call = wrapper(kernels, constants)
     report.compiled, report.cached = stats.compiled, stats.cached
     report.seconds = time.perf_counter() - start
     compiled = CompiledGraph(
-        call, art, report, gm, inputs_guarded, profiled=lambda: wrapper(named_kernels(kernels))
+        call, art, report, gm, inputs_guarded, profiled=lambda: make(constants, True)
     )
+    compiled._rebind = (constants, make)
     device = graph_device(example_inputs)
     if device.type == "cuda" and opts.mode in CUDAGRAPH_MODES:
         compiled.use_cuda_graphs(gm, art, device)
     return compiled
+
+
+@functools.lru_cache(maxsize=256)
+def _wrapper_code(source: str) -> types.CodeType:
+    """The wrapper's code object, compiled once per source text: each call of it gets its own
+    namespace (kernels, constants), and a regional compile or a warm start loads one
+    wrapper once per block."""
+    return compile(source, "<ember.inductor wrapper>", "exec")
 
 
 def _generate(

@@ -58,28 +58,43 @@ def remember_stored_text(gm: torch.fx.GraphModule, text: str) -> None:
     gm.meta[_STORED_TEXT] = (gm.graph, len(gm.graph.nodes), text)
 
 
-def _stored_data(gm: torch.fx.GraphModule) -> dict[str, Any] | None:
+def _stored_text(gm: torch.fx.GraphModule) -> str | None:
     memo = getattr(gm, "meta", {}).get(_STORED_TEXT)
     if memo is None or memo[0] is not gm.graph or memo[1] != len(gm.graph.nodes):
         return None
-    data = json.loads(memo[2])
-    return data if isinstance(data, dict) else None
+    return str(memo[2])
 
 
-def graph_key_text(gm: torch.fx.GraphModule, log: logging.Logger) -> str | None:
-    """``gm``'s ember.ir JSON without stack traces; None (reason logged at DEBUG) when the IR cannot hold it."""
-    data = _stored_data(gm)
-    if data is None:
-        try:
-            data = to_json(from_fx(gm))
-        except (FormatError, TypeError, ValueError, KeyError) as e:
-            log.debug("graph not cached (%s: %s)", type(e).__name__, e)
-            return None
+def _key_text(data: dict[str, Any]) -> str:
     nodes = data.get("nodes")
     for node in nodes if isinstance(nodes, list) else []:
         if isinstance(node, dict):
             node.pop("stack_trace", None)
     return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+
+
+@functools.lru_cache(maxsize=256)
+def _stored_key_text(text: str) -> str | None:
+    """The key text of a cache entry's graph JSON: a function of the text alone, computed once
+    per process (a regional compile keys the same stored graph once per block, twice each:
+    aotgrad's plan key and inductor's graph key)."""
+    data = json.loads(text)
+    return _key_text(data) if isinstance(data, dict) else None
+
+
+def graph_key_text(gm: torch.fx.GraphModule, log: logging.Logger) -> str | None:
+    """``gm``'s ember.ir JSON without stack traces; None (reason logged at DEBUG) when the IR cannot hold it."""
+    text = _stored_text(gm)
+    if text is not None:
+        key = _stored_key_text(text)
+        if key is not None:
+            return key
+    try:
+        data = to_json(from_fx(gm))
+    except (FormatError, TypeError, ValueError, KeyError) as e:
+        log.debug("graph not cached (%s: %s)", type(e).__name__, e)
+        return None
+    return _key_text(data)
 
 
 @functools.cache

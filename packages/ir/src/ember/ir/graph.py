@@ -223,7 +223,21 @@ class GraphIR:
 
     # --- verify ------------------------------------------------------------
     def verify(self) -> None:
-        """Check the graph is well formed; raise FormatError naming node and field."""
+        """Check the graph is well formed; raise FormatError naming node and field.
+
+        A graph verified once is not walked again: ``loads`` verifies, then ``to_fx`` of it
+        (or of ``with_tensors`` of it: the same nodes, tables and modules, other weights)
+        would check every node a second time (a stored frame's or plan's graph, rebuilt
+        per block of a regional compile and per graph of a warm start). The IR is frozen
+        data; the memo holds the very objects checked (``_VERIFIED``), so it never answers
+        for a graph built from other ones. The weights in ``tensors`` are checked against
+        their metadata every time."""
+        if not _was_verified(self):
+            self._verify()
+            _remember_verified(self)
+        self._verify_tensors()
+
+    def _verify(self) -> None:
         if self.dialect not in DIALECTS:
             raise FormatError(f"dialect must be one of {DIALECTS}, got {self.dialect!r}", field="dialect")
         if not self.nodes or self.nodes[-1].op != "output":
@@ -241,6 +255,11 @@ class GraphIR:
         for kind, table in (("params", self.params), ("buffers", self.buffers), ("constants", self.constants)):
             for name, meta in table.items():
                 _verify_meta(meta, f"{kind}.{name}")
+
+    def _verify_tensors(self) -> None:
+        """The weights in memory against their metadata (checked on every ``verify``)."""
+        for kind, table in (("params", self.params), ("buffers", self.buffers), ("constants", self.constants)):
+            for name, meta in table.items():
                 t = self.tensors.get(name)
                 if t is not None and meta.is_static and (tuple(t.shape) != meta.shape or t.dtype != meta.dtype):
                     raise FormatError(
@@ -423,3 +442,24 @@ def _verify_module(spec: ModuleSpec, path: str, ir: GraphIR) -> None:
         table = ir.params if kind == "params" else ir.buffers
         if full not in table:
             raise FormatError(f"module {path!r} refers to {kind[:-1]} {full!r}, which the graph does not list", node=path, field=kind)
+
+
+#: ``id(ir.nodes)`` -> the fields of a GraphIR that passed ``verify`` (the objects
+#: themselves, so an id is never reused while its entry lives); the oldest go first.
+_VERIFIED: dict[int, tuple[object, ...]] = {}
+_VERIFIED_MAX = 512
+
+
+def _verified_fields(ir: GraphIR) -> tuple[object, ...]:
+    return (ir.dialect, ir.nodes, ir.params, ir.buffers, ir.constants, ir.modules, ir.codegen, ir.version)
+
+
+def _was_verified(ir: GraphIR) -> bool:
+    found = _VERIFIED.get(id(ir.nodes))
+    return found is not None and all(a is b for a, b in zip(found, _verified_fields(ir), strict=True))
+
+
+def _remember_verified(ir: GraphIR) -> None:
+    if len(_VERIFIED) >= _VERIFIED_MAX:
+        del _VERIFIED[next(iter(_VERIFIED))]
+    _VERIFIED[id(ir.nodes)] = _verified_fields(ir)

@@ -169,6 +169,7 @@ class Guard:
     source: Source | None
     kind: GuardKind
     payload: Mapping[str, JSON] = field(default_factory=dict)
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, GuardKind):
@@ -180,7 +181,17 @@ class Guard:
         object.__setattr__(self, "payload", dict(self.payload))
 
     def __hash__(self) -> int:
-        return hash((self.source, self.kind, json.dumps(self.payload, sort_keys=True)))
+        # computed once (the payload as sorted JSON): compiling a warm start's ~900 guards
+        # hashes each several times (sets, dicts, ``share_aliases``); the payload is a copy
+        # the guard owns and nothing changes it
+        h = self._hash
+        if not h:
+            h = hash((self.source, self.kind, json.dumps(self.payload, sort_keys=True))) or 1
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return Guard, (self.source, self.kind, dict(self.payload))  # the cached hash is per process
 
     def verify(self) -> None:
         """Check the source rule and the payload schema; raise FormatError."""
