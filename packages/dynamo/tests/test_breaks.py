@@ -854,3 +854,28 @@ def test_torch_objects_are_passed_through_and_break_where_used() -> None:
         "`SGD` object cannot be traced (`.zero_grad` is run outside the graph)",
         "`Generator` object cannot be passed to a graph op",
     ]
+
+
+def _block_len(mask):
+    return mask.shape[1]  # an AttributeError on None
+
+
+class _MaskedUnlessCompiling(nn.Module):
+    """LongT5's stack: the mask is made only when not compiling, then read."""
+
+    def forward(self, x, mask=None):
+        if mask is None and not torch.compiler.is_compiling():
+            mask = torch.ones_like(x)
+        return x * _block_len(mask)
+
+
+def test_an_exception_raised_while_tracing_runs_the_frame_eagerly():
+    """The traced code (compiling branch) raises where eager does not: a split ran the
+    call for real on the mask the compiling branch left unset (AttributeError)."""
+    m = _MaskedUnlessCompiling()
+    x = torch.randn(2, 3)
+    cnt = CompileCounter()
+    torch.testing.assert_close(ed.compile(m, backend=cnt)(x), m(x))
+    assert cnt.frame_count == 0
+    with pytest.raises(ed.Unsupported, match="NoneType has no attribute `shape`"):
+        ed.compile(_MaskedUnlessCompiling(), backend=cnt, fullgraph=True)(x)

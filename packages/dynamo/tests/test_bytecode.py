@@ -7,7 +7,7 @@ import dis
 import inspect
 import types
 
-from bytecode import Instr
+from bytecode import Bytecode, Instr
 
 from ember.dynamo.bytecode_transform import assemble
 from ember.dynamo.resume import ResumeCodes, live_locals, real_instructions
@@ -131,3 +131,48 @@ def test_resume_shares_cells_and_closures():
     at_ret = real_instructions(outer.__code__)[-1].offset
     rcode2, name2 = resume_code(outer.__code__, at_ret, 0, ("inner",))
     assert rcode2.co_freevars == ("y",) and rcode2.co_cellvars == ()
+
+
+def wide(x, name):
+    y = x + 1
+    message = f"a line whose f-string runs past column 128, like transformers' deprecate_kwarg: {name} is deprecated, use {name}_new {x.shape} instead."
+    return y * 2, message
+
+
+def lines_per_code_unit(code: types.CodeType) -> dict[int, int | None]:
+    return {o: line for s, e, line in code.co_lines() for o in range(s, e, 2)}
+
+
+def test_columns_past_128_keep_a_valid_line_table():
+    """``bytecode`` 0.19 writes columns >= 128 in the one-line location form, whose
+    raw column bytes then read as new entries: the table outgrew the code and the
+    verifier refused every frame split in such a function (it ran eagerly)."""
+    from ember.dynamo.bytecode_verify import verify
+
+    assert max(p[3] or 0 for p in wide.__code__.co_positions()) >= 128
+    at = offset_of(wide, "LOAD_FAST", "y", 0)
+    rcode, _ = resume_code(wide.__code__, at, 0, ("x", "name", "y"))
+    verify(rcode)  # raised BytecodeError: "the line table has an overlapping or out-of-range entry"
+    body = [i for i in Bytecode.from_code(wide.__code__) if not (isinstance(i, Instr) and i.name == "RESUME")]
+    code = assemble(wide.__code__, body)
+    verify(code)
+    assert lines_per_code_unit(code) == lines_per_code_unit(wide.__code__)
+    assert list(code.co_positions()) == list(wide.__code__.co_positions())
+
+
+def test_break_in_a_function_with_wide_lines_splits_it():
+    import torch
+
+    import ember.dynamo as ed
+    from ember.dynamo.testing import CompileCounter
+
+    def fn(x):
+        y = x.sin()
+        message = f"a line whose f-string runs past column 128, like transformers' deprecate_kwarg: {y.shape} is deprecated, use {x.shape} instead."
+        ed.graph_break()
+        return y.cos() + len(message)
+
+    cnt = CompileCounter()
+    x = torch.randn(4)
+    torch.testing.assert_close(ed.compile(fn, backend=cnt)(x), fn(x))
+    assert cnt.frame_count == 2  # was 0: the split frame failed to verify and ran eagerly

@@ -89,6 +89,11 @@ class GuardCollector:
         self.add_type(source, value)
         self._add(source, ir.GuardKind.LENGTH_MATCH, {"length": len(value)})
 
+    def add_empty(self, source: Source) -> None:
+        """``len(source) == 0``, without a type check: for the containers torch itself
+        keeps on an object (a module's hook dicts), one cheap part each."""
+        self._add(source, ir.GuardKind.LENGTH_MATCH, {"length": 0})
+
     def add_dict_keys(self, source: Source, value: dict[Any, Any]) -> None:
         self.add_type(source, value)
         self._add(source, ir.GuardKind.DICT_KEYS, {"keys": [ir.encode_value(k) for k in value]})

@@ -20,6 +20,7 @@ from typing import Any
 from bytecode import Bytecode, CompilerFlags, Instr, Label
 from bytecode.instr import CellVar, FreeVar, TryBegin
 
+from .bytecode_transform import to_code
 from .errors import Unsupported
 
 #: Numbers resume functions' global names. Process-wide on purpose: two
@@ -176,8 +177,8 @@ def resume_code(
     # through the jump into the middle of a `try`/`with` region.
     known = exact_handler_depths(orig, bc)
     try:
-        code = new.to_code(
-            stacksize=orig.co_stacksize + 1, compute_exception_stack_depths=not known
+        code = to_code(
+            new, stacksize=orig.co_stacksize + 1, compute_exception_stack_depths=not known
         )
     except Exception as e:  # the bytecode library rejected the layout
         raise Unsupported(f"cannot build a resume function for `{orig.co_name}`: {e}") from e

@@ -93,6 +93,14 @@ class InstructionTranslator(InstructionTranslatorBase):
         except Unsupported as e:
             if isinstance(e, UserRaised) and self.exception_entry(inst.offset) is not None:
                 raise  # the frame's own `try` handles it (``run`` goes to the handler)
+            if isinstance(e, UserRaised) and inst.opname not in RAISE_OPS:
+                # The traced code raises where the frame calls or reads something. Eager
+                # may not: code that asks `torch.compiler.is_compiling()` (transformers'
+                # `is_torchdynamo_compiling()`) took the compiling branch while tracing,
+                # and a split would run the rest for real on what that branch left
+                # (LongT5 passed its unset attention mask on). The frame runs eagerly.
+                e.reason = f"{e.reason}, raised while tracing; the frame runs eagerly rather than split there"
+                raise
             e.locate(self.user_stack())
             restore(self, cp)
             raise BreakSignal(inst, e) from e
@@ -100,6 +108,10 @@ class InstructionTranslator(InstructionTranslatorBase):
     def RETURN_VALUE(self, inst: dis.Instruction) -> None:
         self.return_value = self.pop()
         raise ReturnSignal
+
+
+#: a frame's own `raise`: split there, the compiled part runs and the raise is replayed
+RAISE_OPS = frozenset({"RAISE_VARARGS", "RERAISE"})
 
 
 class InliningInstructionTranslator(InstructionTranslatorBase):

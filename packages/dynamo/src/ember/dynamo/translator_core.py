@@ -217,6 +217,8 @@ class TranslatorCore:
         """``obj.name``; an untraceable value is deferred to its use."""
         try:
             return obj.var_getattr(self, name)
+        except UserRaised:
+            raise  # Python raises AttributeError here, not where the value is used
         except Unsupported as e:
             if obj.source is None and not obj.is_python_constant():
                 raise

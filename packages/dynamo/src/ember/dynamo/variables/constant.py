@@ -15,7 +15,7 @@ import torch
 
 from ember.ir import Source
 
-from ..errors import Unsupported
+from ..errors import Unsupported, UserRaised
 from .base import VariableTracker
 
 if TYPE_CHECKING:
@@ -82,7 +82,9 @@ class ConstantVariable(VariableTracker):
         try:
             attr = getattr(self.value, name)
         except AttributeError as e:
-            raise Unsupported(f"{type(self.value).__name__} has no attribute `{name}`") from e
+            raise UserRaised(
+                AttributeError, f"{type(self.value).__name__} has no attribute `{name}` (AttributeError)"
+            ) from e
         if callable(attr) and not is_constant_value(attr) and not isinstance(attr, type):
             return ConstantMethodVariable(self, name)
         if not is_constant_value(attr):

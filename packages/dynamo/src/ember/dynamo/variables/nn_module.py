@@ -4,6 +4,12 @@ User modules are inlined (their ``forward`` is traced like any method);
 torch.nn's own leaf modules (Linear, Conv2d, ReLU, ...) become one
 ``call_module`` node each. Parameters and buffers reached through a module
 become ``get_attr`` nodes; the module's identity is guarded.
+
+Calling a module runs its forward pre-hooks and forward hooks as
+``Module.__call__`` does, traced like any function; its hook dicts are
+guarded (empty ones by length), so a hook registered after capture
+recompiles instead of being skipped. Backward hooks, global hooks and hooks
+taking keyword arguments are refused (the module runs eagerly).
 """
 
 from __future__ import annotations
@@ -19,7 +25,6 @@ from torch import nn
 from ember.ir import Attr, Item, Source
 
 from ..errors import Unsupported
-from ..frame_cache import has_hooks
 from ..function_entry import CompiledFunction
 from ..rebuild import rebuild_module
 from .base import VariableTracker
@@ -35,6 +40,28 @@ if TYPE_CHECKING:
 MISSING: Any = object()
 
 CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)
+
+
+#: the hook dicts ``Module.__call__`` reads
+HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+
+
+def unsupported_hooks(module: nn.Module) -> str:
+    """What about ``module``'s hooks capture cannot follow ("" if nothing)."""
+    mod = nn.modules.module
+    if module._backward_hooks or getattr(module, "_backward_pre_hooks", None):
+        return "backward hooks"
+    if mod._global_forward_hooks or mod._global_forward_pre_hooks or mod._global_backward_hooks:
+        return "global module hooks"
+    if getattr(mod, "_global_backward_pre_hooks", None):
+        return "global module hooks"
+    if module._forward_pre_hooks_with_kwargs or module._forward_hooks_with_kwargs:
+        return "forward hooks taking keyword arguments"
+    return ""
+
+
+def is_none(v: VariableTracker) -> bool:
+    return v.is_python_constant() and v.as_python_constant() is None
 
 
 def is_leaf_module(module: nn.Module, inline_inbuilt: bool) -> bool:
@@ -241,12 +268,56 @@ class NNModuleVariable(VariableTracker):
         self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
     ) -> VariableTracker:
         m = self.value
-        if has_hooks(m):
-            raise Unsupported(f"{self.describe()} has forward/backward hooks")
+        refused = unsupported_hooks(m)
+        if refused:
+            raise Unsupported(f"{self.describe()} has {refused}")
+        self.guard_hooks(tx)
+        pre_hooks = self.hooks(tx, "_forward_pre_hooks")
+        hooks = self.hooks(tx, "_forward_hooks")
+        for hook in pre_hooks:
+            got = hook.call_function(tx, [self, TupleVariable(list(args))], {})
+            if not is_none(got):
+                args = list(got.items) if isinstance(got, TupleVariable) else [got]
+        if pre_hooks or hooks:
+            # never a call_module node: the graph would call the module, hooks and all
+            result = self.inline_forward(tx, args, kwargs)
+        else:
+            result = self.call_forward(tx, args, kwargs)
+        for hook in hooks:
+            got = hook.call_function(tx, [self, TupleVariable(list(args)), result], {})
+            if not is_none(got):
+                result = got
+        return result
+
+    def call_forward(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        m = self.value
         if is_leaf_module(m, tx.options.inline_inbuilt_nn_modules) and not overridden(tx, m):
             tx.guard_module_training(self)
             return tx.output.call_module(self, args, kwargs)
         return self.inline_forward(tx, args, kwargs)
+
+    def guard_hooks(self, tx: Tx) -> None:
+        """Pin the module's hook dicts: empty ones by length (one cheap part each),
+        the others by their keys (each hook is then guarded where it is read)."""
+        if self.source is None:
+            return
+        for name in HOOK_DICTS:
+            hooks = getattr(self.value, name, None)
+            if hooks is None:
+                continue
+            if hooks:
+                tx.output.guards.add_dict_keys(Attr(self.source, name), hooks)
+            else:
+                tx.output.guards.add_empty(Attr(self.source, name))
+
+    def hooks(self, tx: Tx, name: str) -> list[VariableTracker]:
+        hooks = getattr(self.value, name)
+        if hooks and self.source is None:
+            raise Unsupported(f"{self.describe()} has {name.strip('_').replace('_', ' ')} but no source")
+        src = Attr(self.source, name) if self.source is not None else None
+        return [tx.wrap(hook, Item(src, key) if src is not None else None) for key, hook in hooks.items()]
 
     def inline_forward(
         self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
