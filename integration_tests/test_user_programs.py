@@ -793,6 +793,24 @@ def test_foreach_write_seen_through_an_aliasing_input_with_dynamic_sizes(backend
         assert torch.equal(xg, xw) and torch.equal(v1g, v1w)
 
 
+def _raises_as_eager_on_grown_inputs(
+    fn: Callable[[torch.Tensor], torch.Tensor], backend: str, rows: int, sizes: tuple[int, ...],
+    match: str,
+) -> None:
+    """``fn`` compiled matches eager on ``(rows, sizes[0])`` (called twice) and raises as
+    eager does on the later column counts: the third call recompiles with a symbolic size."""
+    compiled = ember.dynamo.compile(fn, backend=backend)
+    for n in (sizes[0], *sizes):
+        x = torch.randn(rows, n)
+        if n == sizes[0]:
+            _same(compiled(x), fn(x))
+            continue
+        with pytest.raises(RuntimeError, match=match):
+            fn(x)
+        with pytest.raises(RuntimeError, match=match):
+            compiled(x)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_index_add_of_a_mismatched_source_raises_as_eager(backend: str) -> None:
     # fuzz seeds 45 and 170 on grown inputs: eager's kernel checks that the source's sizes
@@ -803,16 +821,7 @@ def test_index_add_of_a_mismatched_source_raises_as_eager(backend: str) -> None:
         v.index_add_(0, torch.tensor([1, 0, 1]), torch.ones(3, 5))
         return v + 1
 
-    compiled = ember.dynamo.compile(fn, backend=backend)
-    for n in (5, 5, 7, 8):  # the third call recompiles with a symbolic size
-        x = torch.randn(2, n)
-        if n == 5:
-            _same(compiled(x), fn(x))
-            continue
-        with pytest.raises(RuntimeError, match="source tensor shape must match"):
-            fn(x)
-        with pytest.raises(RuntimeError, match="source tensor shape must match"):
-            compiled(x)
+    _raises_as_eager_on_grown_inputs(fn, backend, 2, (5, 7, 8), "source tensor shape must match")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -825,13 +834,4 @@ def test_index_put_of_values_that_do_not_broadcast_raises_as_eager(backend: str)
         v.index_put_((torch.tensor([3, 1]),), torch.ones(2, 3), accumulate=True)
         return x * 2
 
-    compiled = ember.dynamo.compile(fn, backend=backend)
-    for n in (3, 3, 5, 6):  # the third call recompiles with a symbolic size
-        x = torch.randn(4, n)
-        if n == 3:
-            _same(compiled(x), fn(x))
-            continue
-        with pytest.raises(RuntimeError, match="shape mismatch"):
-            fn(x)
-        with pytest.raises(RuntimeError, match="shape mismatch"):
-            compiled(x)
+    _raises_as_eager_on_grown_inputs(fn, backend, 4, (3, 5, 6), "shape mismatch")
