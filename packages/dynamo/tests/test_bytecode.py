@@ -151,7 +151,7 @@ def test_columns_past_128_keep_a_valid_line_table():
 
     assert max(p[3] or 0 for p in wide.__code__.co_positions()) >= 128
     at = offset_of(wide, "LOAD_FAST", "y", 0)
-    rcode, _ = resume_code(wide.__code__, at, 0, ("x", "name", "y"))
+    rcode, _ = resume_code(wide.__code__, at, 0, ("x", "name", "y", "message"))
     verify(rcode)  # raised BytecodeError: "the line table has an overlapping or out-of-range entry"
     body = [i for i in Bytecode.from_code(wide.__code__) if not (isinstance(i, Instr) and i.name == "RESUME")]
     code = assemble(wide.__code__, body)
