@@ -88,3 +88,31 @@ def test_checks_eager_makes_and_meta_kernels_skip(op: str) -> None:
         with mode:
             faked = _raises(functools.partial(run, fake))
         assert faked == _raises(functools.partial(run, torch.zeros(4, 5))), (op, shape)
+
+
+def test_foreach_writes_count_in_version_counters_as_in_eager() -> None:
+    # capture finds written inputs by their versions; torch's fake tensors leave them
+    # unchanged for the in-place foreach ops (fuzz seed 3 on grown inputs)
+    mode = EagerLayoutFakeMode(allow_non_fake_inputs=True)
+    ops: list[Callable[[list[torch.Tensor], list[torch.Tensor]], object]] = [
+        lambda a, b: torch._foreach_add_(a, b),
+        lambda a, b: torch._foreach_mul_(a, 2.0),
+        lambda a, b: torch._foreach_zero_(a),
+        lambda a, b: torch._foreach_copy_(a, b),
+    ]
+    for op in ops:
+        real = [torch.randn(3), torch.randn(3)]
+        fake = [mode.from_tensor(t) for t in real]
+        other = torch.randn(3)
+        before = [t._version for t in (*real, *fake)]
+        op([real[0]], [other])
+        with mode:
+            op([fake[0]], [mode.from_tensor(other)])
+        after = [t._version for t in (*real, *fake)]
+        bumped = [a != b for a, b in zip(after, before)]
+        assert bumped == [True, False, True, False], op
+    with mode:
+        x = mode.from_tensor(torch.randn(3))
+        v = x._version
+        torch._foreach_add([x], [x])  # not in place: nothing written
+        assert x._version == v

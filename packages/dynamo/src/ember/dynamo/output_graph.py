@@ -11,7 +11,6 @@ call emitter, for a whole frame and for a frame split at a break).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import operator
 import re
@@ -83,24 +82,6 @@ def name_hint(source: Source) -> str:
     if not text or text[0].isdigit():
         text = "v_" + text
     return text
-
-
-def _foreach_inplace(target: Any) -> bool:
-    """``torch._foreach_<op>_``: writes the tensors of its first list argument."""
-    name = getattr(target, "__name__", "")
-    return name.startswith("_foreach_") and name.endswith("_") and getattr(torch, name, None) is target
-
-
-def _count_writes(tensors: Any) -> None:
-    """Bump the version counters of tensors an op wrote. torch's fake tensors do it for
-    every in-place op but the foreach ones (``torch._foreach_add_`` leaves ``_version``
-    as it was, real tensors' goes up), and capture finds the inputs a graph writes by
-    their versions: a missed write let a graph that writes one input and reads another
-    sharing its memory run compiled as if they did not (fuzz seed 3, resized)."""
-    for t in tensors if isinstance(tensors, (list, tuple)) else ():
-        if isinstance(t, torch.Tensor):
-            with contextlib.suppress(RuntimeError):  # an inference tensor: no version counter
-                torch.autograd.graph.increment_version(t)
 
 
 def _version_of(t: torch.Tensor) -> int | None:
@@ -355,8 +336,6 @@ class OutputGraph:
                 f"`{name}` cannot be traced: {type(e).__name__} on fake tensors"
                 + (f" ({detail})" if detail else "")
             ) from e
-        if kind == "call_function" and _foreach_inplace(target) and fake_args:
-            _count_writes(fake_args[0])
         raised = empty_input_error(kind, target, tuple(fake_args), fake_kwargs)
         if raised is not None:
             name = target if isinstance(target, str) else getattr(target, "__name__", str(target))

@@ -25,10 +25,18 @@ does) instead of compiling into code that returns something:
   ``v`` of 7 columns). With symbolic sizes the comparison is a guard.
 - ``index_put``: the values must broadcast to the shape ``self[indices]`` has (fuzz
   seed 356 on grown inputs: ``torch.ones(2, 3)`` put at rows of a 7-column tensor).
+
+And it counts the writes of the in-place foreach ops (``_foreach_add_``...) in the
+written tensors' version counters, as eager does and torch's fake tensors do not:
+capture finds the inputs a graph writes by their versions (fuzz seed 3 on grown inputs:
+a foreach write to one input, read through another input sharing its memory, compiled
+as if nothing were written).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -54,6 +62,8 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
         elif func in _INDEX_PUT and len(args) >= 3:
             self._check_index_put(types, args[0], args[1], args[2])
         out = super().dispatch(func, types, args, kwargs or {})
+        if args and _foreach_inplace(func):
+            _count_writes(args[0])
         if func is aten.index.Tensor and isinstance(out, FakeTensor):
             stride = index_strides(args[0], args[1]) if len(args) > 1 else None
             if stride is not None and tuple(stride) != tuple(out.stride()):
@@ -83,6 +93,20 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
                 f"shape mismatch: value tensor of shape {have} cannot be broadcast to indexing "
                 f"result of shape {want}"
             )
+
+
+@functools.cache
+def _foreach_inplace(func: Any) -> bool:
+    """``aten._foreach_<op>_``: writes the tensors of its first list argument."""
+    name = getattr(getattr(func, "overloadpacket", None), "__name__", "")
+    return name.startswith("_foreach_") and name.endswith("_")
+
+
+def _count_writes(tensors: Any) -> None:
+    for t in tensors if isinstance(tensors, (list, tuple)) else ():
+        if isinstance(t, torch.Tensor):
+            with contextlib.suppress(RuntimeError):  # an inference tensor: no version counter
+                torch.autograd.graph.increment_version(t)
 
 
 _INDEX_PUT = frozenset({aten.index_put.default, aten.index_put_.default,
