@@ -217,3 +217,17 @@ def test_constant_tuple_plus_a_symbolic_shape() -> None:
 
     cnt, _ = run_sizes(f, lambda n: (torch.randn(2, n, 3),), [4, 5, 7], dynamic=True)
     assert cnt.frame_count == 1 and len(cnt.graphs) == 1
+
+
+def sliced_by_size(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    n = y.shape[0]
+    out = x.clone()
+    out[1:n] = 0.0  # STORE_SLICE on 3.12+
+    return x[:n] * 2, out  # BINARY_SLICE on 3.12+
+
+
+def test_slicing_by_a_symbolic_size_does_not_recompile() -> None:
+    """``x[a:b]`` compiles to BINARY_SLICE/STORE_SLICE on Python 3.12+, which read the
+    bounds as constants: every new length recompiled there (5 graphs for 5 lengths)."""
+    cnt, _ = run_sizes(sliced_by_size, lambda n: (torch.randn(12), torch.randn(n)), [3, 4, 5, 6, 7])
+    assert cnt.frame_count == 2

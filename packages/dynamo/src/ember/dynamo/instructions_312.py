@@ -23,6 +23,7 @@ from .variables.constant import ConstantVariable
 from .variables.lazy import LazyVariable
 from .variables.lists import ListIteratorVariable, TupleVariable
 from .variables.misc import BoundCallVariable, NullVariable
+from .variables.sym import make_slice
 
 if TYPE_CHECKING:
     from .codegen import PyCodegen
@@ -109,16 +110,14 @@ class VersionInstructions(Handlers):
         stop = self.pop()
         start = self.pop()
         obj = self.pop()
-        key = ConstantVariable(slice(start.as_python_constant(), stop.as_python_constant()))
-        self.push(self.getitem(obj, key))
+        self.push(self.getitem(obj, make_slice(self, [start, stop])))
 
     def STORE_SLICE(self, inst: Inst) -> None:
         stop = self.pop()
         start = self.pop()
         obj = self.pop()
         value = self.pop()
-        key = ConstantVariable(slice(start.as_python_constant(), stop.as_python_constant()))
-        self.setitem(obj, key, value)
+        self.setitem(obj, make_slice(self, [start, stop]), value)
 
     def END_FOR(self, inst: Inst) -> None:
         self.popn(2)

@@ -201,7 +201,7 @@ class CommonInstructions(TranslatorCore):
         self.push(DictVariable(dict(zip(keys, values, strict=True))))
 
     def BUILD_SLICE(self, inst: Inst) -> None:
-        self.push(make_slice(self.popn(arg(inst))))
+        self.push(make_slice(self, self.popn(arg(inst))))
 
     def BUILD_STRING(self, inst: Inst) -> None:
         parts = self.popn(arg(inst))

@@ -43,6 +43,7 @@ from .tensor_subclass import BASE_CLASSES, as_plain, is_capturable_class, result
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable, OpaqueConstantVariable, is_constant_value
 from .variables.dicts import DictVariable
+from .variables.known_scalars import attach_known, with_values
 from .variables.lazy import LazyVariable
 from .variables.lists import BaseListVariable, ListVariable, NamedTupleVariable, TupleVariable
 from .variables.sym import SYM_TYPES, SliceVariable, SymNodeVariable, is_symbolic
@@ -330,6 +331,13 @@ class OutputGraph:
         except Unsupported:
             raise
         except Exception as e:
+            if type(e).__name__ == "DataDependentOutputException":
+                swapped = with_values(self, args, 1 if kind == "call_method" else 0)
+                names = list(kwargs)
+                swapped_kw = dict(zip(names, with_values(self, list(kwargs.values()), 0)))
+                if any(a is not b for a, b in zip([*swapped, *swapped_kw.values()],
+                                                  [*args, *kwargs.values()])):
+                    return self.create_op(kind, target, swapped, swapped_kw)
             name = target if isinstance(target, str) else getattr(target, "__name__", str(target))
             detail = str(e).splitlines()[0] if str(e) else ""
             raise Unsupported(
@@ -342,7 +350,10 @@ class OutputGraph:
             raise Unsupported(f"`{name}` raises on these sizes in eager (an empty or 0-d tensor) "
                               f"({type(raised).__name__}); it runs eagerly")
         node = self.graph.create_node(kind, target, tuple(node_args), node_kwargs)
-        return self.wrap_result(node, example, args)
+        result = self.wrap_result(node, example, args)
+        if isinstance(result, TensorVariable) and result.node is node and kind == "call_function":
+            attach_known(result, target, args, kwargs)
+        return result
 
     def call_module(
         self, mod_var: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker]

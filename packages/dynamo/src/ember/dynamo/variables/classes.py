@@ -26,6 +26,7 @@ from .constant import ConstantVariable
 from .dicts import DictVariable
 from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
 from .iterators import ITERTOOLS_TYPES, construct_itertools, take_parallel
+from .known_scalars import known_value
 from .lists import ListIteratorVariable, ListVariable, NamedTupleVariable, TupleVariable
 from .nn_module import construct_module
 from .objects import (
@@ -326,6 +327,10 @@ def construct_builtin_type(tx: Tx, cls: Any, args: Args, kwargs: Kwargs) -> Vari
         return d
     if cls in (set, frozenset) and not kwargs and not (cls is frozenset and all_const(list(args))):
         return SetVariable.of(tx, iterate(tx, args[0]) if args else [], frozen=cls is frozenset)
+    if cls is int and len(args) == 1 and not kwargs and isinstance(args[0], TensorVariable):
+        known = known_value(args[0])  # ``int(torch.tensor(n))``: n, known while tracing
+        if known is not None:
+            return known.materialize(tx.output)
     if cls in (int, float, bool, str, complex) and args and isinstance(args[0], TensorVariable):
         raise Unsupported(
             f"`{cls.__name__}(tensor)` needs the tensor's data, which is only known at run time"

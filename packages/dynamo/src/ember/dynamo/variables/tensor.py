@@ -22,6 +22,7 @@ from ember.ir import Source
 from ..errors import Unsupported
 from .base import VariableTracker
 from .constant import ConstantVariable
+from .known_scalars import Known, known_value
 from .lists import TupleVariable
 from .sym import is_symbolic
 
@@ -64,6 +65,10 @@ class TensorVariable(VariableTracker):
         self.node = node
         self.example = example
         self.cls = cls
+        #: the value of a 0-d int tensor made from ints while tracing (``known_scalars``),
+        #: valid while ``example``'s version counter is still ``known_version``
+        self.known: Known | None = None
+        self.known_version = 0
 
     def python_type(self) -> type:
         return self.cls
@@ -171,6 +176,8 @@ def size_tuple(tx: Tx, tensor: TensorVariable) -> VariableTracker:
 
 # Methods that produce a Python value from tensor *data*: always a break.
 DATA_METHODS = frozenset({"item", "tolist", "numpy", "__bool__", "__int__", "__float__"})
+#: ... except where the value is known while tracing (``known_scalars``)
+KNOWN_READS = frozenset({"item", "tolist", "__int__", "__index__"})
 
 
 #: tensor methods handled by modules above this one (``hooks``: ``register_hook``;
@@ -189,6 +196,10 @@ def tensor_method(
     special = SPECIAL_METHODS.get(name)
     if special is not None:
         return special(tx, tensor, args, kwargs)
+    if name in KNOWN_READS and not args and not kwargs:
+        known = known_value(tensor)
+        if known is not None:
+            return known.materialize(tx.output)
     if name in DATA_METHODS:
         raise Unsupported(
             f"`Tensor.{name}()` needs the tensor's data, which is only known when the graph runs"

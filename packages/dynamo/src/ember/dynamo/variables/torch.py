@@ -18,6 +18,7 @@ from ..errors import Unsupported
 from ..mutable import Box
 from .base import VariableTracker
 from .constant import ConstantVariable
+from .known_scalars import MAKERS, tensor_of_size
 from .lists import BaseListVariable, ListVariable
 from .ndarray import NumpyNdarrayVariable, as_tensor
 
@@ -122,6 +123,10 @@ class TorchFunctionVariable(VariableTracker):
                 if fn in (torch.is_grad_enabled, torch.get_default_dtype, torch.is_autocast_enabled):
                     tx.output.guard_global_state()
                 return tx.wrap_constant(value)
+        if fn in MAKERS:
+            made = tensor_of_size(tx, args, kwargs)
+            if made is not None:
+                return made
         return tx.output.create_op("call_function", fn, args, kwargs)
 
     def reconstruct(self, cg: PyCodegen) -> None:
