@@ -6,6 +6,7 @@
     python tools/fuzz.py replay fuzz_failures/ember-inductor/seed17.json
     python tools/fuzz.py shrink 17 --backend ember-inductor -o repro.py
     python tools/fuzz.py run --backends ember-inductor --seeds 0:500 --resize   # + grown inputs
+    python tools/fuzz.py recompiles --backends ember-eager,torch-eager --seeds 0:200
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .backends import NAMES, get_backend
 from .generate import generate
 from .oracle import check
 from .program import Program
+from .recompiles import run_stability, stability_table
 from .repro import reproducer
 from .runner import classes_table, run, summary_table, worker_main
 from .shrink import shrink
@@ -65,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--backend", default=None)
     k.add_argument("--resize", action="store_true", help="check on grown inputs too (as run --resize)")
     k.add_argument("-o", "--output", help="write the reproducer here (default: stdout)")
+    c = sub.add_parser("recompiles", help="count graphs compiled as sizes keep growing")
+    c.add_argument("--backends", default="ember-eager,torch-eager")
+    c.add_argument("--seeds", default="0:100")
+    c.add_argument("--json", help="write every record here")
     w = sub.add_parser("worker", help=argparse.SUPPRESS)
     w.add_argument("--backend", required=True)
     w.add_argument("--out-dir")
@@ -91,6 +97,14 @@ def _command(args: argparse.Namespace) -> int:
         print(summary_table(records))
         print()
         print(classes_table(records))
+        return 0
+    if args.cmd == "recompiles":
+        logging.getLogger("torch").setLevel(logging.CRITICAL)  # fake-tensor tracebacks
+        results = run_stability(args.backends.split(","), parse_seeds(args.seeds))
+        if args.json:
+            Path(args.json).write_text(json.dumps(
+                {b: [vars(r) for r in rows] for b, rows in results.items()}, indent=0))
+        print(stability_table(results))
         return 0
     if args.cmd == "show":
         print(generate(args.seed).source())

@@ -298,3 +298,20 @@ def test_resize_reproducer_replays_every_call(tmp_path: Path) -> None:
     path.write_text(text)
     done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True)
     assert done.returncode == 0 and "compiled matches eager" in done.stdout, done.stdout + done.stderr
+
+
+def test_recompiles_counts_late_compiles_with_reasons() -> None:
+    """``recompiles``: a program that specializes a size (a loop over it) compiles again
+    on every grown call; one that does not, once, when sizes first grow."""
+    from fuzz.recompiles import stability, stability_table
+
+    steady = _prog(["v0 = x0 * 2"], ("v0",), (X,), backward=False)
+    looped = _prog(["v0 = sum(x0[i] for i in range(x0.shape[0]))"], ("v0",), (X,),
+                   backward=False)
+    for backend in ("ember-eager", "torch-eager"):
+        s = stability(steady, backend)
+        assert not s.skipped and s.compiles[:3] == [1, 0, 1] and s.late == 0, s
+    s = stability(looped, "ember-eager")
+    assert s.late == 2 and len(s.reasons) == 2 and "size()[0] was" in s.reasons[0], s
+    table = stability_table({"ember-eager": [s]})
+    assert "| ember-eager | 1 | 1 (3) | 2 | 0 |" in table and "size()[#] was #" in table

@@ -231,3 +231,23 @@ def test_slicing_by_a_symbolic_size_does_not_recompile() -> None:
     bounds as constants: every new length recompiled there (5 graphs for 5 lengths)."""
     cnt, _ = run_sizes(sliced_by_size, lambda n: (torch.randn(12), torch.randn(n)), [3, 4, 5, 6, 7])
     assert cnt.frame_count == 2
+
+
+def fill_a_view(x: torch.Tensor) -> torch.Tensor:
+    x.permute(1, 0).masked_fill_(x.t() > 0, 1.0)
+    return x * 2
+
+
+def test_a_computed_input_stays_a_computed_tensor_with_symbolic_sizes() -> None:
+    """An input computed from a leaf (``w * 1``) may be written through a view; its fake
+    tensor with symbolic sizes was a leaf, where that raises, so every grown call broke
+    the graph (fuzz seed 34 under ``tools/fuzz.py recompiles``)."""
+    compiled = ed.compile(fill_a_view, backend="aot_eager", fullgraph=True)
+    for n in (3, 4, 5, 6):
+        w_e = torch.randn(n, n + 1, requires_grad=True)
+        w_c = w_e.detach().clone().requires_grad_()
+        out_e, out_c = fill_a_view(w_e * 1), compiled(w_c * 1)
+        torch.testing.assert_close(out_c, out_e)
+        out_e.sum().backward()
+        out_c.sum().backward()
+        torch.testing.assert_close(w_c.grad, w_e.grad)

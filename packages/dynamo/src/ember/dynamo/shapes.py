@@ -190,7 +190,8 @@ class ShapePolicy:
         if layout is None:
             return None
         sizes, strides = layout
-        return self.env.fake_tensor(mode, sizes, strides, t.dtype, t.device, t.requires_grad)
+        return self.env.fake_tensor(mode, sizes, strides, t.dtype, t.device, t.requires_grad,
+                                   leaf=t.is_leaf)
 
     def payload_dims(self, source: Source) -> tuple[tuple[int, ...], tuple[int, ...]]:
         return self.dynamic_dims.get(source.expr(), ((), ()))

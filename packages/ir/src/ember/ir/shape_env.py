@@ -183,8 +183,12 @@ class ShapeEnv:
         dtype: torch.dtype,
         device: torch.device,
         requires_grad: bool = False,
+        leaf: bool = True,
     ) -> torch.Tensor:
-        """A fake tensor of ``mode`` whose sizes and strides are these expressions.
+        """A fake tensor of ``mode`` whose sizes and strides are these expressions;
+        with ``requires_grad`` and not ``leaf``, the result of an autograd op (not a
+        view, same layout), as an input computed from a leaf is: in-place ops on its
+        views are allowed, where on a leaf's they raise.
 
         Turns off ``mode``'s dispatch cache: torch keys it on its own ShapeEnv.
         """
@@ -195,7 +199,23 @@ class ShapeEnv:
             t = torch.empty_strided(size, stride, dtype=dtype, device=device)
         if requires_grad:
             t.requires_grad_(True)
+            if not leaf:
+                with mode, torch.enable_grad():
+                    t = _NonLeaf.apply(t)  # type: ignore[no-untyped-call]
         return t
+
+
+class _NonLeaf(torch.autograd.Function):
+    """A new tensor of its input's layout, computed from it (never differentiated:
+    fake tensors only trace)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad
 
 
 # -- static decisions from symbol ranges --------------------------------------------
