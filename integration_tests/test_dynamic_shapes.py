@@ -231,3 +231,32 @@ def test_views_of_symbolic_inputs_compile(grad: bool) -> None:
         logging.getLogger("ember").removeHandler(handler)
     assert not handler.messages, handler.messages
     assert cnt.frame_count == 1
+
+
+class WindowPad(nn.Module):
+    """Swin's window padding: pad H and W up to a multiple of the window, then a conv."""
+
+    def __init__(self, window: int = 4) -> None:
+        super().__init__()
+        self.window = window
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[-2:]
+        x = nn.functional.pad(x, (0, (-w) % self.window, 1, (-h) % self.window + 1))
+        return self.conv(x).relu()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_padding_does_not_specialize_the_sizes(backend: str) -> None:
+    """``F.pad``'s C++ kernel reads sizes as ints: traced without torch's Python
+    dispatcher (which runs its meta kernel instead), every padded size was specialized,
+    so every new size recompiled (fuzz: ``tools/fuzz.py recompiles``)."""
+    torch.manual_seed(0)
+    model = WindowPad()
+    cnt = CompileCounterWithBackend(backend)
+    compiled = ed.compile(model, backend=cnt)
+    for n in (5, 6, 9, 10, 13, 17):
+        x = torch.randn(2, 3, n, n + 2)
+        torch.testing.assert_close(compiled(x), model(x))
+    assert cnt.frame_count == 2

@@ -31,6 +31,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from ember.aotgrad.errors import FunctionalizationError, VerifyError
 from ember.aotgrad.sizes import call_node
+from ember.ir.fake_mode import has_symbols, symbolic_dispatch
 
 aten = torch.ops.aten
 
@@ -146,7 +147,7 @@ class _Functionalizer:
         if self.region is not None:
             node.meta["recompute"] = self.region
         vals = tree_map(lambda a: a.meta["val"] if isinstance(a, fx.Node) else a, (args, kwargs))
-        with self.fake_mode, torch.no_grad():
+        with self.fake_mode, torch.no_grad(), symbolic_dispatch(has_symbols(vals)):
             node.meta["val"] = op(*vals[0], **vals[1])
         return node
 

@@ -33,7 +33,7 @@ from ember.aotgrad.errors import AotGradError, TraceError, VerifyError
 from ember.aotgrad.functionalize import ViewStep, find_mutated_inputs, functionalize
 from ember.aotgrad.sizes import SYM_TYPES, expr_of, is_symbolic_tensor
 from ember.aotgrad.trace import DecompTable, GraphTracer, storage_key
-from ember.ir.fake_mode import EagerLayoutFakeMode
+from ember.ir.fake_mode import EagerLayoutFakeMode, symbolic_dispatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +161,8 @@ def trace_graph(
         tracer.placeholder(f"primals_{i + 1}", a)
     input_storage = {storage_key(a): i for i, a in reversed(list(enumerate(args)))}
 
-    with fake_mode, tracer, torch.set_grad_enabled(joint):
+    symbolic = any(is_symbolic_tensor(a) for a in args)
+    with fake_mode, tracer, torch.set_grad_enabled(joint), symbolic_dispatch(symbolic):
         with _torch_failures_as_trace_errors():
             outs = list(fn(*args))
         mutated = find_mutated_inputs(tracer.graph)

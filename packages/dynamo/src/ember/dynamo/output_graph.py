@@ -26,7 +26,7 @@ from bytecode import Instr
 from torch.utils import _pytree as pytree
 
 from ember.ir import Attr, Global, Item, Local, Source
-from ember.ir.fake_mode import EagerLayoutFakeMode
+from ember.ir.fake_mode import EagerLayoutFakeMode, symbolic_dispatch
 
 from .builder import wrap_constant_result
 from .codegen import OUT_LOCAL, PyCodegen
@@ -323,7 +323,7 @@ class OutputGraph:
         node_kwargs = {k: self.to_node_args(v)[0] for k, v in kwargs.items()}
         fake_kwargs = {k: self.to_node_args(v)[1] for k, v in kwargs.items()}
         try:
-            with self.fake_mode:
+            with self.fake_mode, symbolic_dispatch(self.shapes.is_symbolic):
                 if kind == "call_method":
                     example = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
                 else:

@@ -263,3 +263,27 @@ def _iterator_output_strides(shape: list[int], strides: list[list[int]]) -> list
 
 
 __all__ = ["EagerLayoutFakeMode", "index_strides"]
+
+
+def symbolic_dispatch(symbolic: bool) -> contextlib.AbstractContextManager[Any]:
+    """Where sizes are symbolic: torch's Python dispatcher, which runs ops' Python meta
+    kernels and decompositions; they read sizes as symbols, where composite C++ kernels
+    (``constant_pad_nd``: ``F.pad``) read them as ints, specializing every dynamic size
+    they touch (a recompile per size). Static traces do without it (it costs tracing
+    time)."""
+    if not symbolic:
+        return contextlib.nullcontext()
+    from torch._dispatch.python import enable_python_dispatcher
+
+    return enable_python_dispatcher()
+
+
+def has_symbols(values: Any) -> bool:
+    """Whether a symbolic size, or a tensor with one, is among ``values`` (nested)."""
+    sym = (torch.SymInt, torch.SymFloat, torch.SymBool)
+    for v in torch.utils._pytree.tree_leaves(values):
+        if isinstance(v, sym):
+            return True
+        if isinstance(v, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in v.shape):
+            return True
+    return False
