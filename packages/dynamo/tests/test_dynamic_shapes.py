@@ -251,3 +251,27 @@ def test_a_computed_input_stays_a_computed_tensor_with_symbolic_sizes() -> None:
         out_e.sum().backward()
         out_c.sum().backward()
         torch.testing.assert_close(w_c.grad, w_e.grad)
+
+
+def rank_by_branch(x: torch.Tensor, flat: bool) -> tuple[torch.Tensor, int]:
+    y = x.flatten() if flat else x * 2
+    print("a graph break: `y` is a local of the resume function")
+    return y + 1, y.shape[0]
+
+
+def test_a_local_of_two_ranks_still_goes_dynamic(capsys: pytest.CaptureFixture[str]) -> None:
+    """One local, a 1-d tensor on one branch and a 2-d one on the other: its size history
+    was replaced on each change of rank, so it never went dynamic and every new size
+    recompiled (fuzz seed 218 under ``tools/fuzz.py recompiles``)."""
+    cnt = CompileCounter()
+    compiled = ed.compile(rank_by_branch, backend=cnt)
+    for flat in (False, True):
+        x = torch.randn(3, 4)
+        assert compiled(x, flat)[1] == rank_by_branch(x, flat)[1]
+    before = cnt.frame_count
+    for n in (5, 6, 7, 8):
+        x = torch.randn(n, 4)
+        for got, want in zip(compiled(x, False), rank_by_branch(x, False), strict=True):
+            torch.testing.assert_close(got, want)
+    # the function and its resume function recompile once each, both dynamic at once
+    assert cnt.frame_count == before + 2

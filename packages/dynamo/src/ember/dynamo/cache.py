@@ -22,6 +22,11 @@ from typing import Any
 from .resume import ResumeCodes
 
 
+def seen_key(source: str, rank: int) -> str:
+    """The key of a source's sizes of one rank in ``seen_sizes``."""
+    return f"{source}#{rank}"
+
+
 class RecompileError(RuntimeError):
     """A recompile happened while recompiles were forbidden.
 
@@ -58,13 +63,17 @@ class CodeCache:
         self.version += 1
 
     def merge_sizes(self, sizes: dict[str, tuple[int, ...]]) -> None:
-        """Fold one capture's input sizes into ``seen_sizes``."""
+        """Fold one capture's input sizes into ``seen_sizes``, per source and rank: a
+        local that is a 4-d tensor on one branch and a 2-d one on another keeps both
+        histories (one history, replaced on each change of rank, never saw a size change,
+        so a growing size recompiled on every call; fuzz seed 218)."""
         for source, shape in sizes.items():
-            before = self.seen_sizes.get(source)
-            if before is None or len(before) != len(shape):
-                self.seen_sizes[source] = tuple(shape)
+            key = seen_key(source, len(shape))
+            before = self.seen_sizes.get(key)
+            if before is None:
+                self.seen_sizes[key] = tuple(shape)
             else:
-                self.seen_sizes[source] = tuple(
+                self.seen_sizes[key] = tuple(
                     a if a == b else None for a, b in zip(before, shape, strict=True)
                 )
 

@@ -34,6 +34,8 @@ from ember import ir
 from ember.ir import Size, Source, Stride
 from ember.ir.shape_env import MIN_SIZE, ShapeEnv
 
+from .cache import seen_key
+
 if TYPE_CHECKING:
     import sympy
 
@@ -142,7 +144,7 @@ class ShapePolicy:
         if self.dynamic is True:
             return "dynamic=True", DimMark(strict=False)
         if self.dynamic is None:
-            before = self.seen.get(source.expr())
+            before = self.seen.get(seen_key(source.expr(), t.dim()))
             if before is not None and len(before) == t.dim() and before[d] != size:
                 return "automatic dynamic: its size changed between calls", DimMark(strict=False)
         return None
