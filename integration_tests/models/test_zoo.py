@@ -34,11 +34,6 @@ from . import zoo
 
 #: models ember cannot yet compile with fullgraph=True where torch.compile can, and why
 CAPTURE_GAPS: dict[str, str] = {
-    "mamba": (
-        "transformers' ACT2FN is a dict subclass (ClassInstantier) with its own __getitem__: "
-        "ember reads the item only through a source that gives the same object, and "
-        "`ACT2FN['silu']` makes a new one (a dict.__getitem__ source is missing)"
-    ),
     "deberta": (
         "compute_attention_span returns torch.tensor(int) and slices with it: ember has no "
         "unbacked symbolic ints (torch.compile slices with .item())"

@@ -25,7 +25,7 @@ import torch.fx
 from bytecode import Instr
 from torch.utils import _pytree as pytree
 
-from ember.ir import Attr, Global, Item, Local, Source
+from ember.ir import Attr, DictItem, Global, Item, Local, Source
 from ember.ir.fake_mode import EagerLayoutFakeMode
 
 from .builder import wrap_constant_result
@@ -71,7 +71,7 @@ def _path_text(source: Source) -> str:
         return source.name
     if isinstance(source, Attr):
         return f"{_path_text(source.base)}_{source.member}"
-    if isinstance(source, Item):
+    if isinstance(source, (Item, DictItem)):
         return f"{_path_text(source.base)}_{source.index}"
     raise TypeError(f"no name for source {source.expr()}")
 
