@@ -116,6 +116,35 @@ def test_fullgraph_wherever_torch_compile(name: str) -> None:
     assert_same(run(case, compiled), want)  # the cached entry serves the second call
 
 
+def torch_graphs(case: zoo.ZooCase) -> int:
+    """torch.compile's graph count without fullgraph."""
+    cnt = torch._dynamo.testing.CompileCounter()
+    try:
+        run(case, torch.compile(case.model, backend=cnt))
+    finally:
+        torch._dynamo.reset()
+    return cnt.frame_count
+
+
+#: models torch.compile captures only in pieces (its fullgraph=True fails)
+SPLIT = [n for n in NAMES if n in ("longt5",)]
+
+
+@pytest.mark.parametrize("name", [_gap(n, {}) for n in SPLIT])
+def test_graphs_where_torch_compile_splits(name: str) -> None:
+    """Where torch.compile runs a frame eagerly and captures the frames it calls,
+    ember captures them too (never 0 graphs), in no more graphs, matching eager."""
+    case = zoo.build(name)
+    want = run(case, case.model)
+    expected = torch_graphs(case)
+    assert expected > 0
+    cnt = CompileCounter()
+    compiled = ed.compile(case.model, backend=cnt)
+    assert_same(run(case, compiled), want)
+    assert 0 < cnt.frame_count <= expected, (cnt.frame_count, expected)
+    assert_same(run(case, compiled), want)
+
+
 @pytest.mark.parametrize("name", [_gap(n, INDUCTOR_GAPS) for n in NAMES])
 def test_inductor_matches_eager(name: str) -> None:
     case = zoo.build(name)

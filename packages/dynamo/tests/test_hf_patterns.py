@@ -307,3 +307,52 @@ def test_module_with_its_own_init_made_in_the_frame_runs_as_eager() -> None:
     torch.testing.assert_close(c(x), f(x))
     assert CountingActivation.made == before + 4
 
+
+def compiling():
+    """transformers' is_torchdynamo_compiling(): a frame with no tensors."""
+    return torch.compiler.is_compiling()
+
+
+def width(mask):
+    return mask.shape[-1]
+
+
+def block(x, mask):
+    return (x * mask).sin() + 1
+
+
+def stack(x, mask=None):
+    """LongT5's stack, reduced: under compilation the default mask is not made, and
+    the traced code raises where eager does not (TorchDynamo raises the same)."""
+    if mask is None and not compiling():
+        mask = torch.ones_like(x)
+    return width(mask) * block(x, mask)
+
+
+def stack_op_first(x, mask=None):
+    """The same, raising first in a tensor op (``x * None``: TypeError)."""
+    if mask is None and not compiling():
+        mask = torch.ones_like(x)
+    return block(x, mask) * width(mask)
+
+
+@pytest.mark.parametrize("fn", [stack, stack_op_first], ids=["attribute", "operator"])
+def test_frame_that_raises_while_traced_runs_eagerly_and_its_callees_are_captured(fn) -> None:
+    """The frame runs eagerly as a whole (a split would run the rest for real on the
+    unset mask, and raise where eager does not; torch.compile raises on both), and the
+    frames it calls with tensors are captured each on its own, as under TorchDynamo."""
+    from ember.dynamo import frame_hook
+
+    if frame_hook.load() is None:
+        pytest.skip(f"no PEP 523 hook: {frame_hook.unavailable()}")
+    cnt = CompileCounter()
+    c = ed.compile(fn, backend=cnt)
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(c(x), fn(x))
+    assert cnt.frame_count == 1 and cnt.op_count >= 3  # block(); compiling() is not captured
+    torch.testing.assert_close(c(x), fn(x))
+    m = torch.rand(3, 4)
+    torch.testing.assert_close(c(x, m), fn(x, m))  # the code stays eager; block()'s graph serves
+    assert cnt.frame_count == 1
+    with pytest.raises(Exception, match=r"\((AttributeError|TypeError)\)|raises TypeError"):
+        ed.compile(fn, backend=CompileCounter(), fullgraph=True)(x)

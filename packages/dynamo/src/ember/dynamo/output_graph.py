@@ -32,7 +32,7 @@ from .builder import wrap_constant_result
 from .codegen import OUT_LOCAL, PyCodegen
 from .eager_fallback import alias_checked, set_mutated_inputs
 from .empty_check import empty_input_error
-from .errors import Unsupported
+from .errors import Unsupported, UserRaised
 from .frame import CapturedGraph, CompilerFn, next_graph_name
 from .guard_collector import GuardCollector
 from .mutable import Trail
@@ -64,6 +64,10 @@ class GraphInput:
     #: the example's version when the input was made: a later one means the graph
     #: changes the input in place
     version: int | None = 0
+
+
+#: how Python's operator protocol says it has no method for the operand types
+PYTHON_OPERATOR_TYPE_ERRORS = ("unsupported operand type(s)", "bad operand type for unary")
 
 
 def _path_text(source: Source) -> str:
@@ -332,6 +336,11 @@ class OutputGraph:
         except Exception as e:
             name = target if isinstance(target, str) else getattr(target, "__name__", str(target))
             detail = str(e).splitlines()[0] if str(e) else ""
+            if isinstance(e, TypeError) and detail.startswith(PYTHON_OPERATOR_TYPE_ERRORS):
+                # Python's operator protocol refused the operand types (``x * None``): the
+                # program raises this TypeError, eagerly too. Not a graph break that would
+                # run the op for real after a branch only tracing took (ADR 0043)
+                raise UserRaised(TypeError, f"`{name}` raises TypeError ({detail})") from e
             raise Unsupported(
                 f"`{name}` cannot be traced: {type(e).__name__} on fake tensors"
                 + (f" ({detail})" if detail else "")

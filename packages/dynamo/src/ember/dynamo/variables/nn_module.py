@@ -333,8 +333,9 @@ class NNModuleVariable(VariableTracker):
         if self.source is None and self.class_source is not None:
             # a module made in the frame: nothing pins its class's forward but a guard
             # (a module from the frame is pinned by identity, ADR 0027)
-            src: Source | None = Attr(self.class_source, "forward")
-            tx.output.guards.add_function(src, fwd)
+            fwd_src = Attr(self.class_source, "forward")
+            tx.output.guards.add_function(fwd_src, fwd)
+            src: Source | None = fwd_src
         else:
             src = Attr(Attr(self.source, "__class__"), "forward") if self.source else None
         return UserFunctionVariable(fwd, src).call_function(tx, [self, *args], kwargs)
