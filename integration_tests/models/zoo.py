@@ -535,11 +535,7 @@ ZOO: tuple[ZooModel, ...] = (
     ZooModel("marian", marian, slow=True),
     ZooModel("pegasus", pegasus, slow=True),
     ZooModel("umt5", umt5, slow=True),
-    ZooModel(
-        "longt5", longt5,
-        "local attention; under compilation its stack takes a branch that raises, as under "
-        "torch.compile: that frame runs eagerly and the frames it calls are captured",
-    ),
+    ZooModel("longt5", longt5, "local attention; its stack raises only when compiled (ADR 0043)"),
     ZooModel("mobilevit", mobilevit, "unfold/fold patches", slow=True),
     ZooModel("beit", beit, slow=True),
     ZooModel("wav2vec2", wav2vec2, "conv feature extractor, grouped conv positions", slow=True),

@@ -104,11 +104,13 @@ class RuntimeState:
 
     def exit_hook(self, runtime: Runtime) -> None:
         """Stop capturing with ``runtime``; the enclosing block (if any) takes over."""
+        fallback = False
         if runtime in self.hook_runtimes:
             index = len(self.hook_runtimes) - 1 - self.hook_runtimes[::-1].index(runtime)
             del self.hook_runtimes[index]
-            del self.hook_fallbacks[index]
-        runtime.frame_wrappers.clear()
+            fallback = self.hook_fallbacks.pop(index)
+        if not fallback:  # an eager fallback's callees are met again on the next call
+            runtime.frame_wrappers.clear()
         if not self.hook_runtimes and frame_hook.loaded() is not None:
             frame_hook.install(None)
 
