@@ -1,8 +1,8 @@
-"""Format 1.0 golden files: every later ember-ir must keep loading and running them.
+"""Golden files: every later ember-ir must keep loading and running them.
 
-The files under integration_tests/contracts/ were written once by
-contracts/make_format_1_0.py. If this test fails, the reader broke the
-contract; fix the reader, never the files.
+The files under integration_tests/contracts/ were written once: format 1.0 by
+contracts/make_format_1_0.py, guard format 2.0 by contracts/make_guards_2_0.py.
+If this test fails, the reader broke the contract; fix the reader, never the files.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from safetensors.torch import load_file
 from ember.ir import (
     GRAPH_VERSION,
     GUARDS_VERSION,
+    DictItem,
+    Global,
     GuardKind,
     GuardSet,
     Local,
@@ -32,9 +34,22 @@ from ember.ir import (
 CONTRACTS = Path(__file__).parent / "contracts"
 
 
-def test_readers_are_still_major_1() -> None:
+def test_reader_majors_have_golden_files() -> None:
     # A new MAJOR means new golden files beside these, and a reader that still reads these.
-    assert GRAPH_VERSION[0] == 1 and GUARDS_VERSION[0] == 1
+    assert GRAPH_VERSION[0] == 1 and GUARDS_VERSION[0] == 2
+    assert (CONTRACTS / "guards_1.0.json").exists() and (CONTRACTS / "guards_2.0.json").exists()
+
+
+def test_guards_2_0_golden() -> None:
+    text = (CONTRACTS / "guards_2.0.json").read_text()
+    assert json.loads(text)["version"] == [2, 0]
+    gs = GuardSet.loads(text, file="guards_2.0.json")
+    by_source = {g.source.expr(): g for g in gs.guards if g.source is not None}
+    silu = by_source["dict.__getitem__(G['ACT2FN'], 'silu')"]
+    assert silu.source == DictItem(Global("ACT2FN"), "silu") and silu.kind is GuardKind.ID_MATCH
+    deep = parse_source("dict.__getitem__(L['self'].acts, 'gelu')[1]['approximate']")
+    assert decode_value(by_source[deep.expr()].payload["value"]) == "tanh"
+    assert GuardSet.loads(gs.dumps()) == gs and gs.dumps() == text
 
 
 def test_guards_1_0_golden() -> None:

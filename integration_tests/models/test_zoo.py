@@ -34,11 +34,6 @@ from . import zoo
 
 #: models ember cannot yet compile with fullgraph=True where torch.compile can, and why
 CAPTURE_GAPS: dict[str, str] = {
-    "mamba": (
-        "transformers' ACT2FN is a dict subclass (ClassInstantier) with its own __getitem__: "
-        "ember reads the item only through a source that gives the same object, and "
-        "`ACT2FN['silu']` makes a new one (a dict.__getitem__ source is missing)"
-    ),
     "deberta": (
         "compute_attention_span returns torch.tensor(int) and slices with it: ember has no "
         "unbacked symbolic ints (torch.compile slices with .item())"
@@ -119,6 +114,35 @@ def test_fullgraph_wherever_torch_compile(name: str) -> None:
     assert_same(run(case, compiled), want)
     assert cnt.frame_count <= torch_graphs, (cnt.frame_count, torch_graphs)
     assert_same(run(case, compiled), want)  # the cached entry serves the second call
+
+
+def torch_graphs(case: zoo.ZooCase) -> int:
+    """torch.compile's graph count without fullgraph."""
+    cnt = torch._dynamo.testing.CompileCounter()
+    try:
+        run(case, torch.compile(case.model, backend=cnt))
+    finally:
+        torch._dynamo.reset()
+    return cnt.frame_count
+
+
+#: models torch.compile captures only in pieces (its fullgraph=True fails)
+SPLIT = [n for n in NAMES if n in ("longt5",)]
+
+
+@pytest.mark.parametrize("name", [_gap(n, {}) for n in SPLIT])
+def test_graphs_where_torch_compile_splits(name: str) -> None:
+    """Where torch.compile runs a frame eagerly and captures the frames it calls,
+    ember captures them too (never 0 graphs), in no more graphs, matching eager."""
+    case = zoo.build(name)
+    want = run(case, case.model)
+    expected = torch_graphs(case)
+    assert expected > 0
+    cnt = CompileCounter()
+    compiled = ed.compile(case.model, backend=cnt)
+    assert_same(run(case, compiled), want)
+    assert 0 < cnt.frame_count <= expected, (cnt.frame_count, expected)
+    assert_same(run(case, compiled), want)
 
 
 @pytest.mark.parametrize("name", [_gap(n, INDUCTOR_GAPS) for n in NAMES])

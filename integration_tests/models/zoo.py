@@ -440,6 +440,11 @@ umt5 = _seq2seq(
     "UMT5Config", "UMT5ForConditionalGeneration", vocab_size=VOCAB, d_model=64, d_kv=16,
     d_ff=128, num_layers=2, num_heads=4, dropout_rate=0.0, decoder_start_token_id=PAD_ID,
 )
+longt5 = _seq2seq(
+    "LongT5Config", "LongT5ForConditionalGeneration", vocab_size=VOCAB, d_model=64, d_kv=16,
+    d_ff=128, num_layers=2, num_heads=4, local_radius=4, encoder_attention_type="local",
+    dropout_rate=0.0, decoder_start_token_id=PAD_ID,
+)
 
 # vision and audio: windows and shifts, depthwise convs, BatchNorm, CNN+transformer mixes
 swin = _vision(
@@ -530,6 +535,7 @@ ZOO: tuple[ZooModel, ...] = (
     ZooModel("marian", marian, slow=True),
     ZooModel("pegasus", pegasus, slow=True),
     ZooModel("umt5", umt5, slow=True),
+    ZooModel("longt5", longt5, "local attention; its stack raises only when compiled (ADR 0045)"),
     ZooModel("mobilevit", mobilevit, "unfold/fold patches", slow=True),
     ZooModel("beit", beit, slow=True),
     ZooModel("wav2vec2", wav2vec2, "conv feature extractor, grouped conv positions", slow=True),

@@ -119,3 +119,50 @@ def test_a_wrapper_made_at_run_time_is_not_the_function_it_wraps() -> None:
     got = ember.dynamo.compile(lambda x: allowed(x) + 1, backend=counter, fullgraph=True)(x)
     torch.testing.assert_close(got, x.sum(1) + 1)
     assert counter.frame_count == 1
+
+
+def _scan(a: torch.Tensor, b: torch.Tensor, dim: int = 2, reverse: bool = False) -> Any:
+    """transformers' Mamba under compilation: a linear recurrence as an associative scan."""
+    from torch._higher_order_ops.associative_scan import associative_scan
+
+    def combine_fn(left: Any, right: Any) -> Any:
+        a_left, b_left = left
+        a_right, b_right = right
+        return a_left * a_right, a_right * b_left + b_right
+
+    return associative_scan(combine_fn, (a, b), dim=dim, reverse=reverse, combine_mode="generic")
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_associative_scan_is_one_node_of_one_graph(backend: str, reverse: bool) -> None:
+    def f(a: torch.Tensor, b: torch.Tensor) -> Any:
+        states = _scan(a.exp().neg(), b, reverse=reverse)
+        return states[1].sum(-1) + 1
+
+    a, b = torch.randn(2, 3, 7, 4), torch.randn(2, 3, 7, 4)
+    counter = CompileCounter() if backend == "eager" else None
+    compiled = ember.dynamo.compile(f, backend=counter or backend, fullgraph=True)
+    torch.testing.assert_close(compiled(a, b), f(a, b))
+    a2, b2 = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4)  # another length recompiles
+    torch.testing.assert_close(compiled(a2, b2), f(a2, b2))
+    if counter is not None:
+        assert counter.frame_count >= 1 and counter.op_count >= 3
+
+
+def test_associative_scan_of_a_closure_runs_eagerly() -> None:
+    from torch._higher_order_ops.associative_scan import associative_scan
+
+    def f(x: torch.Tensor, scale: float) -> torch.Tensor:
+        def combine_fn(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+            return left + right * scale  # reads a cell: not pinned by guards
+
+        return associative_scan(combine_fn, x, dim=0, combine_mode="generic")
+
+    x = torch.randn(6, 3)
+    with pytest.raises(Exception, match="closure cells"):
+        ember.dynamo.compile(f, backend=CompileCounter(), fullgraph=True)(x, 2.0)
+    ember.dynamo.reset()
+    compiled = ember.dynamo.compile(f, backend=CompileCounter())
+    torch.testing.assert_close(compiled(x, 2.0), f(x, 2.0))
+    torch.testing.assert_close(compiled(x, 3.0), f(x, 3.0))

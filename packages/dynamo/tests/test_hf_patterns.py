@@ -221,3 +221,138 @@ def test_mapping_contains_missing_key_is_false() -> None:
     c = ed.compile(f, backend=CompileCounter(), fullgraph=True)
     x = torch.randn(3)
     torch.testing.assert_close(c(x), f(x))
+
+
+class ClassInstantier(dict):
+    """transformers.activations.ClassInstantier: each item read makes a new module."""
+
+    def __getitem__(self, key):
+        content = super().__getitem__(key)
+        cls, kwargs = content if isinstance(content, tuple) else (content, {})
+        return cls(**kwargs)
+
+
+class SiLUActivation(torch.nn.Module):
+    """A module class outside torch.nn that adds only ``forward`` (transformers')."""
+
+    def forward(self, input):
+        return torch.nn.functional.silu(input) * 2
+
+
+class CountingActivation(torch.nn.Module):
+    made = 0
+
+    def __init__(self):
+        super().__init__()
+        CountingActivation.made += 1  # a side effect each call of eager code has
+
+    def forward(self, input):
+        return input - 1
+
+
+ACTS = ClassInstantier(
+    silu=SiLUActivation, gelu=(torch.nn.GELU, {"approximate": "tanh"}), counting=CountingActivation
+)
+
+
+def test_dict_subclass_getitem_making_a_module_is_captured_and_guarded() -> None:
+    """``ACT2FN["silu"](x)``: the item is read past the subclass's ``__getitem__`` and
+    guarded where it is (``dict.__getitem__(G['ACTS'], 'silu')``); the module it makes
+    is inlined. Changing an item after compiling recompiles, never a stale result."""
+
+    def f(x):
+        return ACTS["silu"](x) + ACTS["gelu"](x)
+
+    saved = dict(ACTS)
+    try:
+        cnt = CompileCounter()
+        c = ed.compile(f, backend=cnt, fullgraph=True)
+        x = torch.randn(3, 4)
+        torch.testing.assert_close(c(x), f(x))
+        torch.testing.assert_close(c(x), f(x))
+        assert cnt.frame_count == 1
+        ACTS["silu"] = torch.nn.ReLU
+        torch.testing.assert_close(c(x), f(x))
+        assert cnt.frame_count == 2
+        dict.__getitem__(ACTS, "gelu")[1]["approximate"] = "none"
+        torch.testing.assert_close(c(x), f(x))
+        assert cnt.frame_count == 3
+        SiLUActivation.forward, old = (lambda self, input: input * 3), SiLUActivation.forward
+        try:
+            ACTS["silu"] = SiLUActivation
+            torch.testing.assert_close(c(x), f(x))
+        finally:
+            SiLUActivation.forward = old
+        torch.testing.assert_close(c(x), f(x))
+    finally:
+        dict.clear(ACTS)
+        dict.update(ACTS, saved)
+        saved["gelu"][1]["approximate"] = "tanh"
+
+
+def test_module_with_its_own_init_made_in_the_frame_runs_as_eager() -> None:
+    """A user ``__init__`` is code each eager call runs (here: a counter), so its class is
+    not made at trace time: the call runs eagerly, with eager's side effects."""
+
+    def f(x):
+        return ACTS["counting"](x) * 2
+
+    x = torch.randn(3)
+    with pytest.raises(Exception, match="CountingActivation.__init__"):
+        ed.compile(f, backend=CompileCounter(), fullgraph=True)(x)
+    ed.reset()
+    c = ed.compile(f, backend=CompileCounter())
+    before = CountingActivation.made
+    torch.testing.assert_close(c(x), f(x))
+    torch.testing.assert_close(c(x), f(x))
+    assert CountingActivation.made == before + 4
+
+
+def compiling():
+    """transformers' is_torchdynamo_compiling(): a frame with no tensors."""
+    return torch.compiler.is_compiling()
+
+
+def width(mask):
+    return mask.shape[-1]
+
+
+def block(x, mask):
+    return (x * mask).sin() + 1
+
+
+def stack(x, mask=None):
+    """LongT5's stack, reduced: under compilation the default mask is not made, and
+    the traced code raises where eager does not (TorchDynamo raises the same)."""
+    if mask is None and not compiling():
+        mask = torch.ones_like(x)
+    return width(mask) * block(x, mask)
+
+
+def stack_op_first(x, mask=None):
+    """The same, raising first in a tensor op (``x * None``: TypeError)."""
+    if mask is None and not compiling():
+        mask = torch.ones_like(x)
+    return block(x, mask) * width(mask)
+
+
+@pytest.mark.parametrize("fn", [stack, stack_op_first], ids=["attribute", "operator"])
+def test_frame_that_raises_while_traced_runs_eagerly_and_its_callees_are_captured(fn) -> None:
+    """The frame runs eagerly as a whole (a split would run the rest for real on the
+    unset mask, and raise where eager does not; torch.compile raises on both), and the
+    frames it calls with tensors are captured each on its own, as under TorchDynamo."""
+    from ember.dynamo import frame_hook
+
+    if frame_hook.load() is None:
+        pytest.skip(f"no PEP 523 hook: {frame_hook.unavailable()}")
+    cnt = CompileCounter()
+    c = ed.compile(fn, backend=cnt)
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(c(x), fn(x))
+    assert cnt.frame_count == 1 and cnt.op_count >= 3  # block(); compiling() is not captured
+    torch.testing.assert_close(c(x), fn(x))
+    m = torch.rand(3, 4)
+    torch.testing.assert_close(c(x, m), fn(x, m))  # the code stays eager; block()'s graph serves
+    assert cnt.frame_count == 1
+    with pytest.raises(Exception, match=r"\((AttributeError|TypeError)\)|raises TypeError"):
+        ed.compile(fn, backend=CompileCounter(), fullgraph=True)(x)

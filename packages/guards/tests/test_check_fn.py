@@ -14,6 +14,7 @@ import ember.guards
 from ember.guards import GuardBuilder, GuardCompileError
 from ember.ir import (
     Attr,
+    DictItem,
     Global,
     Guard,
     GuardKind,
@@ -404,3 +405,33 @@ def test_module_members_are_read_from_the_module_dicts() -> None:
     del mod.scale
     mod.register_buffer("scale", torch.ones(2))  # moved to _buffers (and not a Parameter)
     assert fn({"self": mod}, {}) is False
+
+
+def test_dict_item_reads_past_an_overridden_getitem() -> None:
+    """``dict.__getitem__(G['acts'], 'silu')`` reads the object the dict holds; the class's
+    own ``__getitem__`` (which makes a new module each call, as transformers' ACT2FN
+    does) never runs in the check."""
+    made: list[object] = []
+
+    class Instantiating(dict):  # type: ignore[type-arg]
+        def __getitem__(self, key: object) -> object:
+            made.append(key)
+            return dict.__getitem__(self, key)()
+
+    acts = Instantiating(silu=torch.nn.SiLU, gelu=(torch.nn.GELU, {"approximate": "tanh"}))
+    silu = DictItem(Global("acts"), "silu")
+    approx = Item(Item(DictItem(Global("acts"), "gelu"), 1), "approximate")
+    g = [
+        Guard(silu, GuardKind.ID_MATCH, {"id": id(torch.nn.SiLU), "repr": "SiLU"}),
+        Guard(approx, GuardKind.CONSTANT_MATCH, {"value": encode_value("tanh")}),
+    ]
+    fn = check(g, {}, {"acts": acts})
+    assert "dict.__getitem__(" in fn.code and not made
+    acts["silu"] = torch.nn.ReLU  # dict.__setitem__: the subclass does not override it
+    assert fails(fn, {}, {"acts": acts}).startswith("dict.__getitem__(G['acts'], 'silu') was a different")
+    acts["silu"] = torch.nn.SiLU
+    dict.__getitem__(acts, "gelu")[1]["approximate"] = "none"
+    assert fails(fn, {}, {"acts": acts}) == (
+        "dict.__getitem__(G['acts'], 'gelu')[1]['approximate'] was 'none', the graph assumed 'tanh'"
+    )
+    assert not made

@@ -5,7 +5,9 @@ import torch
 
 from ember.ir import (
     PAYLOAD_SCHEMA,
+    DictItem,
     FormatError,
+    Global,
     Guard,
     GuardKind,
     GuardSet,
@@ -134,7 +136,8 @@ def test_sourceless_kinds_reject_a_source() -> None:
         ('{"format": "ember.guards", "version": [1, 0], "guards": [', "truncated"),
         ("[]", "must be a JSON object"),
         ('{"format": "ember.graph", "version": [1, 0]}', "expected format 'ember.guards'"),
-        ('{"format": "ember.guards", "version": [2, 0], "guards": []}', "version 2.0 is a newer major.*1.0"),
+        ('{"format": "ember.guards", "version": [3, 0], "guards": []}', r"version 3\.0 is a newer major.*2\.0.*reads any 2\.x or 1\.x"),
+        ('{"format": "ember.guards", "version": [0, 9], "guards": []}', "version 0.9 is a older major"),
         ('{"format": "ember.guards", "version": "1.0", "guards": []}', "MAJOR, MINOR"),
         ('{"format": "ember.guards", "version": [1, 0]}', "'guards' must be a list"),
     ],
@@ -172,3 +175,28 @@ def test_in_memory_payloads_must_be_plain_json(payload: dict[str, object], messa
     guard = Guard(Local("x"), GuardKind.CONSTANT_MATCH, payload)  # type: ignore[arg-type]
     with pytest.raises(FormatError, match=message):
         GuardSet((guard,)).dumps()
+
+
+def _with_dict_item() -> GuardSet:
+    return GuardSet(
+        (
+            Guard(DictItem(Global("ACT2FN"), "silu"), GuardKind.ID_MATCH, {"id": 5, "repr": "<class 'SiLU'>"}),
+            Guard(Local("x"), GuardKind.NOT_NONE, {}),
+        )
+    )
+
+
+def test_a_set_is_written_in_the_oldest_format_that_holds_it() -> None:
+    """Format 2.0 only added the ``dict.__getitem__`` source: a set without one is
+    still 1.0 (readers of 1.0 keep reading it), a set with one is 2.0."""
+    assert json.loads(sample_guard_set().dumps())["version"] == [1, 0]
+    text = _with_dict_item().dumps()
+    assert json.loads(text)["version"] == [2, 0]
+    assert GuardSet.loads(text) == _with_dict_item()
+
+
+def test_a_dict_item_source_in_a_format_1_file_is_refused() -> None:
+    data = json.loads(_with_dict_item().dumps())
+    data["version"] = [1, 3]
+    with pytest.raises(FormatError, match=r"dict.__getitem__.*guard format 1\.3 does not have"):
+        GuardSet.loads(json.dumps(data), file="old.json")

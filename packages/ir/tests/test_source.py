@@ -1,6 +1,18 @@
 import pytest
 
-from ember.ir import Attr, FormatError, Global, Item, Local, Size, Stride, parse_source, root_of
+from ember.ir import (
+    Attr,
+    DictItem,
+    FormatError,
+    Global,
+    Item,
+    Local,
+    Size,
+    Stride,
+    needs_format_2,
+    parse_source,
+    root_of,
+)
 
 CASES = [
     (Local("x"), "L['x']"),
@@ -16,6 +28,10 @@ CASES = [
     (Item(Local("d"), 0.5), "L['d'][0.5]"),
     (Item(Local("d"), "it's \"q\"\n"), "L['d']['it\\'s \"q\"\\n']"),
     (Attr(Size(Local("x"), 0), "real"), "L['x'].size()[0].real"),
+    (DictItem(Global("ACT2FN"), "silu"), "dict.__getitem__(G['ACT2FN'], 'silu')"),
+    (Item(DictItem(Attr(Local("self"), "acts"), "gelu"), 1), "dict.__getitem__(L['self'].acts, 'gelu')[1]"),
+    (DictItem(DictItem(Local("d"), 0), "a, b)"), "dict.__getitem__(dict.__getitem__(L['d'], 0), 'a, b)')"),
+    (DictItem(Item(Local("d"), "k"), (1, "x")), "dict.__getitem__(L['d']['k'], (1, 'x'))"),
 ]
 
 
@@ -67,6 +83,11 @@ def test_root_of() -> None:
         ("L['x'](", 6),
         ("L['x'].__import__('os')", 17),
         ("L['unterminated]", 16),
+        ("dict.__getitem__(L['d'] 'k')", 24),
+        ("dict.__getitem__(L['d'], 'k'", 28),
+        ("dict.__getitem__(L['d'])", 23),
+        ("dict.get(L['d'], 'k')", 0),
+        ("L['d'], 'k')", 6),
     ],
 )
 def test_bad_text_reports_position(text: str, position: int) -> None:
@@ -110,3 +131,35 @@ def test_sources_sharing_a_base_parse_only_their_end(monkeypatch: pytest.MonkeyP
     assert parse_source("L['self'].enc.layer[1]") == Item(Attr(base, "layer"), 1)
     for text, want in expected.items():  # these start from L['self'] (parsed above), not enc
         assert parse_source(text) == want
+
+
+class _Instantiating(dict):  # transformers' ClassInstantier: each item read makes a new object
+    def __getitem__(self, key: object) -> object:
+        return dict.__getitem__(self, key)()
+
+
+def test_dict_item_text_is_python_reading_past_an_overridden_getitem() -> None:
+    class Act:
+        pass
+
+    acts = _Instantiating(silu=Act)
+    text = DictItem(Global("ACT2FN"), "silu").expr()
+    assert eval(text, {"L": {}, "G": {"ACT2FN": acts}}) is Act  # test only: the text is Python
+    assert isinstance(acts["silu"], Act)  # what ``Item`` would have read
+
+
+def test_only_dict_item_sources_need_format_2() -> None:
+    assert needs_format_2(parse_source("dict.__getitem__(G['A'], 'x').y.size()[0]"))
+    assert needs_format_2(Item(DictItem(Local("d"), "k"), 0))
+    assert not needs_format_2(parse_source("L['self'].layers[2].weight"))
+
+
+def test_dict_item_parses_from_a_remembered_base() -> None:
+    """The base inside ``dict.__getitem__(`` is remembered as its own text, never with the
+    prefix before it (which alone is no source)."""
+    first = parse_source("dict.__getitem__(L['cfg'].acts, 'silu').x")
+    assert first == Attr(DictItem(Attr(Local("cfg"), "acts"), "silu"), "x")
+    assert parse_source("L['cfg'].acts") == Attr(Local("cfg"), "acts")
+    with pytest.raises(FormatError):
+        parse_source("dict.__getitem__(L['cfg'].acts")
+    assert parse_source("dict.__getitem__(L['cfg'].acts, 'silu').y") == Attr(first.base, "y")

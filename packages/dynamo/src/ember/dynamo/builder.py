@@ -43,7 +43,12 @@ from .variables.constant import (
 )
 from .variables.dicts import DictVariable
 from .variables.functions import PartialVariable, UserFunctionVariable, UserMethodVariable
-from .variables.functorch import TRANSFORM_FUNCTIONS, TransformVariable
+from .variables.functorch import (
+    TRANSFORM_FUNCTIONS,
+    AssociativeScanVariable,
+    TransformVariable,
+    is_associative_scan,
+)
 from .variables.higher_order import HIGHER_ORDER_FUNCTIONS, HigherOrderVariable
 from .variables.lazy import LazyVariable
 from .variables.lists import ListVariable, TupleVariable
@@ -234,6 +239,10 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
         if g is not None and source is not None:
             g.add_function(source, value)
         return TransformVariable(value, source)
+    if is_associative_scan(value):
+        if g is not None and source is not None:
+            g.add_function(source, value)
+        return AssociativeScanVariable(value, source)
     if is_member(value, HIGHER_ORDER_FUNCTIONS):
         if g is not None and source is not None:
             g.add_function(source, value)

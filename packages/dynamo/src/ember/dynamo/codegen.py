@@ -18,7 +18,7 @@ import torch
 from bytecode import Instr
 from bytecode.instr import CellVar, FreeVar
 
-from ember.ir import Attr, Global, Item, Local, Source
+from ember.ir import Attr, DictItem, Global, Item, Local, Source
 
 from .errors import Unsupported
 from .instructions import NULL_AFTER_CALLABLE, SET_FUNCTION_ATTRIBUTE, emit_call, load_attr_arg
@@ -173,6 +173,11 @@ class PyCodegen:
             self.load_source(source.base)
             self.load_const(source.index)
             self.subscr()
+        elif isinstance(source, DictItem):
+            self.load_callable_const(dict.__getitem__)
+            self.load_source(source.base)
+            self.load_const(source.index)
+            self.call(2)
         else:
             raise TypeError(f"cannot load source {source.expr()}")
 

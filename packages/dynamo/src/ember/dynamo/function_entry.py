@@ -80,13 +80,16 @@ class RuntimeState:
         self.listeners: list[CaptureListener] = []
         #: The runtimes of the active ``with optimize(...)`` blocks, innermost last.
         self.hook_runtimes: list[Runtime] = []
+        #: Beside each: whether it is an eager fallback's (``Runtime.run_hooked(fallback=True)``)
+        self.hook_fallbacks: list[bool] = []
 
     def record_time(self, phase: str, seconds: float) -> None:
         self.compile_times.setdefault(phase, []).append(seconds)
 
     # -- the PEP 523 path -------------------------------------------------------
-    def enter_hook(self, runtime: Runtime) -> None:
-        """Start capturing every user frame with ``runtime`` (``with optimize():``)."""
+    def enter_hook(self, runtime: Runtime, fallback: bool = False) -> None:
+        """Start capturing every user frame with ``runtime`` (``with optimize():``), or
+        with ``fallback`` every frame called below a frame that runs eagerly."""
         if frame_hook.load() is None:
             raise TypeError(
                 "`with ember.dynamo.optimize(...):` cannot capture the functions called inside "
@@ -96,14 +99,18 @@ class RuntimeState:
                 "ember.dynamo.compile(fn)"
             )
         self.hook_runtimes.append(runtime)
+        self.hook_fallbacks.append(fallback)
         frame_hook.install(self.on_frame)
 
     def exit_hook(self, runtime: Runtime) -> None:
         """Stop capturing with ``runtime``; the enclosing block (if any) takes over."""
+        fallback = False
         if runtime in self.hook_runtimes:
             index = len(self.hook_runtimes) - 1 - self.hook_runtimes[::-1].index(runtime)
             del self.hook_runtimes[index]
-        runtime.frame_wrappers.clear()
+            fallback = self.hook_fallbacks.pop(index)
+        if not fallback:  # an eager fallback's callees are met again on the next call
+            runtime.frame_wrappers.clear()
         if not self.hook_runtimes and frame_hook.loaded() is not None:
             frame_hook.install(None)
 
@@ -114,10 +121,31 @@ class RuntimeState:
         code = func.__code__
         if not self.hook_runtimes:
             return hook.SKIP
-        if trace_rules.is_library_code(code) or trace_rules.is_disabled_code(code):
+        if self.hook_fallbacks[-1]:
+            if trace_rules.is_never_captured(code) or trace_rules.is_disabled_code(code):
+                hook.mark_skip(code)
+                return hook.SKIP
+            if not holds_tensors(values):
+                return hook.SKIP  # as TorchDynamo: nothing to capture (`is_compiling()` itself)
+        elif trace_rules.is_library_code(code) or trace_rules.is_disabled_code(code):
             hook.mark_skip(code)
             return hook.SKIP
         return self.hook_runtimes[-1].frame_wrapper(func).runner_for(values, hook.SKIP)
+
+
+def holds_tensors(values: Any, depth: int = 0) -> bool:
+    """Whether a frame's arguments hold a tensor or a module, looking into plain
+    tuples, lists and dicts (exactly those types, as TorchDynamo does: a
+    ``ModelOutput`` argument alone does not make a frame worth capturing)."""
+    kinds = (torch.Tensor, torch.nn.Module)
+    for v in values:
+        if isinstance(v, kinds):
+            return True
+        if depth < 4 and type(v) in (tuple, list) and holds_tensors(v, depth + 1):
+            return True
+        if depth < 4 and type(v) is dict and holds_tensors(tuple(v.values()), depth + 1):
+            return True
+    return False
 
 
 class CaptureEvent:
@@ -193,13 +221,15 @@ class Runtime:
     def resume_codes(self) -> ResumeCodes:
         return self.table.resume_codes
 
-    def run_hooked(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def run_hooked(self, fn: Callable[..., Any], fallback: bool = False) -> Callable[..., Any]:
+        """``fn`` run with the frames it calls captured by this runtime (``fallback``:
+        ``fn`` is a frame that runs eagerly because capture failed; see ``on_frame``)."""
         if frame_hook.unavailable() is not None:
             return fn  # no PEP 523 hook here: the callees run eagerly too
 
         @functools.wraps(fn)
         def hooked(*args: Any, **kwargs: Any) -> Any:
-            self.state.enter_hook(self)
+            self.state.enter_hook(self, fallback)
             try:
                 return fn(*args, **kwargs)
             finally:
@@ -528,8 +558,24 @@ class CompiledFunction:
                 return run(*args, **kwargs)
         compiled = self._miss(f_locals)
         if compiled is None:
-            return self._fn(*args, **kwargs)
+            return self._run_eagerly(args, kwargs)
         return compiled(*args, **kwargs)
+
+    def _run_eagerly(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The call run as it is. Where capture failed for this code (or hit the cache
+        limit), the frames it calls are still captured, each on its own, as TorchDynamo
+        does: a frame that falls back to eager does not take its callees with it
+        (transformers' LongT5 stack raises while traced, its blocks do not)."""
+        state, options = self._state, self._runtime.options
+        if (
+            self._cache.eager_reason is None
+            or options.run_only
+            or state.run_only
+            or state.stance != "default"
+            or options.debug_function is not None
+        ):
+            return self._fn(*args, **kwargs)
+        return self._runtime.run_hooked(self._fn, fallback=True)(*args, **kwargs)
 
     def runner_for(self, values: tuple[Any, ...], skip: Any) -> Any:
         """What to run for one call given its bound argument slots (the PEP 523 path).

@@ -25,14 +25,14 @@ import torch.fx
 from bytecode import Instr
 from torch.utils import _pytree as pytree
 
-from ember.ir import Attr, Global, Item, Local, Source
+from ember.ir import Attr, DictItem, Global, Item, Local, Source
 from ember.ir.fake_mode import EagerLayoutFakeMode, symbolic_dispatch
 
 from .builder import wrap_constant_result
 from .codegen import OUT_LOCAL, PyCodegen
 from .eager_fallback import alias_checked, set_mutated_inputs
 from .empty_check import empty_input_error
-from .errors import Unsupported
+from .errors import Unsupported, UserRaised
 from .frame import CapturedGraph, CompilerFn, next_graph_name
 from .guard_collector import GuardCollector
 from .mutable import Trail
@@ -67,12 +67,16 @@ class GraphInput:
     version: int | None = 0
 
 
+#: how Python's operator protocol says it has no method for the operand types
+PYTHON_OPERATOR_TYPE_ERRORS = ("unsupported operand type(s)", "bad operand type for unary")
+
+
 def _path_text(source: Source) -> str:
     if isinstance(source, (Local, Global)):
         return source.name
     if isinstance(source, Attr):
         return f"{_path_text(source.base)}_{source.member}"
-    if isinstance(source, Item):
+    if isinstance(source, (Item, DictItem)):
         return f"{_path_text(source.base)}_{source.index}"
     raise TypeError(f"no name for source {source.expr()}")
 
@@ -340,6 +344,11 @@ class OutputGraph:
                     return self.create_op(kind, target, swapped, swapped_kw)
             name = target if isinstance(target, str) else getattr(target, "__name__", str(target))
             detail = str(e).splitlines()[0] if str(e) else ""
+            if isinstance(e, TypeError) and detail.startswith(PYTHON_OPERATOR_TYPE_ERRORS):
+                # Python's operator protocol refused the operand types (``x * None``): the
+                # program raises this TypeError, eagerly too. Not a graph break that would
+                # run the op for real after a branch only tracing took (ADR 0045)
+                raise UserRaised(TypeError, f"`{name}` raises TypeError ({detail})") from e
             raise Unsupported(
                 f"`{name}` cannot be traced: {type(e).__name__} on fake tensors"
                 + (f" ({detail})" if detail else "")

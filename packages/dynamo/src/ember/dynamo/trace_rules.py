@@ -11,6 +11,7 @@ This module imports nothing from ember.dynamo: everything else may read it.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import sysconfig
@@ -132,6 +133,59 @@ def is_library_code(code: types.CodeType) -> bool:
         # (<string>), ember's generated code: none of it is the user's model code.
         return True
     return os.path.realpath(name).startswith(LIBRARY_ROOTS)
+
+
+#: installed packages whose frames are never captured, not even below a frame that
+#: fell back to eager (``is_never_captured``): torch itself, its stack, test runners
+NEVER_CAPTURED_PACKAGES = (
+    "torch", "torchgen", "functorch", "triton", "numpy", "sympy", "mpmath", "networkx",
+    "bytecode", "safetensors", "_pytest", "pytest", "pluggy", "xdist", "execnet",
+)  # fmt: skip
+
+
+def _site_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    roots = {paths[k] for k in ("purelib", "platlib") if k in paths}
+    return tuple(sorted(os.path.join(os.path.realpath(r), "") for r in roots))
+
+
+def _never_captured_roots() -> tuple[str, ...]:
+    roots = {str(p) for p in ember.__path__}
+    for site in _site_roots():
+        roots.update(os.path.join(site, pkg) for pkg in NEVER_CAPTURED_PACKAGES)
+    return tuple(sorted(os.path.join(os.path.realpath(r), "") for r in roots))
+
+
+def _stdlib_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    roots = {paths[k] for k in ("stdlib", "platstdlib") if k in paths}
+    return tuple(sorted(os.path.join(os.path.realpath(r), "") for r in roots))
+
+
+#: Directories whose code is never captured, even below an eager fallback.
+NEVER_CAPTURED_ROOTS: tuple[str, ...] = _never_captured_roots()
+#: The standard library's directories, and the installed packages' (which a
+#: virtual environment's ``platstdlib`` contains)
+STDLIB_ROOTS: tuple[str, ...] = _stdlib_roots()
+SITE_ROOTS: tuple[str, ...] = _site_roots()
+
+
+def is_never_captured(code: types.CodeType) -> bool:
+    """Code no frame capture ever takes: generated code, the standard library, ember,
+    torch and the packages in ``NEVER_CAPTURED_PACKAGES``. Other installed libraries
+    (transformers) are captured below a frame that fell back to eager, as under
+    TorchDynamo, but not by ``with optimize():`` (``is_library_code``)."""
+    return _never_captured_file(code.co_filename)
+
+
+@functools.lru_cache(maxsize=4096)
+def _never_captured_file(name: str) -> bool:
+    if name.startswith("<"):
+        return True
+    path = os.path.realpath(name)
+    if path.startswith(NEVER_CAPTURED_ROOTS):
+        return True
+    return path.startswith(STDLIB_ROOTS) and not path.startswith(SITE_ROOTS)
 
 
 def is_disabled_code(code: types.CodeType) -> bool:

@@ -28,6 +28,7 @@ from ember.guards.errors import GuardCompileError
 from ember.guards.reads import fast_read, plain_read
 from ember.ir import (
     Attr,
+    DictItem,
     Global,
     Guard,
     GuardKind,
@@ -70,6 +71,8 @@ def eval_source(source: Source, f_locals: Mapping[str, Any], f_globals: Mapping[
         return getattr(base, source.member)
     if isinstance(source, Item):
         return base[source.index]
+    if isinstance(source, DictItem):
+        return dict.__getitem__(base, source.index)
     if isinstance(source, Size):
         return base.size()[source.dim]
     return base.stride()[source.dim]

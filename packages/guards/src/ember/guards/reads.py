@@ -1,6 +1,7 @@
 """How the generated check function reads a source from its base's local.
 
-The plain read is the source's own expression (``v0.transformer``, ``v3[0]``).
+The plain read is the source's own expression (``v0.transformer``, ``v3[0]``,
+``dict.__getitem__(v2, 'silu')``).
 Reads that would run Python code on every check get a cheaper spelling with
 the same value, chosen from the value the frame held when the guards were
 built:
@@ -28,7 +29,8 @@ from typing import Any
 
 import torch
 
-from ember.ir import Attr, Item, Local, Source
+from ember.ir import Attr, DictItem, Item, Local, Source
+from ember.ir.source import DICT_ITEM_PREFIX
 
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
 
@@ -38,7 +40,11 @@ def plain_read(source: Source, names: Mapping[Source, str]) -> str:
     if isinstance(source, Local) or not hasattr(source, "base"):
         return source.expr()
     base = source.base
-    return names[base] + source.expr()[len(base.expr()) :]
+    text, base_text = source.expr(), base.expr()
+    if isinstance(source, DictItem):  # ``dict.__getitem__(<base>, key)``: the base inside
+        head = len(DICT_ITEM_PREFIX)
+        return DICT_ITEM_PREFIX + names[base] + text[head + len(base_text) :]
+    return names[base] + text[len(base_text) :]
 
 
 def fast_read(source: Source, base_name: str, base_value: Any) -> str | None:

@@ -7,7 +7,7 @@
 
 * The guard IR (:class:`GuardSet`, :class:`Guard`, :class:`GuardKind`,
   sources :class:`Local` / :class:`Global` / :class:`Attr` / :class:`Item` /
-  :class:`Size` / :class:`Stride` with :func:`parse_source`): what a compiled
+  :class:`Size` / :class:`Stride` / :class:`DictItem` with :func:`parse_source`): what a compiled
   graph assumed about its frame.
 * The value encoding (:func:`encode_value` / :func:`decode_value`): tagged
   JSON for the constants found in graphs and guard payloads.
@@ -47,7 +47,19 @@ from ember.ir.guards import (
     tensor_payload,
 )
 from ember.ir.serialize import dumps, loads
-from ember.ir.source import Attr, Global, Item, Local, Size, Source, Stride, parse_source, root_of
+from ember.ir.source import (
+    Attr,
+    DictItem,
+    Global,
+    Item,
+    Local,
+    Size,
+    Source,
+    Stride,
+    needs_format_2,
+    parse_source,
+    root_of,
+)
 from ember.ir.symbolic import is_relation, parse_sym_expr, size_symbol, sym_text
 from ember.ir.targets import resolve_method, resolve_target, target_name, tensor_method_allowed
 from ember.ir.values import (
@@ -99,6 +111,7 @@ __all__ = [
     "PAYLOAD_SCHEMA",
     "SOURCELESS_KINDS",
     "Attr",
+    "DictItem",
     "FormatError",
     "Global",
     "Guard",
@@ -117,6 +130,7 @@ __all__ = [
     "encode_value",
     "global_state_payload",
     "is_relation",
+    "needs_format_2",
     "parse_device",
     "parse_dtype",
     "parse_source",

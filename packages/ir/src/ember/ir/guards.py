@@ -23,10 +23,16 @@ from dataclasses import dataclass, field
 import torch
 
 from ember.ir.errors import FormatError
-from ember.ir.source import Local, Source, parse_source, root_of
+from ember.ir.source import Local, Source, needs_format_2, parse_source, root_of
 from ember.ir.symbolic import is_relation, parse_sym_expr
 from ember.ir.values import JSON, decode_value, dtype_name, parse_device, parse_dtype
-from ember.ir.versioning import GUARDS_FORMAT, GUARDS_VERSION, check_header, parse_json
+from ember.ir.versioning import (
+    GUARDS_FORMAT,
+    GUARDS_OLDER_MAJORS,
+    GUARDS_VERSION,
+    check_header,
+    parse_json,
+)
 
 
 class GuardKind(enum.StrEnum):
@@ -302,10 +308,17 @@ class GuardSet:
         for i, rel in enumerate(self.shape_relations):
             _relation(rel, f"shape_relations[{i}]")
 
+    def format_version(self) -> tuple[int, int]:
+        """The oldest guard format that holds this set: 1.0 unless a source reads
+        through ``dict.__getitem__`` (2.0), so readers of 1.0 keep reading what they can."""
+        if any(g.source is not None and needs_format_2(g.source) for g in self.guards):
+            return GUARDS_VERSION
+        return (1, 0)
+
     def to_json(self) -> dict[str, JSON]:
         return {
             "format": GUARDS_FORMAT,
-            "version": list(GUARDS_VERSION),
+            "version": list(self.format_version()),
             "guards": [g.to_json() for g in self.guards],
             "shape_relations": list(self.shape_relations),
         }
@@ -333,7 +346,9 @@ class GuardSet:
     def loads(text: str | bytes, *, file: str | None = None) -> GuardSet:
         """Read guard IR text; any problem is a FormatError naming file, guard and field."""
         data = parse_json(text, file=file, what="guard IR")
-        check_header(data, format_name=GUARDS_FORMAT, version=GUARDS_VERSION, file=file)
+        major, minor = check_header(
+            data, format_name=GUARDS_FORMAT, version=GUARDS_VERSION, file=file, older_majors=GUARDS_OLDER_MAJORS
+        )
         raw_guards = data.get("guards")
         if not isinstance(raw_guards, list):
             raise FormatError(f"'guards' must be a list, got {raw_guards!r}", file=file, field="guards")
@@ -346,6 +361,15 @@ class GuardSet:
             result.verify()
         except FormatError as e:
             raise e.with_context(file=file) from None
+        if major < 2:
+            for g in result.guards:
+                if g.source is not None and needs_format_2(g.source):
+                    raise FormatError(
+                        f"source {g.source.expr()} reads through dict.__getitem__, which guard format "
+                        f"{major}.{minor} does not have (new in 2.0)",
+                        file=file,
+                        field="source",
+                    )
         return result
 
     def __str__(self) -> str:

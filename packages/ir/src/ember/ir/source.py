@@ -2,7 +2,9 @@
 
 A source is an access path from a frame: ``L['x']`` (a local), ``G['torch']``
 (a global), ``.member`` (an attribute), ``[index]`` (an item), ``.size()[d]``
-and ``.stride()[d]`` (a tensor's size or stride). ``Source.expr()`` writes the
+and ``.stride()[d]`` (a tensor's size or stride), and
+``dict.__getitem__(base, key)`` (a dict's own item, read past a ``__getitem__``
+that a dict subclass overrides; guard format 2.0, ADR 0045). ``Source.expr()`` writes the
 path as text that is also valid Python when evaluated with ``L`` bound to
 ``f_locals`` and ``G`` to ``f_globals``; :func:`parse_source` reads it back
 with a small hand-written parser (text is never evaluated). The round trip
@@ -148,8 +150,49 @@ class Stride:
         return f"{self.base.expr()}.stride()[{self.dim}]"
 
 
-Source: TypeAlias = Local | Global | Attr | Item | Size | Stride
-SOURCE_TYPES: tuple[type, ...] = (Local, Global, Attr, Item, Size, Stride)
+@dataclass(frozen=True, slots=True)
+class DictItem:
+    """A dict's own item, read as ``dict.__getitem__`` reads it:
+    ``dict.__getitem__(L['acts'], 'silu')``.
+
+    A dict subclass may override ``__getitem__`` (transformers' ``ACT2FN``
+    builds a new module on every ``acts['silu']``), so ``Item`` would not name
+    the object the dict holds. This source does, whatever the subclass does; it
+    is written as a call because that is the Python that reads it. New in guard
+    format 2.0 (``needs_format_2``).
+    """
+
+    base: Source
+    index: Index
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        return self._hash or _cache_hash(self, (DictItem, self.base, self.index))
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return DictItem, (self.base, self.index)  # the cached hash is per process: never pickled
+
+    def __post_init__(self) -> None:
+        _check_index(self.index)
+
+    def expr(self) -> str:
+        return f"{DICT_ITEM_PREFIX}{self.base.expr()}, {_index_text(self.index)})"
+
+
+#: how a :class:`DictItem` source's text starts
+DICT_ITEM_PREFIX = "dict.__getitem__("
+
+Source: TypeAlias = Local | Global | Attr | Item | Size | Stride | DictItem
+SOURCE_TYPES: tuple[type, ...] = (Local, Global, Attr, Item, Size, Stride, DictItem)
+
+
+def needs_format_2(source: Source) -> bool:
+    """Whether ``source``'s text needs guard format 2.0 (it reads through a :class:`DictItem`)."""
+    while not isinstance(source, (Local, Global)):
+        if isinstance(source, DictItem):
+            return True
+        source = source.base
+    return False
 
 
 def root_of(source: Source) -> Local | Global:
@@ -162,9 +205,14 @@ def root_of(source: Source) -> Local | Global:
 class _Parser:
     """Recursive-descent parser over the source text; errors carry the position."""
 
-    def __init__(self, text: str, pos: int = 0) -> None:
+    def __init__(self, text: str, pos: int = 0, *, nested: bool = False) -> None:
         self.text = text
         self.pos = pos
+        #: where the source being parsed starts (after ``dict.__getitem__(`` for the
+        #: base of a ``DictItem``): what ``text[start:pos]`` remembers is a whole source
+        self.start = pos if nested else 0
+        #: parsing the base of a ``DictItem``: its trailers end at the ``,`` after it
+        self.nested = nested
 
     def fail(self, what: str) -> FormatError:
         caret = " " * self.pos + "^"
@@ -185,9 +233,11 @@ class _Parser:
 
     def parse(self) -> Source:
         self.skip_ws()
+        if self.text.startswith(DICT_ITEM_PREFIX, self.pos):
+            return self.trailers(self.dict_item())
         head = self.peek()
         if head not in ("L", "G"):
-            raise self.fail("a source starts with L[...] or G[...]")
+            raise self.fail("a source starts with L[...], G[...] or dict.__getitem__(")
         self.pos += 1
         self.expect("[")
         name = self.constant()
@@ -196,15 +246,27 @@ class _Parser:
         self.expect("]")
         return self.trailers(Local(name) if head == "L" else Global(name))
 
+    def dict_item(self) -> DictItem:
+        """``dict.__getitem__(<source>, <constant>)`` from ``pos`` on."""
+        self.pos += len(DICT_ITEM_PREFIX)
+        self.skip_ws()
+        inner = _Parser(self.text, self.pos, nested=True)
+        base = inner.parse()
+        self.pos = inner.pos
+        self.expect(",")
+        index = self.constant()
+        self.expect(")")
+        return DictItem(base, index)
+
     def trailers(self, src: Source) -> Source:
         """``src`` followed by the ``.member`` / ``[index]`` trailers from ``pos`` on; each
         prefix parsed is remembered, so sources sharing a base parse only their own end."""
         while True:
             if len(_PARSED) < _PARSED_MAX:
-                _PARSED.setdefault(self.text[: self.pos], src)
+                _PARSED.setdefault(self.text[self.start : self.pos], src)
             self.skip_ws()
             ch = self.peek()
-            if ch == "":
+            if ch == "" or (self.nested and ch == ","):
                 return src
             if ch == "[":
                 self.pos += 1

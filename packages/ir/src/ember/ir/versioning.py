@@ -16,7 +16,11 @@ from ember.ir.values import JSON
 GRAPH_FORMAT = "ember.graph"
 GUARDS_FORMAT = "ember.guards"
 GRAPH_VERSION: tuple[int, int] = (1, 1)  # 1.1: a node's optional ``recompute``
-GUARDS_VERSION: tuple[int, int] = (1, 0)
+#: the newest guard format: 2.0 added the ``dict.__getitem__(base, key)`` source
+#: (ADR 0045). A guard set is written in the oldest format that holds it (1.0 unless
+#: a source needs 2.0), and a reader still reads the majors in ``GUARDS_OLDER_MAJORS``.
+GUARDS_VERSION: tuple[int, int] = (2, 0)
+GUARDS_OLDER_MAJORS: tuple[int, ...] = (1,)
 
 
 def parse_json(text: str | bytes, *, file: str | None, what: str) -> dict[str, JSON]:
@@ -39,8 +43,16 @@ def parse_json(text: str | bytes, *, file: str | None, what: str) -> dict[str, J
     return data
 
 
-def check_header(data: dict[str, JSON], *, format_name: str, version: tuple[int, int], file: str | None) -> tuple[int, int]:
-    """Validate ``format`` and ``version``; return the file's version."""
+def check_header(
+    data: dict[str, JSON],
+    *,
+    format_name: str,
+    version: tuple[int, int],
+    file: str | None,
+    older_majors: tuple[int, ...] = (),
+) -> tuple[int, int]:
+    """Validate ``format`` and ``version``; return the file's version. A reader reads
+    any MINOR of its own MAJOR, and of the ``older_majors`` it still reads."""
     got_format = data.get("format")
     if got_format != format_name:
         raise FormatError(f"expected format {format_name!r}, got {got_format!r}", file=file, field="format")
@@ -52,11 +64,12 @@ def check_header(data: dict[str, JSON], *, format_name: str, version: tuple[int,
     ):
         raise FormatError(f"'version' must be [MAJOR, MINOR] (two non-negative ints), got {raw!r}", file=file, field="version")
     major, minor = int(str(raw[0])), int(str(raw[1]))
-    if major != version[0]:
+    if major != version[0] and major not in older_majors:
         newer = "newer" if major > version[0] else "older"
         raise FormatError(
             f"{format_name} version {major}.{minor} is a {newer} major version than this reader "
-            f"supports ({version[0]}.{version[1]}; it reads any {version[0]}.x); "
+            f"supports ({version[0]}.{version[1]}; it reads any "
+            f"{' or '.join(f'{m}.x' for m in (version[0], *older_majors))}); "
             f"{'upgrade ember-ir' if major > version[0] else 'convert the file with an older ember-ir'}",
             file=file,
             field="version",

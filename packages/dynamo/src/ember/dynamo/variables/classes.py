@@ -82,7 +82,7 @@ class ClassVariable(VariableTracker):
     def call_function(
         self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
     ) -> VariableTracker:
-        return construct(tx, self.value, args, kwargs)
+        return construct(tx, self.value, args, kwargs, self.source)
 
     def reconstruct(self, cg: PyCodegen) -> None:
         cg.load_const(self.value)
@@ -220,8 +220,10 @@ BUILTIN_CONSTRUCTORS = frozenset(
 )
 
 
-def construct(tx: Tx, cls: Any, args: Args, kwargs: Kwargs) -> VariableTracker:
-    """``cls(*args, **kwargs)`` while tracing."""
+def construct(
+    tx: Tx, cls: Any, args: Args, kwargs: Kwargs, cls_source: Source | None = None
+) -> VariableTracker:
+    """``cls(*args, **kwargs)`` while tracing (``cls_source``: where the class was read)."""
     if cls in BUILTIN_CONSTRUCTORS or cls in (torch.Size, torch.device, torch.finfo, torch.iinfo):
         return construct_builtin_type(tx, cls, args, kwargs)
     if cls in ITERTOOLS_TYPES:
@@ -236,7 +238,7 @@ def construct(tx: Tx, cls: Any, args: Args, kwargs: Kwargs) -> VariableTracker:
             d.call_method(tx, "update", list(args), kwargs)
         return d
     if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
-        return construct_module(tx, cls, args, kwargs)
+        return construct_module(tx, cls, args, kwargs, cls_source)
     if isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields"):
         return construct_namedtuple(tx, cls, args, kwargs)
     if isinstance(cls, type):

@@ -8,10 +8,18 @@ sees the operations functorch decomposes it into). That is sound only for an
 Python function without closure cells, defaults or nested functions whose
 globals are modules, torch functions or builtins (each guarded by identity).
 Anything else is a graph break that says why.
+
+``associative_scan(combine_fn, xs, dim)`` (``torch._higher_order_ops``; transformers'
+Mamba takes it when compiling) is captured the same way: one node calling the scan
+with ``combine_fn`` bound, a pure function as above, where TorchDynamo makes a
+higher-order op with a traced subgraph. The backend traces through it (in the
+``"generic"`` mode, ``vmap`` over slices) like any op.
 """
 
 from __future__ import annotations
 
+import functools
+import sys
 import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -43,6 +51,16 @@ def _transforms() -> dict[Any, str]:
 #: torch.func transforms captured as one node: the function -> its name
 TRANSFORMS: dict[Any, str] = _transforms()
 TRANSFORM_FUNCTIONS: frozenset[Any] = frozenset(TRANSFORMS)
+
+
+#: the module defining ``associative_scan``; looked up when met, never imported by ember
+SCAN_MODULE = "torch._higher_order_ops.associative_scan"
+
+
+def is_associative_scan(value: Any) -> bool:
+    """Whether ``value`` is torch's ``associative_scan`` (its module already imported)."""
+    module = sys.modules.get(SCAN_MODULE)
+    return module is not None and value is getattr(module, "associative_scan", None)
 
 
 class GraphCallableVariable(VariableTracker):
@@ -94,6 +112,39 @@ def transform_call(
         **{k: v.as_python_constant() for k, v in kwargs.items()},
     )
     return GraphCallableVariable(GraphCallable(made, f"{name}({label})"))
+
+
+class AssociativeScanVariable(TorchFunctionVariable):
+    """``associative_scan``: calling it is one node (``scan_call``)."""
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        return scan_call(tx, self.value, args, kwargs)
+
+
+def scan_call(
+    tx: Tx, scan: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+) -> VariableTracker:
+    """``associative_scan(combine_fn, xs, dim, reverse=False, combine_mode=...)`` as one
+    node: ``combine_fn`` a pure function, every argument but ``xs`` a constant."""
+    names = ("combine_fn", "xs", "dim", "reverse", "combine_mode")
+    if len(args) > len(names):
+        raise Unsupported("associative_scan() takes at most 5 arguments (TypeError)")
+    bound: dict[str, VariableTracker] = dict(zip(names, args, strict=False))
+    for k, v in kwargs.items():
+        if k not in names or k in bound:
+            raise Unsupported(f"associative_scan() got an unexpected or repeated argument `{k}` (TypeError)")
+        bound[k] = v
+    if "combine_fn" not in bound or "xs" not in bound or "dim" not in bound:
+        raise Unsupported("associative_scan() without combine_fn, xs and dim (TypeError)")
+    fn, label = pure_function(tx, bound["combine_fn"], "associative_scan")
+    options = {k: v for k, v in bound.items() if k not in ("combine_fn", "xs")}
+    if not all(v.is_python_constant() for v in options.values()):
+        raise Unsupported("associative_scan with a non-constant dim, reverse or combine_mode")
+    made = functools.partial(scan, fn, **{k: v.as_python_constant() for k, v in options.items()})
+    target = GraphCallable(made, f"associative_scan({label})")
+    return tx.output.create_op("call_function", target, [bound["xs"]], {})
 
 
 def pure_function(tx: Tx, var: VariableTracker, why: str) -> tuple[Callable[..., Any], str]:

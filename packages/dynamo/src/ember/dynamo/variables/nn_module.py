@@ -86,6 +86,8 @@ class NNModuleVariable(VariableTracker):
     def __init__(self, value: nn.Module, source: Source | None = None) -> None:
         super().__init__(source)
         self.value = value
+        #: where the class of a module made in the frame was read (``NewModuleVariable``)
+        self.class_source: Source | None = None
 
     def python_type(self) -> type:
         return type(self.value)
@@ -328,24 +330,43 @@ class NNModuleVariable(VariableTracker):
             raise Unsupported(f"forward of {self.describe()} is not a Python function")
         if fwd is nn.Module.forward:
             raise Unsupported(f"{self.describe()} has no forward")
-        src = Attr(Attr(self.source, "__class__"), "forward") if self.source else None
+        if self.source is None and self.class_source is not None:
+            # a module made in the frame: nothing pins its class's forward but a guard
+            # (a module from the frame is pinned by identity, ADR 0027)
+            fwd_src = Attr(self.class_source, "forward")
+            tx.output.guards.add_function(fwd_src, fwd)
+            src: Source | None = fwd_src
+        else:
+            src = Attr(Attr(self.source, "__class__"), "forward") if self.source else None
         return UserFunctionVariable(fwd, src).call_function(tx, [self, *args], kwargs)
 
 
 
 class NewModuleVariable(NNModuleVariable):
-    """A stateless ``torch.nn`` module made inside the frame (``nn.Softmax(dim=-1)(x)``,
-    ``loss_fct = CrossEntropyLoss()``). It is made for real once, at trace
+    """A stateless module made inside the frame (``nn.Softmax(dim=-1)(x)``,
+    ``loss_fct = CrossEntropyLoss()``, transformers' ``ACT2FN["silu"]``, which makes
+    a ``SiLUActivation``: a class adding only ``forward``, which is inlined like any
+    user module's). It is made for real once, at trace
     time, from constant arguments, which are guarded where they came from; it
     is not guarded itself (each call of the compiled code makes an equal
     one), and is made again, the same way, if it leaves the frame."""
 
     fresh = True
 
-    def __init__(self, value: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        value: nn.Module,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        class_source: Source | None = None,
+    ) -> None:
         super().__init__(value, None)
         self.args = args
         self.kwargs = kwargs
+        #: where its class was read: its ``forward`` and class attributes are guarded
+        #: through it (``objects.class_attribute``), as a module from the frame's are
+        #: through ``L['m'].__class__``
+        self.class_source = class_source
 
     def describe(self) -> str:
         return f"module `{type(self.value).__name__}` (made in the compiled region)"
@@ -362,12 +383,45 @@ class NewModuleVariable(NNModuleVariable):
         cg.reconstruct_once(self, build)
 
 
+def is_torch_nn_class(klass: type) -> bool:
+    return klass is nn.Module or klass.__module__.startswith("torch.nn.")
+
+
+def user_construction_code(cls: type) -> str:
+    """What Python code of the user's making ``cls()`` would run ("" if none).
+
+    A module class defined outside ``torch.nn`` (transformers' ``SiLUActivation``)
+    whose classes define no ``__init__`` or ``__new__`` of their own is made by
+    torch.nn's constructors alone, which touch nothing but the new module: making it
+    at trace time is what every call of the compiled code would have done. A user
+    ``__init__`` could touch anything (a counter, a registry, the RNG), so its class
+    is not made this way."""
+    if type(cls).__call__ is not type.__call__:
+        return "its metaclass defines __call__"
+    for klass in cls.__mro__:
+        if klass is object or is_torch_nn_class(klass):
+            continue
+        for name in ("__init__", "__new__"):
+            if name in klass.__dict__:
+                return f"`{klass.__name__}.{name}` is Python code that would run in each call"
+    return ""
+
+
 def construct_module(
-    tx: Tx, cls: type, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    tx: Tx,
+    cls: type,
+    args: list[VariableTracker],
+    kwargs: dict[str, VariableTracker],
+    cls_source: Source | None = None,
 ) -> VariableTracker:
-    """``cls(*args, **kwargs)`` for an ``nn.Module`` class, inside the frame."""
-    if not cls.__module__.startswith("torch.nn."):
-        raise Unsupported(f"creating a `{cls.__name__}` module inside a compiled region")
+    """``cls(*args, **kwargs)`` for an ``nn.Module`` class, inside the frame: a
+    ``torch.nn`` class, or a subclass that adds no construction code of its own
+    (``user_construction_code``); either must end up with no parameters or buffers."""
+    refused = "" if is_torch_nn_class(cls) else user_construction_code(cls)
+    if not refused and not is_torch_nn_class(cls) and cls_source is None:
+        refused = "its class has no source to guard its forward by"
+    if refused:
+        raise Unsupported(f"creating a `{cls.__name__}` module inside a compiled region: {refused}")
     if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
         raise Unsupported(f"creating a `{cls.__name__}` module from non-constant arguments")
     cargs = tuple(a.as_python_constant() for a in args)
@@ -381,4 +435,4 @@ def construct_module(
         raise Unsupported(
             f"creating a `{cls.__name__}` module with parameters or buffers inside a compiled region"
         )
-    return NewModuleVariable(module, cargs, ckwargs)
+    return NewModuleVariable(module, cargs, ckwargs, cls_source)

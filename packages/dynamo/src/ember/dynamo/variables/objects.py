@@ -22,7 +22,7 @@ import inspect
 import types
 from typing import TYPE_CHECKING, Any
 
-from ember.ir import Attr, Item, Source
+from ember.ir import Attr, DictItem, Item, Source
 
 from ..errors import Unsupported, UserRaised
 from ..mutable import Box
@@ -88,7 +88,8 @@ def is_torch_internal_method(fn: types.FunctionType) -> bool:
 def class_attribute(tx: Tx, obj: VariableTracker, cls: type, name: str) -> VariableTracker | None:
     """``name`` looked up on ``cls`` for the instance ``obj`` (methods bound to
     it, properties run, classmethods bound to the class, class constants)."""
-    cls_src = Attr(obj.source, "__class__") if obj.source is not None else None
+    # an object made in the frame has no source, but its class may (a new module's)
+    cls_src = Attr(obj.source, "__class__") if obj.source is not None else getattr(obj, "class_source", None)
     if name == "__class__" and static_lookup(cls, "__class__") is OBJECT_CLASS_SLOT:
         # the real object's class; with a source it gets its own ID guard
         return tx.wrap(cls, cls_src)
@@ -117,7 +118,9 @@ def class_attribute(tx: Tx, obj: VariableTracker, cls: type, name: str) -> Varia
         return BaseMethodVariable(owner, name, obj)
     if hasattr(static, "__get__") and not isinstance(static, (int, float, str, bool, type(None))):
         return None
-    return tx.wrap(getattr(cls, name), Attr(obj.source, name) if obj.source else None)
+    if obj.source is not None:
+        return tx.wrap(getattr(cls, name), Attr(obj.source, name))
+    return tx.wrap(getattr(cls, name), Attr(cls_src, name) if cls_src else None)
 
 
 class BaseMethodVariable(VariableTracker):
@@ -372,8 +375,10 @@ class UserObjectVariable(ObjectVariable):
     def dict_read(self, tx: Tx, name: str, args: list[VariableTracker]) -> VariableTracker:
         """A read of a ``dict`` subclass instance's own items, under a guard on
         its keys. Each value is read from a source that gives the same object:
-        the item (when ``__getitem__`` is dict's) or the attribute holding it
-        (``ModelOutput`` keeps every item as an attribute too)."""
+        the item (when ``__getitem__`` is dict's), the attribute holding it
+        (``ModelOutput`` keeps every item as an attribute too), else the item as
+        ``dict.__getitem__`` reads it, past the class's own ``__getitem__``
+        (transformers' ``ACT2FN`` builds a module from each item it returns)."""
         real, src = self.value, self.source
         if src is None or not all(type(k) in (str, int) for k in real):
             raise Unsupported(f"`dict.{name}` of {self.describe()} cannot be traced")
@@ -385,7 +390,7 @@ class UserObjectVariable(ObjectVariable):
                 return tx.wrap(value, Item(src, key))
             if isinstance(key, str) and getattr(real, "__dict__", {}).get(key, MISSING) is value:
                 return tx.wrap(value, Attr(src, key))
-            raise Unsupported(f"item {key!r} of {self.describe()} has no source to guard it by")
+            return tx.wrap(value, DictItem(src, key))
 
         keys = list(dict.keys(real))
         if name in ("keys", "__iter__"):
