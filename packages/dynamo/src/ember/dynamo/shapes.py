@@ -24,7 +24,7 @@ on top of it, one :class:`ShapePolicy` per captured graph:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -164,7 +164,17 @@ class ShapePolicy:
             dyn.append(d)
         if not dyn:
             return None
-        strides = _stride_exprs(sizes, [int(s) for s in t.stride()], [int(s) for s in t.shape])
+        def stride_symbol(d: int, value: int) -> Any:
+            """A stride the sizes do not give (a slice of a larger tensor: ``b[:, :3]``
+            has ``b``'s row length as stride): its own symbol, as TorchDynamo does, so
+            a base that grows does not recompile; 0 and 1 stay (broadcast, unit stride)."""
+            if value < MIN_SIZE or int(t.shape[d]) == 1:
+                return value
+            return self._symbol(Stride(source, d), value, "a stride of a dynamic tensor",
+                                DimMark(strict=False))
+
+        strides = _stride_exprs(sizes, [int(s) for s in t.stride()], [int(s) for s in t.shape],
+                                stride_symbol)
         sym_strides = [d for d, st in enumerate(strides) if not isinstance(st, int)]
         for d in sym_strides:
             if int(t.shape[d]) != 1:  # a size-1 dim's stride is never read
@@ -172,7 +182,7 @@ class ShapePolicy:
         self.dynamic_dims[source.expr()] = (tuple(dyn), tuple(sym_strides))
         return sizes, strides
 
-    def _symbol(self, source: Size, hint: int, why: str, mark: DimMark) -> sympy.Symbol:
+    def _symbol(self, source: Size | Stride, hint: int, why: str, mark: DimMark) -> sympy.Symbol:
         sym = self._by_hint.get(hint)
         if sym is not None and mark.min is None and mark.max is None:
             info = self.symbols[sym]
@@ -255,8 +265,10 @@ class ShapePolicy:
                 if info.strict and sym in pinned]
 
 
-def _stride_exprs(sizes: Sequence[Any], strides: Sequence[int], hints: Sequence[int]) -> list[Any]:
-    """Strides as expressions of ``sizes`` where the tensor is packed, ints elsewhere.
+def _stride_exprs(sizes: Sequence[Any], strides: Sequence[int], hints: Sequence[int],
+                  other: Callable[[int, int], Any] = lambda d, value: value) -> list[Any]:
+    """Strides as expressions of ``sizes`` where the tensor is packed, ``other(dim,
+    stride)`` elsewhere (an int, or a symbol of its own).
 
     Dims are walked innermost first (by stride, then size); a dim whose stride
     equals the product of the sizes inside it gets that product as its stride.
@@ -273,8 +285,8 @@ def _stride_exprs(sizes: Sequence[Any], strides: Sequence[int], hints: Sequence[
             expected = expected * sizes[d]
             expected_hint *= hints[d]
         else:
-            out[d] = strides[d]
-            expected = sympy.Integer(strides[d]) * sizes[d]
+            out[d] = other(d, strides[d])
+            expected = sympy.sympify(out[d]) * sizes[d]
             expected_hint = strides[d] * hints[d]
     return out
 

@@ -151,6 +151,11 @@ class WrapperWriter:
                 if isinstance(size, sympy.Symbol) and size not in bound:
                     self.lines.append(f"    {size.name} = {buf.name}.size({d})")
                     bound.add(size)
+        for buf in g.inputs:  # a stride with a symbol of its own (a slice of a larger tensor)
+            for d, stride in enumerate(buf.layout.stride):
+                if isinstance(stride, sympy.Symbol) and stride not in bound:
+                    self.lines.append(f"    {stride.name} = {buf.name}.stride({d})")
+                    bound.add(stride)
         missing = sorted(set(g.hints.hints) - bound, key=str)
         if missing:
             raise LoweringError(
