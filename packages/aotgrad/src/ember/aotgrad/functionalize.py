@@ -21,6 +21,7 @@ back into the caller's tensors after the compiled forward has run.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from ember.aotgrad.errors import FunctionalizationError, VerifyError
 from ember.aotgrad.sizes import call_node
+from ember.ir.shape_env import DataDependentError
 
 aten = torch.ops.aten
 
@@ -120,6 +122,16 @@ def functional_variant(op: Any) -> Any:
     return None
 
 
+def _overlaps(val: torch.Tensor) -> bool:
+    """Whether ``val``'s elements share memory (``MemOverlap::Yes``); a layout over sizes
+    that depend on data, which torch cannot decide, counts as overlapping (writes to it
+    are then refused, never compiled wrong)."""
+    try:
+        return bool(torch._debug_has_internal_overlap(val) == 1)
+    except DataDependentError:
+        return True
+
+
 class _Functionalizer:
     def __init__(self, gm: fx.GraphModule, fake_mode: Any) -> None:
         self.old = gm
@@ -140,13 +152,18 @@ class _Functionalizer:
 
     # -- emitting ------------------------------------------------------------
 
-    def emit(self, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> fx.Node:
+    def emit(self, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None,
+             like: object = None) -> fx.Node:
+        """A node of ``op``; ``like``: the traced value it replaces, whose data-dependent
+        (unbacked) sizes its value keeps (the rest of the trace refers to them)."""
         kwargs = kwargs or {}
         node = call_node(self.graph, op, args, kwargs)
         if self.region is not None:
             node.meta["recompute"] = self.region
         vals = tree_map(lambda a: a.meta["val"] if isinstance(a, fx.Node) else a, (args, kwargs))
-        with self.fake_mode, torch.no_grad():
+        rerun = getattr(self.fake_mode, "rerun_like", None)
+        sizes = rerun(like) if rerun is not None else contextlib.nullcontext()
+        with self.fake_mode, torch.no_grad(), sizes:
             node.meta["val"] = op(*vals[0], **vals[1])
         return node
 
@@ -199,7 +216,7 @@ class _Functionalizer:
         self.chain[old] = ()
         self.seen_version[old] = 0
         val = old.meta.get("val")
-        if isinstance(val, torch.Tensor) and torch._debug_has_internal_overlap(val) == 1:
+        if isinstance(val, torch.Tensor) and _overlaps(val):
             self.overlapping.add(s)
 
     def bind_view(self, old: fx.Node, new: fx.Node, src: fx.Node, step: ViewStep) -> None:
@@ -387,7 +404,7 @@ class _Functionalizer:
             # the source's storage was written: its value now is a functional result
             self.check_as_strided(first.meta["val"], args[0], node.args[1:], dict(node.kwargs),
                                   node)
-        new = self.emit(op, args, kwargs)
+        new = self.emit(op, args, kwargs, like=node.meta.get("val"))
         if isinstance(op, torch._ops.OpOverload) and op.is_view and isinstance(first, fx.Node):
             src = first
             if isinstance(node.meta.get("val"), (tuple, list)):

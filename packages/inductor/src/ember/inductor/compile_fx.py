@@ -21,9 +21,11 @@ from typing import Any
 import torch
 import torch.fx
 from torch.autograd.profiler import record_function
+import torch.utils._pytree as pytree
 from torch.utils._pytree import tree_unflatten
 
 from ember.ir.debug import debug_dir_of
+from ember.ir.shape_env import ShapeEnv
 from ember.ir.updates import input_updates_of
 
 from . import graph_cache
@@ -250,7 +252,33 @@ def _eager_reason(
             return f"input {i} is sparse"
     if not any(n.op == "call_function" for n in gm.graph.nodes):
         return "graph has no operations"
+    unbacked = unbacked_symbols(gm)
+    if unbacked:
+        return (f"sizes {', '.join(unbacked)} depend on tensor data (boolean-mask indexing, "
+                "nonzero, masked_select); ember.inductor binds sizes from its inputs only, so "
+                "the graph runs through ATen (ADR 0043)")
     return None
+
+
+def unbacked_symbols(gm: torch.fx.GraphModule) -> list[str]:
+    """The unbacked size symbols (``u0``: sizes that depend on data, ADR 0043) in ``gm``'s
+    values and arguments, by name."""
+    found: set[str] = set()
+
+    def visit(value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            for s in (*value.shape, *value.stride()):
+                visit(s)
+            return
+        node = getattr(value, "node", None)
+        env = getattr(node, "env", None)
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)) and isinstance(env, ShapeEnv):
+            found.update(str(s) for s in node.expr.free_symbols if s in env.unbacked)  # type: ignore[union-attr]
+
+    for n in gm.graph.nodes:
+        for leaf in pytree.tree_leaves((n.args, n.kwargs, n.meta.get("val"))):
+            visit(leaf)
+    return sorted(found)
 
 
 def compile_graph(
