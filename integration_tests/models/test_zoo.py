@@ -43,10 +43,6 @@ CAPTURE_GAPS: dict[str, str] = {
         "compute_attention_span returns torch.tensor(int) and slices with it: ember has no "
         "unbacked symbolic ints (torch.compile slices with .item())"
     ),
-    "electra_train": (
-        "ElectraForPreTraining's loss indexes with a boolean mask (aten.nonzero, data-dependent "
-        "size): ember has no unbacked symbolic sizes"
-    ),
 }
 #: models whose inductor run does not yet match eager (or raises), and why
 INDUCTOR_GAPS: dict[str, str] = {}

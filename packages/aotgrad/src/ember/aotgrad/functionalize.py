@@ -715,7 +715,10 @@ def verify_functional(gm: fx.GraphModule) -> None:
 
 
 def eliminate_dead_code(graph: fx.Graph) -> None:
-    """Remove unused nodes, keeping placeholders and random ops (they advance the RNG)."""
+    """Remove unused nodes, keeping placeholders and random ops (they advance the RNG), and
+    the op making an unbacked size (``u0``, ADR 0043) that a kept node reads as a number
+    (``x[m].shape[0] * y``: the graph reads ``u0`` from that op's result)."""
+    readers = _unbacked_readers(graph)
     for node in reversed(list(graph.nodes)):
         if node.op in ("placeholder", "output") or node.users:
             continue
@@ -723,7 +726,37 @@ def eliminate_dead_code(graph: fx.Graph) -> None:
             torch.Tag.nondeterministic_seeded in node.target.tags
         ):
             continue
+        if readers and any(not r._erased for sym in _made_symbols(node)
+                           for r in readers.get(sym, ())):
+            continue
         graph.erase_node(node)
+
+
+def _made_symbols(node: fx.Node) -> list[Any]:
+    """The bare symbols among the sizes of ``node``'s tensor value."""
+    val = node.meta.get("val")
+    found = []
+    for t in tree_flatten(val)[0]:
+        if isinstance(t, torch.Tensor):
+            for size in t.shape:
+                expr = getattr(getattr(size, "node", None), "expr", None)
+                if expr is not None and getattr(expr, "is_Symbol", False):
+                    found.append(expr)
+    return found
+
+
+def _unbacked_readers(graph: fx.Graph) -> dict[Any, list[fx.Node]]:
+    """Unbacked symbol -> the nodes whose arguments hold a number made from it."""
+    readers: dict[Any, list[fx.Node]] = {}
+    for node in graph.nodes:
+        for a in tree_flatten((node.args, node.kwargs))[0]:
+            sym = getattr(a, "node", None)
+            env = getattr(sym, "env", None)
+            if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)) and env is not None:
+                for s in sym.expr.free_symbols:  # type: ignore[union-attr]
+                    if s in getattr(env, "unbacked", {}):
+                        readers.setdefault(s, []).append(node)
+    return readers
 
 
 def functionalize(gm: fx.GraphModule, fake_mode: Any) -> FunctionalGraph:

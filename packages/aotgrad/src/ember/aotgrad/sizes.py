@@ -150,6 +150,32 @@ def unbacked_sources(gm: fx.GraphModule) -> dict[sympy.Symbol, tuple[fx.Node, in
     return found
 
 
+def read_unbacked_producers(gm: fx.GraphModule) -> list[fx.Node]:
+    """The ops making an unbacked size that some node reads as a number in its arguments
+    (``mul(t, u0)``): no FX edge leads from the reader to them, so a pass choosing nodes by
+    their inputs (the partitioner) must keep them where the size is read."""
+    import sympy
+    read: set[sympy.Symbol] = set()
+    for node in gm.graph.nodes:
+        for value in _values((node.args, node.kwargs)):
+            expr = expr_of(value)
+            if expr is not None:
+                read |= {s for s in expr.free_symbols if isinstance(s, sympy.Symbol)}
+    producers = unbacked_sources(gm)
+    return [producers[s][0] for s in sorted(read, key=str) if s in producers]
+
+
+def has_unbacked(gm: fx.GraphModule) -> bool:
+    """Whether ``gm`` has a size that depends on data (an unbacked symbol, ADR 0043)."""
+    for node in gm.graph.nodes:
+        for value in (*_values((node.args, node.kwargs)), *_values(node.meta.get("val"))):
+            expr = expr_of(value)
+            env = getattr(getattr(value, "node", None), "env", None)
+            if expr is not None and env is not None and env.has_unbacked(expr):
+                return True
+    return False
+
+
 def shape_env_of(gm: fx.GraphModule) -> Any:
     """The ember ShapeEnv behind ``gm``'s symbolic values (``None`` when it has none)."""
     for node in gm.graph.nodes:
@@ -170,7 +196,7 @@ class _Binder:
         self.computed = unbacked_sources(gm)
         self.env = shape_env_of(gm)
         self.cache: dict[sympy.Basic, Any] = {}
-        self.anchor = next(n for n in self.graph.nodes if n.op != "placeholder")
+        self.anchor: fx.Node = next(n for n in self.graph.nodes if n.op != "placeholder")
 
     def value(self, value: Any) -> Any:
         expr = expr_of(value)
@@ -198,10 +224,11 @@ class _Binder:
         late = [s for s in expr.free_symbols if s not in self.sources and s in self.computed]
         if not late:
             return self.anchor
-        reads = [self._unbacked_read(s) for s in late]  # type: ignore[arg-type]
+        reads = [self._unbacked_read(s) for s in late]
         order = {n: i for i, n in enumerate(self.graph.nodes)}
         last: fx.Node = max(reads, key=lambda n: order[n])
-        return last.next
+        after: fx.Node = last.next
+        return after
 
     def _unbacked_read(self, sym: sympy.Symbol) -> fx.Node:
         hit = self.cache.get(sym)
@@ -330,5 +357,5 @@ def pass_sizes(part: Partition) -> Partition:
                                saved=tuple(saved))
 
 
-__all__ = ["bind_sizes", "call_node", "symint_args", "expr_of", "hint", "is_symbolic_tensor", "needed_symbols", "pass_sizes", "shape_env_of",
-           "symbol_sources", "unbacked_sources"]
+__all__ = ["bind_sizes", "call_node", "has_unbacked", "symint_args", "expr_of", "hint", "is_symbolic_tensor", "needed_symbols", "pass_sizes", "shape_env_of",
+           "read_unbacked_producers", "symbol_sources", "unbacked_sources"]

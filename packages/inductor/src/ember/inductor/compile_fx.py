@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch.autograd.profiler import record_function
 import torch.utils._pytree as pytree
+from torch.autograd.profiler import record_function
 from torch.utils._pytree import tree_unflatten
 
 from ember.ir.debug import debug_dir_of

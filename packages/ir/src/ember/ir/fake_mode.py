@@ -53,7 +53,7 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._python_dispatch import _disable_current_modes
 
-from ember.ir.shape_env import ShapeEnv
+from ember.ir.shape_env import DataDependentError, ShapeEnv
 
 aten = torch.ops.aten
 
@@ -150,7 +150,7 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
             return super().dispatch(aten.masked_select.default, types, (src, mask), {})
         if mask.dtype != torch.bool:
             raise RuntimeError(f"masked_select: expected BoolTensor for mask, got {mask.dtype}")
-        shape = torch.broadcast_shapes(src.shape, mask.shape)
+        shape = torch.broadcast_shapes(src.shape, mask.shape)  # type: ignore[no-untyped-call]
         if tuple(shape) == tuple(mask.shape):
             count = self._count(mask)  # one value per True of the mask
         elif any(type(n) is int and n == 0 for n in shape):
@@ -182,9 +182,12 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
         if not isinstance(target, torch.Tensor):
             return
         want, have = list(target.shape), list(values.shape)
-        fits = len(have) <= len(want) and all(
-            h == 1 or h == w for h, w in zip(reversed(have), reversed(want))
-        )
+        try:
+            fits = len(have) <= len(want) and all(
+                h == 1 or h == w for h, w in zip(reversed(have), reversed(want))
+            )
+        except DataDependentError:
+            return  # sizes that depend on data (indices from nonzero): the kernel checks them
         if not fits:
             raise RuntimeError(
                 f"shape mismatch: value tensor of shape {have} cannot be broadcast to indexing "

@@ -379,9 +379,13 @@ class SymNode:
         return bool(self.expr.is_number) or self.expr in (sympy.true, sympy.false)
 
     def has_hint(self) -> bool:
-        return True
+        """False over an unbacked size: torch then takes its paths for sizes without a value
+        (a view of a ``u0``-sized tensor decided without asking ``u0 == 0``)."""
+        return not self.env.has_unbacked(self.expr)
 
     def require_hint(self, fallback: Hint | None = None) -> Hint:
+        if fallback is not None and not self.has_hint():
+            return fallback
         return self._hint
 
     def maybe_as_int(self) -> int | None:
@@ -705,7 +709,8 @@ def _guard_or_default() -> bool | None:
     tell otherwise); None when they are not on the stack. Only relations over unbacked
     sizes ask: torch calls these exactly where the default is a correct answer."""
     import sys
-    frame = sys._getframe(2)
+    import types
+    frame: types.FrameType | None = sys._getframe(2)
     for _ in range(3):
         if frame is None:
             return None
