@@ -123,3 +123,23 @@ def test_inductor_matches_eager(name: str) -> None:
     want = run(case, case.model)
     cnt = CompileCounterWithBackend("inductor")
     assert_same(run(case, ed.compile(case.model, backend=cnt)), want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_electra_loss_mask_counts_share_one_graph(backend: str) -> None:
+    """ElectraForPreTraining's loss keeps the positions whose attention mask is 1
+    (``logits.view(...)[active_loss]``): captured whole as torch.compile captures it, with
+    eager's loss and gradients, and one graph for every count of padded positions (ADR 0043)."""
+    case = zoo.build("electra_train")
+    torch_graphs = torch_fullgraph_graphs(case)
+    cnt = CompileCounterWithBackend(backend)
+    compiled = ed.compile(case.model, backend=cnt, fullgraph=True)
+    ids = case.kwargs["input_ids"]
+    for padded in (0, 5, 11, 2):
+        mask = torch.ones_like(ids)
+        mask[:, ids.shape[1] - padded:] = 0
+        mask[1, :1] = 0
+        case.kwargs["attention_mask"] = mask
+        assert_same(run(case, compiled), run(case, case.model))
+    assert cnt.frame_count == torch_graphs == 1
