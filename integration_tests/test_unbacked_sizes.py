@@ -160,12 +160,31 @@ def test_aotgrad_traces_forward_and_backward() -> None:
     assert "aten.index.Tensor" in forward and "aten.sym_size.int" in forward
 
 
-def test_inductor_says_why_a_graph_runs_through_aten(caplog: pytest.LogCaptureFixture) -> None:
-    compiled = ed.compile(masked_mean, backend="inductor", fullgraph=True)
-    x, m = torch.randn(4, 4), torch.rand(4, 4) > 0.5
-    with caplog.at_level(logging.INFO, logger="ember.perf_hints"), torch.no_grad():
-        close(compiled(x, m), masked_mean(x, m))
-    assert any("depend on tensor data" in r.getMessage() for r in caplog.records)
+def scored_mean(x: torch.Tensor, w: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """Work before the mask (a matmul and pointwise ops) and after its loss."""
+    h = torch.tanh(x @ w).sin() * 2 + 1
+    return (h[m].mean() * 3).exp() + h.sum() * 0
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_inductor_compiles_around_the_mask(grad: bool, caplog: pytest.LogCaptureFixture) -> None:
+    """inductor compiles the ops without data-dependent sizes (here the work before the
+    mask) and runs the ones with them through ATen, saying so."""
+    compiled = ed.compile(scored_mean, backend="inductor", fullgraph=True)
+    torch.manual_seed(0)
+    w = torch.randn(6, 6, requires_grad=grad)
+    with caplog.at_level(logging.INFO, logger="ember.perf_hints"):
+        for m in masks((5, 6)):
+            x = torch.randn(5, 6)
+            with torch.set_grad_enabled(grad):
+                got, want = compiled(x, w, m), scored_mean(x, w, m)
+                close(got, want)
+                if grad:
+                    (g,) = torch.autograd.grad(got, w)
+                    (e,) = torch.autograd.grad(want, w)
+                    close(g, e)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("compiled in parts" in t and "depend on tensor data" in t for t in messages)
 
 
 class TokenTagger(nn.Module):

@@ -20,12 +20,10 @@ from typing import Any
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
 from torch.autograd.profiler import record_function
 from torch.utils._pytree import tree_unflatten
 
 from ember.ir.debug import debug_dir_of
-from ember.ir.shape_env import ShapeEnv
 from ember.ir.updates import input_updates_of
 
 from . import graph_cache
@@ -40,6 +38,7 @@ from .logs import configure_from_env, log, output_code, perf_hints
 from .modes import CUDAGRAPH_MODES, warn_mode
 from .options import InductorOptions, options_from_env
 from .profiling import graph_label, named_kernels, profiling
+from .unbacked import Run, SplitGraph, split_compile, unbacked_symbols
 
 
 @dataclass
@@ -252,33 +251,35 @@ def _eager_reason(
             return f"input {i} is sparse"
     if not any(n.op == "call_function" for n in gm.graph.nodes):
         return "graph has no operations"
-    unbacked = unbacked_symbols(gm)
-    if unbacked:
-        return (f"sizes {', '.join(unbacked)} depend on tensor data (boolean-mask indexing, "
-                "nonzero, masked_select); ember.inductor binds sizes from its inputs only, so "
-                "the graph runs through ATen (ADR 0043)")
     return None
 
 
-def unbacked_symbols(gm: torch.fx.GraphModule) -> list[str]:
-    """The unbacked size symbols (``u0``: sizes that depend on data, ADR 0043) in ``gm``'s
-    values and arguments, by name."""
-    found: set[str] = set()
-
-    def visit(value: Any) -> None:
-        if isinstance(value, torch.Tensor):
-            for s in (*value.shape, *value.stride()):
-                visit(s)
-            return
-        node = getattr(value, "node", None)
-        env = getattr(node, "env", None)
-        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)) and isinstance(env, ShapeEnv):
-            found.update(str(s) for s in node.expr.free_symbols if s in env.unbacked)  # type: ignore[union-attr]
-
-    for n in gm.graph.nodes:
-        for leaf in pytree.tree_leaves((n.args, n.kwargs, n.meta.get("val"))):
-            visit(leaf)
-    return sorted(found)
+def _compile_around_unbacked(
+    gm: torch.fx.GraphModule, options: InductorOptions | None, unbacked: list[str]
+) -> SplitGraph | EagerGraph:
+    """A graph with sizes that depend on data (ADR 0043): the runs of ops without them
+    compiled, the rest through ATen; the whole graph through ATen when no run is worth
+    compiling, the graph writes its inputs, or the split fails."""
+    names = ", ".join(unbacked)
+    why = (f"sizes {names} depend on tensor data (boolean-mask indexing, nonzero, "
+           "masked_select); ember.inductor binds sizes from its inputs only (ADR 0043)")
+    split: tuple[list[Run], int] | None = None
+    if not input_updates_of(gm):
+        try:
+            split = split_compile(gm, lambda sub, inputs: compile_graph(sub, inputs, options))
+        except Exception as e:
+            if not options_from_env(options).fallback_on_error:
+                raise
+            log.warning("ember.inductor could not split a graph around sizes %s (%s: %s); "
+                        "running it through ATen", names, type(e).__name__, e)
+    if split is None:
+        reason = f"{why}, and no part of the graph without them is worth compiling"
+        perf_hints.info("running graph eagerly: %s", reason)
+        return EagerGraph(gm, reason)
+    runs, compiled = split
+    reason = f"{why}: {len(runs) - compiled} of {len(runs)} runs of ops go through ATen"
+    perf_hints.info("graph compiled in parts: %s", reason)
+    return SplitGraph(gm, runs, CompileReport(eager_reason=reason))
 
 
 def compile_graph(
@@ -287,7 +288,7 @@ def compile_graph(
     options: InductorOptions | None = None,
     *,
     inputs_guarded: bool = False,
-) -> CompiledGraph | EagerGraph:
+) -> CompiledGraph | EagerGraph | SplitGraph:
     """Compile an ATen-level graph (``GraphModule`` or ember.ir ``GraphIR``) for these inputs.
 
     Returns a callable taking the inputs (positionally or as one list) and
@@ -309,6 +310,9 @@ def compile_graph(
     if reason is not None:
         perf_hints.info("running graph eagerly: %s", reason)
         return EagerGraph(gm, reason)
+    unbacked = unbacked_symbols(gm)
+    if unbacked:
+        return _compile_around_unbacked(gm, options, unbacked)
     assert not isinstance(backend, str)
     warn_mode(opts.mode, device, backend.label)
     try:
