@@ -244,3 +244,34 @@ def test_a_branch_on_the_count_breaks_the_graph() -> None:
     for m in masks((3, 3)):
         x = torch.randn(3, 3)
         close(compiled(x, m), branch(x, m))
+
+
+def test_torch_compile_front_end_with_aotgrad() -> None:
+    """torch.compile's own capture hands ember's backends graphs with torch's unbacked
+    sizes and their range checks (``_assert_scalar(u0 <= 24)``): aotgrad traces them (the
+    range is decided from the mask's element count), with eager's values and gradients."""
+    import torch._dynamo
+
+    graphs: list[torch.fx.GraphModule] = []
+
+    def record(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        graphs.append(gm)
+        return gm
+
+    backend = aotgrad.aot_autograd(
+        fw_compiler=record, bw_compiler=record,
+        options=aotgrad.AotOptions(fallback_to_eager=False),
+    )
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(scored_mean, backend=backend, fullgraph=True)
+        torch.manual_seed(0)
+        w = torch.randn(6, 6, requires_grad=True)
+        for m in masks((4, 6))[:1] + masks((4, 6))[2:]:  # eager's mean of none is nan
+            x = torch.randn(4, 6)
+            got, want = compiled(x, w, m), scored_mean(x, w, m)
+            close(got, want)
+            close(torch.autograd.grad(got, w)[0], torch.autograd.grad(want, w)[0])
+    finally:
+        torch._dynamo.reset()
+    assert len(graphs) == 2

@@ -94,6 +94,8 @@ class ShapeEnv:
     site: Callable[[], str] | None = None
     #: unbacked symbols (``u<N>``, sizes that depend on data) -> the hint heuristics read
     unbacked: dict[sympy.Symbol, int] = field(default_factory=dict)
+    #: the largest value an unbacked symbol may take, where known (a mask's element count)
+    upper: dict[sympy.Symbol, int] = field(default_factory=dict)
     _known: dict[Expr, bool] = field(default_factory=dict)
 
     # -- symbols -----------------------------------------------------------
@@ -112,6 +114,8 @@ class ShapeEnv:
         hint = UNBACKED_HINT if upper is None else max(MIN_SIZE, min(int(upper), UNBACKED_HINT))
         self.unbacked[sym] = hint
         self.lower[sym] = 0
+        if upper is not None:
+            self.upper[sym] = int(upper)
         return sym
 
     def has_unbacked(self, expr: Expr) -> bool:
@@ -174,7 +178,10 @@ class ShapeEnv:
         hit = self._known.get(expr)
         if hit is not None:
             return hit
-        return _decide(expr, self.lower)
+        decided = _decide(expr, self.lower)
+        if decided is None and self.upper:
+            decided = _decide(expr, self.lower, self.upper)  # ``u0 <= 20`` of a 20-value mask
+        return decided
 
     def guard(self, expr: Expr, hint: bool) -> bool:
         """Answer the relation ``expr`` (``hint`` is its value now), recording a guard unless static."""
@@ -264,27 +271,29 @@ def _is_size_name(name: str) -> bool:
     return len(name) > 1 and name[0] == "s" and name[1:].isdigit()
 
 
-def _decide(expr: Expr, lower: dict[sympy.Symbol, int]) -> bool | None:
-    """Decide a relation from the symbols' lower bounds."""
+def _decide(expr: Expr, lower: dict[sympy.Symbol, int],
+            upper: dict[sympy.Symbol, int] | None = None) -> bool | None:
+    """Decide a relation from the symbols' lower bounds (``upper``: from these upper bounds
+    instead, for the symbols that have one)."""
     import sympy
     if isinstance(expr, sympy.And):
-        parts = [_decide(a, lower) for a in expr.args]
+        parts = [_decide(a, lower, upper) for a in expr.args]
         if any(p is False for p in parts):
             return False
         return True if all(p is True for p in parts) else None
     if isinstance(expr, sympy.Or):
-        parts = [_decide(a, lower) for a in expr.args]
+        parts = [_decide(a, lower, upper) for a in expr.args]
         if any(p is True for p in parts):
             return True
         return False if all(p is False for p in parts) else None
     if isinstance(expr, sympy.Not):
-        inner = _decide(expr.args[0], lower)
+        inner = _decide(expr.args[0], lower, upper)
         return None if inner is None else not inner
     if not isinstance(expr, sympy.core.relational.Relational):
         return None
     diff = sympy.expand(expr.lhs - expr.rhs)
-    low = _sign_from_below(diff, lower)
-    high = _sign_from_below(sympy.expand(-diff), lower)
+    low = _sign_from_below(diff, lower, upper)
+    high = _sign_from_below(sympy.expand(-diff), lower, upper)
     # low: diff >= 0 ("ge"), diff > 0 ("gt"), or None; high: the same for -diff
     if isinstance(expr, sympy.Eq):
         if low == "gt" or high == "gt":
@@ -311,15 +320,22 @@ def _decide(expr: Expr, lower: dict[sympy.Symbol, int]) -> bool | None:
     return None
 
 
-def _sign_from_below(diff: Expr, lower: dict[sympy.Symbol, int]) -> str | None:
-    """'gt' if ``diff > 0`` for all symbol values >= their lower bounds, 'ge' if ``>= 0``."""
+def _sign_from_below(diff: Expr, lower: dict[sympy.Symbol, int],
+                     upper: dict[sympy.Symbol, int] | None = None) -> str | None:
+    """'gt' if ``diff > 0`` for all symbol values >= their lower bounds, 'ge' if ``>= 0``
+    (a symbol in ``upper`` ranges over the values <= its upper bound instead)."""
     import sympy
     if diff.is_Number:
         return "gt" if diff > 0 else ("ge" if diff == 0 else None)
     syms = [s for s in diff.free_symbols if isinstance(s, sympy.Symbol)]
     if not syms or any(s not in lower for s in syms):
         return None
-    shifted = {s: sympy.Symbol(f"_t_{s.name}", integer=True, nonnegative=True) + lower[s] for s in syms}
+    top = upper or {}
+    shifted = {
+        s: (top[s] - sympy.Symbol(f"_t_{s.name}", integer=True, nonnegative=True)) if s in top
+        else sympy.Symbol(f"_t_{s.name}", integer=True, nonnegative=True) + lower[s]
+        for s in syms
+    }
     try:
         moved = sympy.expand(diff.xreplace(shifted))
     except (TypeError, ValueError):
