@@ -38,10 +38,6 @@ CAPTURE_GAPS: dict[str, str] = {
         "compute_attention_span returns torch.tensor(int) and slices with it: ember has no "
         "unbacked symbolic ints (torch.compile slices with .item())"
     ),
-    "electra_train": (
-        "ElectraForPreTraining's loss indexes with a boolean mask (aten.nonzero, data-dependent "
-        "size): ember has no unbacked symbolic sizes"
-    ),
 }
 #: models whose inductor run does not yet match eager (or raises), and why
 INDUCTOR_GAPS: dict[str, str] = {}
@@ -151,3 +147,23 @@ def test_inductor_matches_eager(name: str) -> None:
     want = run(case, case.model)
     cnt = CompileCounterWithBackend("inductor")
     assert_same(run(case, ed.compile(case.model, backend=cnt)), want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_electra_loss_mask_counts_share_one_graph(backend: str) -> None:
+    """ElectraForPreTraining's loss keeps the positions whose attention mask is 1
+    (``logits.view(...)[active_loss]``): captured whole as torch.compile captures it, with
+    eager's loss and gradients, and one graph for every count of padded positions (ADR 0046)."""
+    case = zoo.build("electra_train")
+    torch_graphs = torch_fullgraph_graphs(case)
+    cnt = CompileCounterWithBackend(backend)
+    compiled = ed.compile(case.model, backend=cnt, fullgraph=True)
+    ids = case.kwargs["input_ids"]
+    for padded in (0, 5, 11, 2):
+        mask = torch.ones_like(ids)
+        mask[:, ids.shape[1] - padded:] = 0
+        mask[1, :1] = 0
+        case.kwargs["attention_mask"] = mask
+        assert_same(run(case, compiled), run(case, case.model))
+    assert cnt.frame_count == torch_graphs == 1

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from ember.aotgrad import (
+    AotOptions,
     DoubleBackwardError,
     aot_autograd,
     aot_eager,
@@ -269,14 +270,29 @@ def test_outputs_sharing_memory_get_correct_gradients() -> None:
     torch.testing.assert_close(grads[0], grads[1])
 
 
-def test_data_dependent_shape_is_a_clear_error() -> None:
-    from ember.aotgrad import TraceError
+def test_data_dependent_shape_traces_forward_and_backward() -> None:
+    """A boolean mask's result has an unbacked size (ADR 0046): traced once, it serves
+    masks with any count of True values, with eager's values and gradients."""
+    graphs: list[torch.fx.GraphModule] = []
+
+    def record(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> torch.fx.GraphModule:
+        graphs.append(gm)
+        return gm
 
     def f(x: torch.Tensor) -> torch.Tensor:
-        return x[x > 0].sum()
+        picked = x[x > 0]
+        return picked.sum() * picked.shape[0]
 
-    with pytest.raises(TraceError, match="depends on tensor data .* static shapes only"):
-        aot_function(f, nop_compiler)(torch.randn(5, requires_grad=True))
+    compiled = aot_function(f, record, record, options=AotOptions(fallback_to_eager=False))
+    for values in ([1.0, -2.0, 3.0, 0.5, -1.0], [-1.0] * 5, [2.0] * 5):
+        x = torch.tensor(values, requires_grad=True)
+        got = compiled(x)
+        (got_grad,) = torch.autograd.grad(got, x)
+        want = f(x)
+        (want_grad,) = torch.autograd.grad(want, x)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(got_grad, want_grad)
+    assert len(graphs) == 2
 
 
 def test_lstm_is_rejected_at_trace_time_and_backend_falls_back() -> None:

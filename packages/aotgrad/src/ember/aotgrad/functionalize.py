@@ -21,6 +21,7 @@ back into the caller's tensors after the compiled forward has run.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from ember.aotgrad.errors import FunctionalizationError, VerifyError
 from ember.aotgrad.sizes import call_node
 from ember.ir.fake_mode import has_symbols, symbolic_dispatch
+from ember.ir.shape_env import DataDependentError
 
 aten = torch.ops.aten
 
@@ -121,6 +123,16 @@ def functional_variant(op: Any) -> Any:
     return None
 
 
+def _overlaps(val: torch.Tensor) -> bool:
+    """Whether ``val``'s elements share memory (``MemOverlap::Yes``); a layout over sizes
+    that depend on data, which torch cannot decide, counts as overlapping (writes to it
+    are then refused, never compiled wrong)."""
+    try:
+        return bool(torch._debug_has_internal_overlap(val) == 1)
+    except DataDependentError:
+        return True
+
+
 class _Functionalizer:
     def __init__(self, gm: fx.GraphModule, fake_mode: Any) -> None:
         self.old = gm
@@ -141,13 +153,18 @@ class _Functionalizer:
 
     # -- emitting ------------------------------------------------------------
 
-    def emit(self, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> fx.Node:
+    def emit(self, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None,
+             like: object = None) -> fx.Node:
+        """A node of ``op``; ``like``: the traced value it replaces, whose data-dependent
+        (unbacked) sizes its value keeps (the rest of the trace refers to them)."""
         kwargs = kwargs or {}
         node = call_node(self.graph, op, args, kwargs)
         if self.region is not None:
             node.meta["recompute"] = self.region
         vals = tree_map(lambda a: a.meta["val"] if isinstance(a, fx.Node) else a, (args, kwargs))
-        with self.fake_mode, torch.no_grad(), symbolic_dispatch(has_symbols(vals)):
+        rerun = getattr(self.fake_mode, "rerun_like", None)
+        sizes = rerun(like) if rerun is not None else contextlib.nullcontext()
+        with self.fake_mode, torch.no_grad(), sizes, symbolic_dispatch(has_symbols(vals)):
             node.meta["val"] = op(*vals[0], **vals[1])
         return node
 
@@ -200,7 +217,7 @@ class _Functionalizer:
         self.chain[old] = ()
         self.seen_version[old] = 0
         val = old.meta.get("val")
-        if isinstance(val, torch.Tensor) and torch._debug_has_internal_overlap(val) == 1:
+        if isinstance(val, torch.Tensor) and _overlaps(val):
             self.overlapping.add(s)
 
     def bind_view(self, old: fx.Node, new: fx.Node, src: fx.Node, step: ViewStep) -> None:
@@ -388,7 +405,7 @@ class _Functionalizer:
             # the source's storage was written: its value now is a functional result
             self.check_as_strided(first.meta["val"], args[0], node.args[1:], dict(node.kwargs),
                                   node)
-        new = self.emit(op, args, kwargs)
+        new = self.emit(op, args, kwargs, like=node.meta.get("val"))
         if isinstance(op, torch._ops.OpOverload) and op.is_view and isinstance(first, fx.Node):
             src = first
             if isinstance(node.meta.get("val"), (tuple, list)):
@@ -699,7 +716,10 @@ def verify_functional(gm: fx.GraphModule) -> None:
 
 
 def eliminate_dead_code(graph: fx.Graph) -> None:
-    """Remove unused nodes, keeping placeholders and random ops (they advance the RNG)."""
+    """Remove unused nodes, keeping placeholders and random ops (they advance the RNG), and
+    the op making an unbacked size (``u0``, ADR 0046) that a kept node reads as a number
+    (``x[m].shape[0] * y``: the graph reads ``u0`` from that op's result)."""
+    readers = _unbacked_readers(graph)
     for node in reversed(list(graph.nodes)):
         if node.op in ("placeholder", "output") or node.users:
             continue
@@ -707,7 +727,37 @@ def eliminate_dead_code(graph: fx.Graph) -> None:
             torch.Tag.nondeterministic_seeded in node.target.tags
         ):
             continue
+        if readers and any(not r._erased for sym in _made_symbols(node)
+                           for r in readers.get(sym, ())):
+            continue
         graph.erase_node(node)
+
+
+def _made_symbols(node: fx.Node) -> list[Any]:
+    """The bare symbols among the sizes of ``node``'s tensor value."""
+    val = node.meta.get("val")
+    found = []
+    for t in tree_flatten(val)[0]:
+        if isinstance(t, torch.Tensor):
+            for size in t.shape:
+                expr = getattr(getattr(size, "node", None), "expr", None)
+                if expr is not None and getattr(expr, "is_Symbol", False):
+                    found.append(expr)
+    return found
+
+
+def _unbacked_readers(graph: fx.Graph) -> dict[Any, list[fx.Node]]:
+    """Unbacked symbol -> the nodes whose arguments hold a number made from it."""
+    readers: dict[Any, list[fx.Node]] = {}
+    for node in graph.nodes:
+        for a in tree_flatten((node.args, node.kwargs))[0]:
+            sym = getattr(a, "node", None)
+            env = getattr(sym, "env", None)
+            if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)) and env is not None:
+                for s in sym.expr.free_symbols:  # type: ignore[union-attr]
+                    if s in getattr(env, "unbacked", {}):
+                        readers.setdefault(s, []).append(node)
+    return readers
 
 
 def functionalize(gm: fx.GraphModule, fake_mode: Any) -> FunctionalGraph:

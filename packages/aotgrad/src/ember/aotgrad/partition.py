@@ -34,7 +34,7 @@ import torch.fx as fx
 
 from ember.aotgrad.errors import PartitionError, VerifyError
 from ember.aotgrad.regions import region_of
-from ember.aotgrad.sizes import hint
+from ember.aotgrad.sizes import hint, read_unbacked_producers
 
 aten = torch.ops.aten
 
@@ -322,7 +322,10 @@ def split_joint(
                and op_category(n.target) is OpCategory.RANDOM]
     tangent_dep = _tangent_dependent(joint)
     randoms = [n for n in randoms if n not in tangent_dep]
-    fw_nodes = _ancestors([*fw_outs, *saved, *randoms])
+    # an op making an unbacked size that either graph reads as a number runs in the forward
+    # (the forward computes the size from its result; the backward gets it as a saved int)
+    sizes = [n for n in read_unbacked_producers(joint) if n not in tangent_dep]
+    fw_nodes = _ancestors([*fw_outs, *saved, *randoms, *sizes])
     if fw_nodes & tangent_dep:
         bad = next(iter(fw_nodes & tangent_dep))
         raise PartitionError(f"forward would need '{bad.name}', which depends on a tangent")

@@ -42,6 +42,7 @@ from torch.utils._pytree import TreeSpec, treespec_dumps, treespec_loads
 import ember.ir as ir
 from ember.aotgrad.aliasing import steps_from_json, steps_json
 from ember.aotgrad.joint import OutputSlot
+from ember.aotgrad.sizes import has_unbacked
 from ember.ir.cache_entry import (
     code_digest,
     entry_path,
@@ -326,6 +327,11 @@ def lookup(cache_dir: str, key: str, source: fx.GraphModule | None = None) -> St
 
 def store(cache_dir: str, key: str, plan: StoredPlan, source: fx.GraphModule | None = None) -> bool:
     """Write the entry atomically; False (nothing written) when a graph cannot be serialized."""
+    if any(gm is not None and has_unbacked(gm) for gm in (plan.forward, plan.backward)):
+        # a size that depends on data (``u0``): a graph rebuilt from the entry would carry
+        # it without the shape environment that says it has no value (ADR 0046)
+        LOG.debug("ember.aotgrad: plan not cached (a size depends on tensor data)")
+        return False
     weights = weights_of(source)
     try:
         text = _dump(plan, weights)

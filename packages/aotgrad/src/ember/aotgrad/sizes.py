@@ -16,6 +16,11 @@ A symbol the backward needs but none of its inputs has as a dimension (the
 batch size of ``x.sum()``'s gradient, whose tangent is a scalar) is passed
 from the forward as a saved int: :func:`pass_sizes` adds it to the forward's
 outputs and the backward's inputs.
+
+An *unbacked* symbol (``u0``: the number of True values of a mask, ADR 0046) is no
+input's dimension: the graph reads it from the result of the op that made it
+(``aten.sym_size.int(index, 0)`` right after ``index``), and every expression over
+it is computed after that read.
 """
 
 from __future__ import annotations
@@ -126,6 +131,51 @@ def symbol_sources(gm: fx.GraphModule) -> dict[sympy.Symbol, tuple[fx.Node, int 
     return found
 
 
+def unbacked_sources(gm: fx.GraphModule) -> dict[sympy.Symbol, tuple[fx.Node, int]]:
+    """Each symbol that no placeholder provides but a computed tensor has as a dimension:
+    (the first node producing such a tensor, dim). Unbacked sizes are found this way."""
+    import sympy
+    inputs = symbol_sources(gm)
+    found: dict[sympy.Symbol, tuple[fx.Node, int]] = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        for d, size in enumerate(val.shape):
+            expr = expr_of(size)
+            if isinstance(expr, sympy.Symbol) and expr not in inputs:
+                found.setdefault(expr, (node, d))
+    return found
+
+
+def read_unbacked_producers(gm: fx.GraphModule) -> list[fx.Node]:
+    """The ops making an unbacked size that some node reads as a number in its arguments
+    (``mul(t, u0)``): no FX edge leads from the reader to them, so a pass choosing nodes by
+    their inputs (the partitioner) must keep them where the size is read."""
+    import sympy
+    read: set[sympy.Symbol] = set()
+    for node in gm.graph.nodes:
+        for value in _values((node.args, node.kwargs)):
+            expr = expr_of(value)
+            if expr is not None:
+                read |= {s for s in expr.free_symbols if isinstance(s, sympy.Symbol)}
+    producers = unbacked_sources(gm)
+    return [producers[s][0] for s in sorted(read, key=str) if s in producers]
+
+
+def has_unbacked(gm: fx.GraphModule) -> bool:
+    """Whether ``gm`` has a size that depends on data (an unbacked symbol, ADR 0046)."""
+    for node in gm.graph.nodes:
+        for value in (*_values((node.args, node.kwargs)), *_values(node.meta.get("val"))):
+            expr = expr_of(value)
+            env = getattr(getattr(value, "node", None), "env", None)
+            if expr is not None and env is not None and env.has_unbacked(expr):
+                return True
+    return False
+
+
 def shape_env_of(gm: fx.GraphModule) -> Any:
     """The ember ShapeEnv behind ``gm``'s symbolic values (``None`` when it has none)."""
     for node in gm.graph.nodes:
@@ -143,9 +193,10 @@ class _Binder:
         self.gm = gm
         self.graph = gm.graph
         self.sources = symbol_sources(gm)
+        self.computed = unbacked_sources(gm)
         self.env = shape_env_of(gm)
         self.cache: dict[sympy.Basic, Any] = {}
-        self.anchor = next(n for n in self.graph.nodes if n.op != "placeholder")
+        self.anchor: fx.Node = next(n for n in self.graph.nodes if n.op != "placeholder")
 
     def value(self, value: Any) -> Any:
         expr = expr_of(value)
@@ -161,11 +212,34 @@ class _Binder:
             return int(expr)
         if expr.is_Number:
             return float(expr)
-        with self.graph.inserting_before(self.anchor):
+        with self.graph.inserting_before(self._anchor_of(expr)):
             made = self._build(expr, kind)
         self._meta(made, expr, kind)
         self.cache[expr] = made
         return made
+
+    def _anchor_of(self, expr: sympy.Basic) -> fx.Node:
+        """Where the nodes computing ``expr`` go: after the placeholders, or right after the
+        reads of the unbacked sizes it uses (each read right after the op producing it)."""
+        late = [s for s in expr.free_symbols if s not in self.sources and s in self.computed]
+        if not late:
+            return self.anchor
+        reads = [self._unbacked_read(s) for s in late]
+        order = {n: i for i, n in enumerate(self.graph.nodes)}
+        last: fx.Node = max(reads, key=lambda n: order[n])
+        after: fx.Node = last.next
+        return after
+
+    def _unbacked_read(self, sym: sympy.Symbol) -> fx.Node:
+        hit = self.cache.get(sym)
+        if isinstance(hit, fx.Node):
+            return hit
+        producer, dim = self.computed[sym]
+        with self.graph.inserting_after(producer):
+            read = self.graph.call_function(aten.sym_size.int, (producer, dim))
+        self._meta(read, sym, torch.SymInt)
+        self.cache[sym] = read
+        return read
 
     def _meta(self, node: Any, expr: sympy.Basic, kind: type) -> None:
         """``node.meta["val"]``: the symbolic value it computes (what compilers read)."""
@@ -178,6 +252,8 @@ class _Binder:
         import sympy
         if isinstance(expr, sympy.Symbol):
             source = self.sources.get(expr)
+            if source is None and expr in self.computed:
+                return self._unbacked_read(expr)
             if source is None:
                 raise TraceError(f"size symbol {expr} is not a dimension of any input of the graph")
             ph, dim = source
@@ -281,5 +357,5 @@ def pass_sizes(part: Partition) -> Partition:
                                saved=tuple(saved))
 
 
-__all__ = ["bind_sizes", "call_node", "symint_args", "expr_of", "hint", "is_symbolic_tensor", "needed_symbols", "pass_sizes", "shape_env_of",
-           "symbol_sources"]
+__all__ = ["bind_sizes", "call_node", "has_unbacked", "symint_args", "expr_of", "hint", "is_symbolic_tensor", "needed_symbols", "pass_sizes", "shape_env_of",
+           "read_unbacked_producers", "symbol_sources", "unbacked_sources"]

@@ -124,6 +124,8 @@ class OutputGraph:
         self.entry_grad = torch.is_grad_enabled()
         #: which input dimensions are symbolic, and the guards on them
         self.shapes = shapes if shapes is not None else ShapePolicy()
+        #: sizes that depend on data (``x[mask]``) are unbacked symbols of the same environment
+        self.fake_mode.unbacked_env = self.shapes.env
         #: (tensor node, dim) -> the graph's ``size`` node for a symbolic dimension
         self.size_nodes: dict[tuple[torch.fx.Node, int], SymNodeVariable] = {}
         #: the translator running now (innermost inlined call); names guard sites

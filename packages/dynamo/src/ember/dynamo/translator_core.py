@@ -19,6 +19,7 @@ import types
 from typing import Any
 
 from ember.ir import Attr, Global, Source
+from ember.ir.shape_env import DataDependentError
 
 from .builder import wrap, wrap_constant_result
 from .config import DynamoOptions
@@ -103,6 +104,10 @@ class TranslatorCore:
                 except UserRaised as e:
                     if not self.catch(inst, e):
                         raise
+                except DataDependentError as e:
+                    # a branch, an int() or a range() over a size that depends on data
+                    # (``x[mask].shape[0] > 3``): a graph break, as in torch.compile
+                    raise Unsupported(f"data-dependent decision: {e}") from e
                 steps += 1
                 if steps > MAX_STEPS:
                     raise Unsupported(f"more than {MAX_STEPS} bytecodes traced (unbounded loop?)")

@@ -21,6 +21,7 @@ from .errors import (
     LoweringError,
 )
 from .options import CppOptions, InductorOptions
+from .unbacked import SplitGraph
 
 if TYPE_CHECKING:
     from .decompositions import decomposition_table
@@ -46,6 +47,7 @@ __all__ = [
     "CppCompileError",
     "CppOptions",
     "EagerGraph",
+    "SplitGraph",
     "InductorError",
     "InductorOptions",
     "InputMismatchError",

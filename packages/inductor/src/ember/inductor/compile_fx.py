@@ -38,6 +38,7 @@ from .logs import configure_from_env, log, output_code, perf_hints
 from .modes import CUDAGRAPH_MODES, warn_mode
 from .options import InductorOptions, options_from_env
 from .profiling import graph_label, named_kernels, profiling
+from .unbacked import Run, SplitGraph, split_compile, unbacked_symbols
 
 
 @dataclass
@@ -253,13 +254,41 @@ def _eager_reason(
     return None
 
 
+def _compile_around_unbacked(
+    gm: torch.fx.GraphModule, options: InductorOptions | None, unbacked: list[str]
+) -> SplitGraph | EagerGraph:
+    """A graph with sizes that depend on data (ADR 0046): the runs of ops without them
+    compiled, the rest through ATen; the whole graph through ATen when no run is worth
+    compiling, the graph writes its inputs, or the split fails."""
+    names = ", ".join(unbacked)
+    why = (f"sizes {names} depend on tensor data (boolean-mask indexing, nonzero, "
+           "masked_select); ember.inductor binds sizes from its inputs only (ADR 0046)")
+    split: tuple[list[Run], int] | None = None
+    if not input_updates_of(gm):
+        try:
+            split = split_compile(gm, lambda sub, inputs: compile_graph(sub, inputs, options))
+        except Exception as e:
+            if not options_from_env(options).fallback_on_error:
+                raise
+            log.warning("ember.inductor could not split a graph around sizes %s (%s: %s); "
+                        "running it through ATen", names, type(e).__name__, e)
+    if split is None:
+        reason = f"{why}, and no part of the graph without them is worth compiling"
+        perf_hints.info("running graph eagerly: %s", reason)
+        return EagerGraph(gm, reason)
+    runs, compiled = split
+    reason = f"{why}: {len(runs) - compiled} of {len(runs)} runs of ops go through ATen"
+    perf_hints.info("graph compiled in parts: %s", reason)
+    return SplitGraph(gm, runs, CompileReport(eager_reason=reason))
+
+
 def compile_graph(
     graph: Any,
     example_inputs: list[Any],
     options: InductorOptions | None = None,
     *,
     inputs_guarded: bool = False,
-) -> CompiledGraph | EagerGraph:
+) -> CompiledGraph | EagerGraph | SplitGraph:
     """Compile an ATen-level graph (``GraphModule`` or ember.ir ``GraphIR``) for these inputs.
 
     Returns a callable taking the inputs (positionally or as one list) and
@@ -281,6 +310,9 @@ def compile_graph(
     if reason is not None:
         perf_hints.info("running graph eagerly: %s", reason)
         return EagerGraph(gm, reason)
+    unbacked = unbacked_symbols(gm)
+    if unbacked:
+        return _compile_around_unbacked(gm, options, unbacked)
     assert not isinstance(backend, str)
     warn_mode(opts.mode, device, backend.label)
     try:

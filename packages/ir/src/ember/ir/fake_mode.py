@@ -31,24 +31,54 @@ written tensors' version counters, as eager does and torch's fake tensors do not
 capture finds the inputs a graph writes by their versions (fuzz seed 3 on grown inputs:
 a foreach write to one input, read through another input sharing its memory, compiled
 as if nothing were written).
+
+And it gives results whose size depends on tensor data an *unbacked* size (ADR 0046):
+``aten.nonzero`` (which boolean-mask indexing ``x[mask]`` calls) and ``aten.masked_select``
+return fake tensors of ``u0`` rows, a fresh symbol of an ember ``ShapeEnv`` (the one the
+arguments' symbolic sizes use, else :attr:`EagerLayoutFakeMode.unbacked_env`), where
+torch's fake mode without its own ShapeEnv raises ``DynamicOutputShapeException``. The
+count of a mask is remembered on the mask (until it is written), so ``x[m]`` and ``y[m]``
+have the same size, as eager guarantees.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._python_dispatch import _disable_current_modes
+
+from ember.ir.shape_env import DataDependentError, ShapeEnv
 
 aten = torch.ops.aten
 
 
 class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
     """``FakeTensorMode`` whose results have eager's strides for the ops listed above."""
+
+    #: the shape environment unbacked sizes come from when no argument has symbolic sizes
+    #: (made on first use when its owner set none)
+    unbacked_env: ShapeEnv | None = None
+    #: unbacked sizes to give out again, in order, instead of fresh ones (``rerun_like``)
+    _reuse: list[Any] | None = None
+
+    @contextlib.contextmanager
+    def rerun_like(self, old: object) -> Iterator[None]:
+        """Within: the data-dependent sizes ops make are ``old``'s (the value the op gave when
+        it was first traced), so a pass that runs a traced op again on new fake tensors
+        (functionalization) keeps the symbols the rest of the trace refers to."""
+        sizes = [n for t in pytree.tree_leaves(old) if isinstance(t, torch.Tensor)
+                 for n in t.shape if _is_unbacked(n)]
+        saved, self._reuse = self._reuse, sizes
+        try:
+            yield
+        finally:
+            self._reuse = saved
 
     def dispatch(
         self,
@@ -61,6 +91,10 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
             _check_index_add(args[0], args[1], args[3])
         elif func in _INDEX_PUT and len(args) >= 3:
             self._check_index_put(types, args[0], args[1], args[2])
+        elif func is aten.nonzero.default and len(args) == 1 and isinstance(args[0], FakeTensor):
+            return self._nonzero(types, args[0])
+        elif func is aten.masked_select.default and len(args) == 2:
+            return self._masked_select(types, args[0], args[1])
         out = super().dispatch(func, types, args, kwargs or {})
         if args and _foreach_inplace(func):
             _count_writes(args[0])
@@ -73,11 +107,74 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
                 )
         return out
 
+    # -- data-dependent sizes ---------------------------------------------------------
+    def _env(self, tensors: Sequence[Any]) -> ShapeEnv:
+        for t in tensors:
+            if isinstance(t, torch.Tensor):
+                for size in t.shape:
+                    env = getattr(getattr(size, "node", None), "env", None)
+                    if isinstance(env, ShapeEnv):
+                        return env
+        if self.unbacked_env is None:
+            self.unbacked_env = ShapeEnv()
+        return self.unbacked_env
+
+    def _count(self, mask: FakeTensor) -> Any:
+        """The number of nonzero values of ``mask``: 0 for an empty mask, else an unbacked
+        size, the same one for every op reading the same mask until it is written."""
+        memo = getattr(mask, "_ember_nonzero", None)
+        if memo is not None and memo[0] == mask._version:
+            return memo[1]
+        numel = mask.numel()
+        if type(numel) is int and numel == 0:
+            count: Any = 0
+        elif self._reuse:
+            count = self._reuse.pop(0)
+        else:
+            env = self._env([mask])
+            upper = numel if type(numel) is int else None
+            count = env.sym_int(env.new_unbacked(upper))
+            self.cache_enabled = False  # torch's dispatch cache keys on its own ShapeEnv
+        mask._ember_nonzero = (mask._version, count)  # type: ignore[attr-defined]
+        return count
+
+    def _nonzero(self, types: Sequence[type], mask: FakeTensor) -> object:
+        count = self._count(mask)
+        return super().dispatch(
+            aten.empty_strided.default, types, ((count, mask.dim()), (1, count)),
+            {"dtype": torch.int64, "device": mask.device},
+        )
+
+    def _masked_select(self, types: Sequence[type], src: Any, mask: Any) -> object:
+        if not isinstance(src, FakeTensor) or not isinstance(mask, FakeTensor):
+            return super().dispatch(aten.masked_select.default, types, (src, mask), {})
+        if mask.dtype != torch.bool:
+            raise RuntimeError(f"masked_select: expected BoolTensor for mask, got {mask.dtype}")
+        shape = torch.broadcast_shapes(src.shape, mask.shape)  # type: ignore[no-untyped-call]
+        if tuple(shape) == tuple(mask.shape):
+            count = self._count(mask)  # one value per True of the mask
+        elif any(type(n) is int and n == 0 for n in shape):
+            count = 0
+        elif self._reuse:
+            count = self._reuse.pop(0)
+        else:
+            env = self._env([src, mask])
+            count = env.sym_int(env.new_unbacked())
+            self.cache_enabled = False
+        return super().dispatch(
+            aten.empty_strided.default, types, ((count,), (1,)),
+            {"dtype": src.dtype, "device": src.device},
+        )
+
     def _check_index_put(self, types: Sequence[type], dest: Any, indices: Any, values: Any) -> None:
         """Eager's ``index_put`` check (meta kernels skip it): ``values`` broadcasts to the
         shape of ``dest[indices]``."""
         if not isinstance(values, torch.Tensor) or not isinstance(dest, torch.Tensor):
             return
+        if isinstance(indices, (list, tuple)) and any(
+            isinstance(t, torch.Tensor) and t.dtype in (torch.bool, torch.uint8) for t in indices
+        ):
+            return  # a mask: the shape depends on its data; the kernel checks it at run time
         try:
             target = super().dispatch(aten.index.Tensor, types, (dest, indices), {})
         except Exception:  # masks (a data-dependent shape), or indices eager rejects itself
@@ -85,14 +182,23 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
         if not isinstance(target, torch.Tensor):
             return
         want, have = list(target.shape), list(values.shape)
-        fits = len(have) <= len(want) and all(
-            h == 1 or h == w for h, w in zip(reversed(have), reversed(want))
-        )
+        try:
+            fits = len(have) <= len(want) and all(
+                h == 1 or h == w for h, w in zip(reversed(have), reversed(want))
+            )
+        except DataDependentError:
+            return  # sizes that depend on data (indices from nonzero): the kernel checks them
         if not fits:
             raise RuntimeError(
                 f"shape mismatch: value tensor of shape {have} cannot be broadcast to indexing "
                 f"result of shape {want}"
             )
+
+
+def _is_unbacked(size: object) -> bool:
+    node = getattr(size, "node", None)
+    env = getattr(node, "env", None)
+    return isinstance(env, ShapeEnv) and env.has_unbacked(node.expr)  # type: ignore[union-attr]
 
 
 @functools.cache

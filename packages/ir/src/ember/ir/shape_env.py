@@ -22,6 +22,14 @@ where a symbol's value comes from, is the frontend's business (ember.dynamo).
 The nodes report ``shape_env = None`` to torch: torch then treats them as a
 foreign symbolic implementation (the path torch_xla uses) and asks the node
 itself for every decision instead of reaching into torch's own ShapeEnv.
+
+*Unbacked* symbols (``u0``, ADR 0046) are sizes that depend on tensor data: the
+number of True values of a mask, the rows ``nonzero`` returns. Tracing never
+knows their value, so no relation over them is answered from a value: one the
+symbols' ranges decide (``u0 >= 0``) is answered, any other raises
+:class:`DataDependentError` (capture breaks the graph there, as torch does on a
+data-dependent guard) and never becomes a guard. Their *hint* (what heuristics
+read) is a stand-in, :data:`UNBACKED_HINT` or the largest value the op allows.
 """
 
 from __future__ import annotations
@@ -45,6 +53,24 @@ Expr: TypeAlias = "sympy.Basic"
 #: (a size-1 dimension broadcasts, a size-0 one is empty), as in torch.
 MIN_SIZE = 2
 
+#: The hint of an unbacked size without an upper bound: read by heuristics only
+#: (loop parallelism, tiling), never by a decision that changes a result. torch's value.
+UNBACKED_HINT = 8192
+
+
+class DataDependentError(RuntimeError):
+    """A relation over an unbacked size (one that depends on tensor data) that tracing
+    cannot decide: the program branches on data (``if mask.sum() > 3`` spelled as sizes,
+    ``int(x[mask].shape[0])``). Capture breaks the graph here; a backend tracing such a
+    graph refuses it and the graph runs eagerly."""
+
+    def __init__(self, expr: object) -> None:
+        super().__init__(
+            f"the program decides on {expr}, which depends on tensor data (an unbacked size "
+            "such as the number of True values of a mask); it cannot be decided while tracing"
+        )
+        self.expr = expr
+
 
 @dataclass(frozen=True, slots=True)
 class ShapeGuard:
@@ -66,6 +92,10 @@ class ShapeEnv:
     replacements: dict[sympy.Symbol, sympy.Integer] = field(default_factory=dict)
     #: Called when a guard is recorded; returns where (user file:line) it was decided.
     site: Callable[[], str] | None = None
+    #: unbacked symbols (``u<N>``, sizes that depend on data) -> the hint heuristics read
+    unbacked: dict[sympy.Symbol, int] = field(default_factory=dict)
+    #: the largest value an unbacked symbol may take, where known (a mask's element count)
+    upper: dict[sympy.Symbol, int] = field(default_factory=dict)
     _known: dict[Expr, bool] = field(default_factory=dict)
 
     # -- symbols -----------------------------------------------------------
@@ -76,6 +106,24 @@ class ShapeEnv:
             sym = size_symbol(f"s{len(self.hints) + 1}")
         self.bind(sym, hint, lower=lower)
         return sym
+
+    def new_unbacked(self, upper: int | None = None) -> sympy.Symbol:
+        """A fresh unbacked size symbol ``u<N>`` (``>= 0``; at most ``upper`` when given):
+        the size of a result that depends on tensor data. It has no value while tracing."""
+        sym = size_symbol(f"u{len(self.unbacked)}")
+        hint = UNBACKED_HINT if upper is None else max(MIN_SIZE, min(int(upper), UNBACKED_HINT))
+        self.unbacked[sym] = hint
+        self.lower[sym] = 0
+        if upper is not None:
+            self.upper[sym] = int(upper)
+        return sym
+
+    def has_unbacked(self, expr: Expr) -> bool:
+        """Whether ``expr`` depends on an unbacked symbol."""
+        import sympy
+        return bool(self.unbacked) and any(
+            s in self.unbacked for s in sympy.sympify(expr).free_symbols
+        )
 
     def bind(self, sym: sympy.Symbol, hint: int, *, lower: int = MIN_SIZE) -> None:
         """Register an existing symbol (read from a graph file or another environment)."""
@@ -103,9 +151,12 @@ class ShapeEnv:
         return wrap[pytype](SymNode(self, expr, hint, pytype))
 
     def evaluate(self, expr: Expr) -> Hint:
-        """The value of ``expr`` for the hints (the inputs traced now)."""
+        """The value of ``expr`` for the hints (the inputs traced now; an unbacked symbol's
+        stand-in hint, so a value with one is for heuristics only)."""
         import sympy
-        value = sympy.sympify(expr).xreplace({s: sympy.Integer(v) for s, v in self.hints.items()})
+        values = {s: sympy.Integer(v) for s, v in self.hints.items()}
+        values.update({s: sympy.Integer(v) for s, v in self.unbacked.items()})
+        value = sympy.sympify(expr).xreplace(values)
         if value is sympy.true or value is sympy.false:
             return bool(value)
         if is_relation(value):
@@ -127,7 +178,10 @@ class ShapeEnv:
         hit = self._known.get(expr)
         if hit is not None:
             return hit
-        return _decide(expr, self.lower)
+        decided = _decide(expr, self.lower)
+        if decided is None and self.upper:
+            decided = _decide(expr, self.lower, self.upper)  # ``u0 <= 20`` of a 20-value mask
+        return decided
 
     def guard(self, expr: Expr, hint: bool) -> bool:
         """Answer the relation ``expr`` (``hint`` is its value now), recording a guard unless static."""
@@ -135,6 +189,8 @@ class ShapeEnv:
         static = self.static_value(expr)
         if static is not None:
             return static
+        if self.has_unbacked(expr):
+            raise DataDependentError(expr)
         holds = sympy.sympify(expr) if hint else sympy.Not(expr)
         self._known[sympy.sympify(expr)] = bool(hint)
         if holds is not sympy.true:
@@ -235,27 +291,29 @@ def _is_size_name(name: str) -> bool:
     return len(name) > 1 and name[0] == "s" and name[1:].isdigit()
 
 
-def _decide(expr: Expr, lower: dict[sympy.Symbol, int]) -> bool | None:
-    """Decide a relation from the symbols' lower bounds."""
+def _decide(expr: Expr, lower: dict[sympy.Symbol, int],
+            upper: dict[sympy.Symbol, int] | None = None) -> bool | None:
+    """Decide a relation from the symbols' lower bounds (``upper``: from these upper bounds
+    instead, for the symbols that have one)."""
     import sympy
     if isinstance(expr, sympy.And):
-        parts = [_decide(a, lower) for a in expr.args]
+        parts = [_decide(a, lower, upper) for a in expr.args]
         if any(p is False for p in parts):
             return False
         return True if all(p is True for p in parts) else None
     if isinstance(expr, sympy.Or):
-        parts = [_decide(a, lower) for a in expr.args]
+        parts = [_decide(a, lower, upper) for a in expr.args]
         if any(p is True for p in parts):
             return True
         return False if all(p is False for p in parts) else None
     if isinstance(expr, sympy.Not):
-        inner = _decide(expr.args[0], lower)
+        inner = _decide(expr.args[0], lower, upper)
         return None if inner is None else not inner
     if not isinstance(expr, sympy.core.relational.Relational):
         return None
     diff = sympy.expand(expr.lhs - expr.rhs)
-    low = _sign_from_below(diff, lower)
-    high = _sign_from_below(sympy.expand(-diff), lower)
+    low = _sign_from_below(diff, lower, upper)
+    high = _sign_from_below(sympy.expand(-diff), lower, upper)
     # low: diff >= 0 ("ge"), diff > 0 ("gt"), or None; high: the same for -diff
     if isinstance(expr, sympy.Eq):
         if low == "gt" or high == "gt":
@@ -282,15 +340,22 @@ def _decide(expr: Expr, lower: dict[sympy.Symbol, int]) -> bool | None:
     return None
 
 
-def _sign_from_below(diff: Expr, lower: dict[sympy.Symbol, int]) -> str | None:
-    """'gt' if ``diff > 0`` for all symbol values >= their lower bounds, 'ge' if ``>= 0``."""
+def _sign_from_below(diff: Expr, lower: dict[sympy.Symbol, int],
+                     upper: dict[sympy.Symbol, int] | None = None) -> str | None:
+    """'gt' if ``diff > 0`` for all symbol values >= their lower bounds, 'ge' if ``>= 0``
+    (a symbol in ``upper`` ranges over the values <= its upper bound instead)."""
     import sympy
     if diff.is_Number:
         return "gt" if diff > 0 else ("ge" if diff == 0 else None)
     syms = [s for s in diff.free_symbols if isinstance(s, sympy.Symbol)]
     if not syms or any(s not in lower for s in syms):
         return None
-    shifted = {s: sympy.Symbol(f"_t_{s.name}", integer=True, nonnegative=True) + lower[s] for s in syms}
+    top = upper or {}
+    shifted = {
+        s: (top[s] - sympy.Symbol(f"_t_{s.name}", integer=True, nonnegative=True)) if s in top
+        else sympy.Symbol(f"_t_{s.name}", integer=True, nonnegative=True) + lower[s]
+        for s in syms
+    }
     try:
         moved = sympy.expand(diff.xreplace(shifted))
     except (TypeError, ValueError):
@@ -350,9 +415,13 @@ class SymNode:
         return bool(self.expr.is_number) or self.expr in (sympy.true, sympy.false)
 
     def has_hint(self) -> bool:
-        return True
+        """False over an unbacked size: torch then takes its paths for sizes without a value
+        (a view of a ``u0``-sized tensor decided without asking ``u0 == 0``)."""
+        return not self.env.has_unbacked(self.expr)
 
     def require_hint(self, fallback: Hint | None = None) -> Hint:
+        if fallback is not None and not self.has_hint():
+            return fallback
         return self._hint
 
     def maybe_as_int(self) -> int | None:
@@ -452,13 +521,19 @@ class SymNode:
         return self.float_pow(other) if float in (self.pytype, other.pytype) else self.pow_by_natural(other)
 
     def sym_min(self, other: SymNode) -> SymNode:
-        return self._choose(other, self.le(other))
+        import sympy
+        return self._choose(other, self.le(other), sympy.Min, min)
 
     def sym_max(self, other: SymNode) -> SymNode:
-        return self._choose(other, self.ge(other))
+        import sympy
+        return self._choose(other, self.ge(other), sympy.Max, max)
 
-    def _choose(self, other: SymNode, take_self: SymNode) -> SymNode:
-        """min/max decided by a guard (no Min/Max expressions reach the graphs)."""
+    def _choose(self, other: SymNode, take_self: SymNode, fn: Any, hint_fn: Any) -> SymNode:
+        """min/max decided by a guard (no Min/Max expressions reach the graphs), except
+        over unbacked sizes that nothing decides: a ``Min``/``Max`` expression then."""
+        decided = self.env.static_value(take_self.expr)
+        if decided is None and self.env.has_unbacked(take_self.expr):
+            return self._binary(other, fn, hint_fn)
         return self if take_self.guard_bool("", 0) else other
 
     def sym_ite(self, then_node: SymNode, else_node: SymNode) -> SymNode:
@@ -605,6 +680,13 @@ class SymNode:
         return float(self._answer())
 
     def guard_bool(self, file: str = "", line: int = 0) -> bool:
+        if self.pytype is bool and self.env.has_unbacked(self.expr):
+            decided = self.env.static_value(self.expr)
+            if decided is not None:
+                return decided
+            default = _guard_or_default()
+            if default is not None:
+                return default
         return bool(self._answer())
 
     def expect_true(self, file: str = "", line: int = 0) -> bool:
@@ -614,6 +696,15 @@ class SymNode:
         return True
 
     def guard_size_oblivious(self, file: str = "", line: int = 0) -> bool:
+        """As ``guard_bool``, except that a relation over unbacked sizes is decided as for
+        sizes >= 2 when that decides it (torch's size-oblivious rule: the answer for the
+        general case is also correct for 0 and 1 where torch asks this)."""
+        if self.pytype is bool and self.env.has_unbacked(self.expr):
+            lower = dict(self.env.lower)
+            lower.update({s: MIN_SIZE for s in self.env.unbacked})
+            decided = _decide(self.expr, lower)
+            if decided is not None:
+                return decided
         return self.guard_bool(file, line)
 
     def guard_or_false(self, file: str = "", line: int = 0) -> bool:
@@ -646,6 +737,24 @@ class SymNode:
 
     def _value_eq(self, other: object) -> bool:
         return isinstance(other, SymNode) and other.expr == self.expr and other.pytype is self.pytype
+
+
+def _guard_or_default() -> bool | None:
+    """The default of torch's ``guard_or_false``/``guard_or_true`` when one of them is what
+    asks (torch's path for foreign nodes calls ``guard_bool`` from them, so the node cannot
+    tell otherwise); None when they are not on the stack. Only relations over unbacked
+    sizes ask: torch calls these exactly where the default is a correct answer."""
+    import sys
+    import types
+    frame: types.FrameType | None = sys._getframe(2)
+    for _ in range(3):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "_guard_or" and "symbolic_shapes" in frame.f_code.co_filename:
+            default = frame.f_locals.get("default")
+            return default if isinstance(default, bool) else None
+        frame = frame.f_back
+    return None
 
 
 def _contiguous_terms(sizes: Sequence[SymNode], strides: Sequence[SymNode], order: Sequence[int]) -> list[tuple[Expr, bool]]:
@@ -690,5 +799,5 @@ def python_value(value: Any) -> Any:
     return value
 
 
-__all__ = ["MIN_SIZE", "ShapeEnv", "ShapeGuard", "SymNode", "python_value", "size_relation",
+__all__ = ["MIN_SIZE", "UNBACKED_HINT", "DataDependentError", "ShapeEnv", "ShapeGuard", "SymNode", "python_value", "size_relation",
            "symint_expr"]

@@ -15,7 +15,8 @@ TruncToFloat ToFloat Identity``, which are rewritten into plain sympy
 ``RoundToInt``, bitwise ops, ...) are rejected.
 
 Symbols are created by :func:`size_symbol`: integer, and positive when named
-like a size symbol (``s0``, ``s12``), so every stage gets equal symbols.
+like a size symbol (``s0``, ``s12``; nonnegative for an unbacked size ``u0``),
+so every stage gets equal symbols.
 
 sympy is imported on first use, not with this module: a warm start whose frames
 and graphs have only static sizes never parses an expression, and importing
@@ -41,15 +42,20 @@ _TOKEN = re.compile(
     r"|(?P<op>\*\*|//|==|!=|<=|>=|[-+*/%<>&|~(),]))"
 )
 _SIZE_SYMBOL = re.compile(r"s\d+")
+#: unbacked size symbols: the size of an op's result that depends on data (``u0``)
+_UNBACKED_SYMBOL = re.compile(r"u\d+")
 
 
 @cache
 def size_symbol(name: str) -> sympy.Symbol:
-    """The sympy symbol ember uses for ``name`` (integer; positive for ``s<N>``)."""
+    """The sympy symbol ember uses for ``name`` (integer; positive for ``s<N>``,
+    nonnegative for an unbacked size ``u<N>``)."""
     import sympy
 
     if _SIZE_SYMBOL.fullmatch(name):
         return sympy.Symbol(name, integer=True, positive=True)
+    if _UNBACKED_SYMBOL.fullmatch(name):
+        return sympy.Symbol(name, integer=True, nonnegative=True)
     return sympy.Symbol(name, integer=True)
 
 
