@@ -20,6 +20,7 @@ from .errors import Unsupported
 from .variables.base import VariableTracker
 from .variables.classes import SuperVariable
 from .variables.constant import ConstantVariable
+from .variables.known_scalars import index_values
 from .variables.lazy import LazyVariable
 from .variables.lists import ListIteratorVariable, TupleVariable
 from .variables.misc import BoundCallVariable, NullVariable
@@ -110,14 +111,14 @@ class VersionInstructions(Handlers):
         stop = self.pop()
         start = self.pop()
         obj = self.pop()
-        self.push(self.getitem(obj, make_slice(self, [start, stop])))
+        self.push(self.getitem(obj, make_slice(index_values(self, [start, stop]))))
 
     def STORE_SLICE(self, inst: Inst) -> None:
         stop = self.pop()
         start = self.pop()
         obj = self.pop()
         value = self.pop()
-        self.setitem(obj, make_slice(self, [start, stop]), value)
+        self.setitem(obj, make_slice(index_values(self, [start, stop])), value)
 
     def END_FOR(self, inst: Inst) -> None:
         self.popn(2)

@@ -21,6 +21,7 @@ from .variables.builtins import BuiltinVariable
 from .variables.constant import ConstantVariable
 from .variables.dicts import DictVariable, dict_key
 from .variables.functions import CellVariable, NestedFunctionVariable
+from .variables.known_scalars import index_values
 from .variables.lazy import LazyVariable
 from .variables.lists import BaseListVariable, ListVariable, TupleVariable
 from .variables.misc import NullVariable
@@ -201,7 +202,7 @@ class CommonInstructions(TranslatorCore):
         self.push(DictVariable(dict(zip(keys, values, strict=True))))
 
     def BUILD_SLICE(self, inst: Inst) -> None:
-        self.push(make_slice(self, self.popn(arg(inst))))
+        self.push(make_slice(index_values(self, self.popn(arg(inst)))))
 
     def BUILD_STRING(self, inst: Inst) -> None:
         parts = self.popn(arg(inst))

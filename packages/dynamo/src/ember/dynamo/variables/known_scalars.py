@@ -98,11 +98,14 @@ def _int_leaf(v: VariableTracker) -> Known | None:
     return None
 
 
-def _operand(v: VariableTracker) -> Known | None:
-    from .tensor import TensorVariable
+def _is_tensor(v: VariableTracker) -> bool:
+    """A ``TensorVariable`` (which imports this module: no import back)."""
+    return hasattr(v, "known_version")
 
-    if isinstance(v, TensorVariable):
-        return known_value(v)
+
+def _operand(v: VariableTracker) -> Known | None:
+    if _is_tensor(v):
+        return known_value(v)  # type: ignore[arg-type]
     return _int_leaf(v)
 
 
@@ -154,10 +157,8 @@ def tensor_of_size(
     kw = dict(kwargs)
     kw.setdefault("dtype", ConstantVariable(torch.int64))
     result = tx.output.create_op("call_function", torch.scalar_tensor, args, kw)
-    from .tensor import TensorVariable
-
-    if isinstance(result, TensorVariable):
-        attach_known(result, torch.tensor, args, {})
+    if _is_tensor(result):
+        attach_known(result, torch.tensor, args, {})  # type: ignore[arg-type]
     return result
 
 
@@ -166,14 +167,18 @@ def with_values(output: OutputGraph, args: list[VariableTracker], first: int) ->
     value: for an op that reads the tensor's data while it runs (``torch.clamp(t, 0, n)``
     with a 0-d tensor ``n`` takes the overload with a Python number ``max``, calling
     ``n.item()``), which fake tensors cannot answer; the value is what eager reads."""
-    from .tensor import TensorVariable
-
     out = list(args)
     for i in range(first, len(out)):
         a = out[i]
-        if isinstance(a, TensorVariable) and (known := known_value(a)) is not None:
+        if _is_tensor(a) and (known := known_value(a)) is not None:  # type: ignore[arg-type]
             out[i] = known.materialize(output)
     return out
+
+
+def index_values(tx: Tx, parts: list[VariableTracker]) -> list[VariableTracker]:
+    """Slice bounds, with a 0-d tensor of known value given as its value (any other
+    tensor bound needs data the graph computes: ``make_slice`` breaks there)."""
+    return with_values(tx.output, parts, 0)
 
 
 def attach_known(
@@ -189,4 +194,5 @@ def attach_known(
         result.known_version = example._version
 
 
-__all__ = ["MAKERS", "Known", "attach_known", "known_value", "tensor_of_size", "with_values"]
+__all__ = ["MAKERS", "Known", "attach_known", "index_values", "known_value", "tensor_of_size",
+           "with_values"]

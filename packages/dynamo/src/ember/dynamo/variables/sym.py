@@ -104,27 +104,13 @@ class SliceVariable(VariableTracker):
         cg.load_const(self.as_python_constant())
 
 
-def _index_value(tx: Tx, v: VariableTracker) -> VariableTracker:
-    from .known_scalars import known_value
-    from .tensor import TensorVariable
-
-    if isinstance(v, TensorVariable):
-        known = known_value(v)
-        if known is not None:
-            return known.materialize(tx.output)
-    return v
-
-
 def _constant(v: VariableTracker) -> Any:
     return v.as_python_constant()
 
 
-def make_slice(tx: Tx, parts: list[VariableTracker]) -> VariableTracker:
-    """The tracker for ``slice(*parts)``: a constant unless a bound is symbolic.
-
-    A bound that is a 0-d tensor made from ints while tracing reads as its value
-    (``known_scalars``); any other tensor bound needs data the graph computes."""
-    parts = [_index_value(tx, p) for p in parts]
+def make_slice(parts: list[VariableTracker]) -> VariableTracker:
+    """The tracker for ``slice(*parts)``: a constant unless a bound is symbolic (a bound
+    that is a 0-d tensor of known value is given as that value: ``known_scalars``)."""
     if any(isinstance(p, SymNodeVariable) for p in parts) and all(
         p.is_python_constant() or isinstance(p, SymNodeVariable) for p in parts
     ):
