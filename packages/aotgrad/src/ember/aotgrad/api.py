@@ -46,6 +46,7 @@ from ember.ir.logs import get_logger
 from ember.ir.updates import input_updates_of, set_input_updates
 
 LOG = get_logger("aotgrad")
+PERF_HINTS = get_logger("perf_hints")
 
 
 class GraphCompiler(Protocol):
@@ -558,6 +559,8 @@ def aot_inference(
     (see ``aliasing.py``); a graph with neither is returned as ``compiler`` made it.
     Graphs that cannot be traced run eagerly (logged), unless ``options`` says otherwise.
     """
+    if float_inputs(gm):
+        return _eager_for_floats(gm)
     opts = options or AotOptions(fallback_to_eager=True)
     fn = AotFunction(gm, compiler, None, default_partition, decompositions, opts, gm)
     tensors = list(example_inputs)
@@ -620,6 +623,8 @@ def aot_autograd(
     opts = options or AotOptions(fallback_to_eager=True)
 
     def backend(gm: fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+        if float_inputs(gm):
+            return _eager_for_floats(gm)
         compiled = aot_module(gm, fw_compiler, bw_compiler, partition_fn, decompositions, opts)
         symbolic = _symbolic_call(compiled, gm, example_inputs, opts)
         if symbolic is not None:
@@ -665,6 +670,24 @@ def _symbolic_call(compiled: AotModule, gm: fx.GraphModule, example_inputs: list
         return call(dict(mod.named_parameters()), dict(mod.named_buffers()), *args)
 
     return run
+
+
+def float_inputs(gm: fx.GraphModule) -> list[str]:
+    """Placeholders of ``gm`` that are symbolic Python floats (ember.dynamo's dynamic
+    floats, ADR 0044)."""
+    return [n.name for n in gm.graph.nodes if n.op == "placeholder" and isinstance(
+        n.meta.get("example_value", n.meta.get("val")), torch.SymFloat)]
+
+
+def _eager_for_floats(gm: fx.GraphModule) -> Callable[..., Any]:
+    """aotgrad traces Python floats as constants of its graphs, so a graph taking a
+    dynamic float would be retraced for every value: it runs eagerly instead (its ops
+    with the call's float, gradients by eager autograd), logged (ADR 0044)."""
+    PERF_HINTS.info(
+        "ember.aotgrad runs graph %s eagerly: it takes the dynamic Python float(s) %s, which "
+        "aotgrad cannot trace as graph inputs (set ember.dynamo.config.specialize_float = True "
+        "to compile one graph per value instead)", type(gm).__name__, ", ".join(float_inputs(gm)))
+    return gm.forward
 
 
 def _symbolic_fakes(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> dict[int, torch.Tensor]:

@@ -24,6 +24,8 @@ on top of it, one :class:`ShapePolicy` per captured graph:
 
 from __future__ import annotations
 
+import math
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -126,10 +128,12 @@ class ShapePolicy:
     #: source expr -> the sizes this capture saw (reported back to the runtime)
     sizes_seen: dict[str, tuple[int, ...]] = field(default_factory=dict)
     _by_hint: dict[int, sympy.Symbol] = field(default_factory=dict)
+    #: float symbol -> the source of the Python float it stands for (ADR 0044)
+    floats: dict[sympy.Symbol, Source] = field(default_factory=dict)
 
     @property
     def is_symbolic(self) -> bool:
-        return bool(self.symbols)
+        return bool(self.symbols) or bool(self.floats)
 
     # -- deciding -------------------------------------------------------------
     def _why_dynamic(self, source: Source, t: torch.Tensor, d: int) -> tuple[str, DimMark] | None:
@@ -192,6 +196,38 @@ class ShapePolicy:
         sizes, strides = layout
         return self.env.fake_tensor(mode, sizes, strides, t.dtype, t.device, t.requires_grad)
 
+    # -- Python floats (ADR 0044) -------------------------------------------------
+    def float_symbol(self, source: Source, value: float, specialize: bool) -> sympy.Symbol | None:
+        """A float symbol for the Python float at ``source``, or None if it stays a constant.
+
+        Its history rides in the sizes map under :func:`float_key` (the value's IEEE
+        bits, so the runtime's merge marks it ``None`` once two captures saw different
+        values): with ``dynamic=None`` a float becomes symbolic once it changed;
+        ``dynamic=True`` from the first compile; ``dynamic=False`` or
+        ``specialize_float=True`` never. Non-finite values stay constants.
+        """
+        key = float_key(source)
+        self.sizes_seen[key] = (float_bits(value),)
+        if specialize or self.dynamic is False or not math.isfinite(value):
+            return None
+        if self.seen.get(pinned_key(source)):
+            return None  # an earlier capture decided on its value: a symbol would be pinned again
+        if self.dynamic is None:
+            before = self.seen.get(key)
+            if before is None or (len(before) == 1 and before[0] == float_bits(value)):
+                return None
+        sym = self.env.new_float(value)
+        self.floats[sym] = source
+        return sym
+
+    def pinned_floats(self) -> list[tuple[Source, float]]:
+        """Float inputs a decision was taken on (``if t > 0.5``): guarded by value."""
+        pinned = [(src, self.env.floats[sym]) for sym, src in self.floats.items()
+                  if sym in self.env.pinned_floats]
+        for src, _ in pinned:
+            self.sizes_seen[pinned_key(src)] = (1,)
+        return pinned
+
     def payload_dims(self, source: Source) -> tuple[tuple[int, ...], tuple[int, ...]]:
         return self.dynamic_dims.get(source.expr(), ((), ()))
 
@@ -238,7 +274,9 @@ class ShapePolicy:
         return [
             f"{sym} = {', '.join(s.expr() for s in info.sources)} ({info.why})"
             for sym, info in self.symbols.items()
-        ]
+        ] + [f"{sym} = {src.expr()} (automatic dynamic: a float whose value changed between calls)"
+             if self.dynamic is None else f"{sym} = {src.expr()} (dynamic=True: a float)"
+             for sym, src in self.floats.items()]
 
     def specialized_marked(self) -> list[str]:
         """Sources of ``mark_dynamic`` dimensions the program forced to one value."""
@@ -250,6 +288,21 @@ class ShapePolicy:
         }
         return [info.sources[0].expr() for sym, info in self.symbols.items()
                 if info.strict and sym in pinned]
+
+
+def float_key(source: Source) -> str:
+    """Where a Python float's history is kept in the sizes map (beside tensor sources)."""
+    return f"{source.expr()} (float)"
+
+
+def pinned_key(source: Source) -> str:
+    """Where the sizes map remembers that a capture decided on the float at ``source``."""
+    return f"{source.expr()} (float, decided on)"
+
+
+def float_bits(value: float) -> int:
+    """``value``'s IEEE-754 bits as an int (exact, and storable wherever sizes are)."""
+    return int.from_bytes(struct.pack("<d", value), "little", signed=True)
 
 
 def _stride_exprs(sizes: Sequence[Any], strides: Sequence[int], hints: Sequence[int]) -> list[Any]:

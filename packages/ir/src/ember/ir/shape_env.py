@@ -27,6 +27,7 @@ itself for every decision instead of reaching into torch's own ShapeEnv.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -66,6 +67,12 @@ class ShapeEnv:
     replacements: dict[sympy.Symbol, sympy.Integer] = field(default_factory=dict)
     #: Called when a guard is recorded; returns where (user file:line) it was decided.
     site: Callable[[], str] | None = None
+    #: Dynamic Python floats (``f<N>``, ADR 0044) and their values for the traced inputs.
+    floats: dict[sympy.Symbol, float] = field(default_factory=dict)
+    #: Float symbols a decision was taken on (``if t > 0.5``, a kernel choice): the
+    #: frontend pins each to its value (guarded equal), so no relation over floats is
+    #: ever a guard.
+    pinned_floats: set[sympy.Symbol] = field(default_factory=set)
     _known: dict[Expr, bool] = field(default_factory=dict)
 
     # -- symbols -----------------------------------------------------------
@@ -75,6 +82,13 @@ class ShapeEnv:
         while sym in self.hints:
             sym = size_symbol(f"s{len(self.hints) + 1}")
         self.bind(sym, hint, lower=lower)
+        return sym
+
+    def new_float(self, hint: float) -> sympy.Symbol:
+        """A fresh float symbol ``f<N>`` whose value is ``hint`` for the inputs traced now."""
+        from ember.ir.symbolic import size_symbol as make
+        sym = make(f"f{len(self.floats)}")
+        self.floats[sym] = float(hint)
         return sym
 
     def bind(self, sym: sympy.Symbol, hint: int, *, lower: int = MIN_SIZE) -> None:
@@ -105,7 +119,9 @@ class ShapeEnv:
     def evaluate(self, expr: Expr) -> Hint:
         """The value of ``expr`` for the hints (the inputs traced now)."""
         import sympy
-        value = sympy.sympify(expr).xreplace({s: sympy.Integer(v) for s, v in self.hints.items()})
+        values: dict[Any, Any] = {s: sympy.Integer(v) for s, v in self.hints.items()}
+        values.update({s: sympy.Float(v) for s, v in self.floats.items()})
+        value = sympy.sympify(expr).xreplace(values)
         if value is sympy.true or value is sympy.false:
             return bool(value)
         if is_relation(value):
@@ -135,6 +151,10 @@ class ShapeEnv:
         static = self.static_value(expr)
         if static is not None:
             return static
+        floats = [s for s in sympy.sympify(expr).free_symbols if s in self.floats]
+        if floats:  # a decision on a float: pinned, guarded by value (ADR 0044)
+            self.pinned_floats.update(floats)
+            return bool(hint)
         holds = sympy.sympify(expr) if hint else sympy.Not(expr)
         self._known[sympy.sympify(expr)] = bool(hint)
         if holds is not sympy.true:
@@ -301,6 +321,10 @@ class SymNode:
         self.expr = expr
         self._hint = hint
         self.pytype = pytype
+        #: How a float value was computed, ``(operator function, operands)``: float
+        #: arithmetic is not associative, so a graph recomputes it in this order, never
+        #: from ``expr`` (which sympy canonicalizes: ``t / 3.0`` is ``0.333...*f0``).
+        self.recipe: tuple[Callable[..., Any], tuple[Any, ...]] | None = None
 
     # -- identity ----------------------------------------------------------
     @property
@@ -380,12 +404,15 @@ class SymNode:
         return self._new(sympy.true if num else sympy.false, num, bool)
 
     def _binary(self, other: SymNode, fn: Callable[[Any, Any], Any], hint_fn: Callable[[Any, Any], Any],
-                pytype: type | None = None) -> SymNode:
+                pytype: type | None = None, op: Callable[[Any, Any], Any] | None = None) -> SymNode:
         out_type = pytype or (float if float in (self.pytype, other.pytype) else self.pytype)
-        return self._new(fn(self.expr, other.expr), hint_fn(self._hint, other._hint), out_type)
+        out = self._new(fn(self.expr, other.expr), hint_fn(self._hint, other._hint), out_type)
+        if op is not None and out_type is float:
+            out.recipe = (op, (self, other))
+        return out
 
     def add(self, other: SymNode) -> SymNode:
-        return self._binary(other, lambda a, b: a + b, lambda a, b: a + b)
+        return self._binary(other, lambda a, b: a + b, lambda a, b: a + b, op=operator.add)
 
     def sym_sum(self, args: Sequence[SymNode]) -> SymNode:
         """``torch.sym_sum(args)``: the sum of ``args`` (``self`` only picks the environment)."""
@@ -397,10 +424,10 @@ class SymNode:
         return self._new(expr, hint, self.pytype)
 
     def sub(self, other: SymNode) -> SymNode:
-        return self._binary(other, lambda a, b: a - b, lambda a, b: a - b)
+        return self._binary(other, lambda a, b: a - b, lambda a, b: a - b, op=operator.sub)
 
     def mul(self, other: SymNode) -> SymNode:
-        return self._binary(other, lambda a, b: a * b, lambda a, b: a * b)
+        return self._binary(other, lambda a, b: a * b, lambda a, b: a * b, op=operator.mul)
 
     def int_floordiv(self, other: SymNode) -> SymNode:
         import sympy
@@ -414,7 +441,7 @@ class SymNode:
         return self._binary(other, sympy.Mod, lambda a, b: a % b)
 
     def int_truediv(self, other: SymNode) -> SymNode:
-        return self._binary(other, lambda a, b: a / b, lambda a, b: a / b, float)
+        return self._binary(other, lambda a, b: a / b, lambda a, b: a / b, float, operator.truediv)
 
     def float_truediv(self, other: SymNode) -> SymNode:
         return self.int_truediv(other)
@@ -426,7 +453,7 @@ class SymNode:
         return self._binary(other, lambda a, b: a**b, lambda a, b: a**b, int)
 
     def float_pow(self, other: SymNode) -> SymNode:
-        return self._binary(other, lambda a, b: a**b, lambda a, b: float(a) ** b, float)
+        return self._binary(other, lambda a, b: a**b, lambda a, b: float(a) ** b, float, operator.pow)
 
     def pow(self, other: SymNode) -> SymNode:
         return self.float_pow(other) if float in (self.pytype, other.pytype) else self.pow_by_natural(other)
@@ -445,7 +472,10 @@ class SymNode:
         return then_node if self.guard_bool("", 0) else else_node
 
     def neg(self) -> SymNode:
-        return self._new(-self.expr, -self._hint, self.pytype)
+        out = self._new(-self.expr, -self._hint, self.pytype)
+        if self.pytype is float:
+            out.recipe = (operator.neg, (self,))
+        return out
 
     def pos(self) -> SymNode:
         return self

@@ -41,13 +41,18 @@ _TOKEN = re.compile(
     r"|(?P<op>\*\*|//|==|!=|<=|>=|[-+*/%<>&|~(),]))"
 )
 _SIZE_SYMBOL = re.compile(r"s\d+")
+#: a dynamic Python float (``f<N>``, ADR 0044): a real symbol, not an integer
+_FLOAT_SYMBOL = re.compile(r"f\d+")
 
 
 @cache
 def size_symbol(name: str) -> sympy.Symbol:
-    """The sympy symbol ember uses for ``name`` (integer; positive for ``s<N>``)."""
+    """The sympy symbol ember uses for ``name`` (integer; positive for ``s<N>``; real for
+    ``f<N>``, a dynamic Python float)."""
     import sympy
 
+    if _FLOAT_SYMBOL.fullmatch(name):
+        return sympy.Symbol(name, real=True, finite=True)
     if _SIZE_SYMBOL.fullmatch(name):
         return sympy.Symbol(name, integer=True, positive=True)
     return sympy.Symbol(name, integer=True)
