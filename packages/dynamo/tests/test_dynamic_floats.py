@@ -205,3 +205,43 @@ def _nan_inf(fn: Callable[..., Any]) -> None:
 
 def test_non_finite_values_after_the_float_became_dynamic() -> None:
     _nan_inf(lambda x, t: x * t + t)
+
+
+def test_aotgrad_traces_a_dynamic_float_once_as_a_tensor_input() -> None:
+    import ember.aotgrad as aotgrad
+
+    graphs: list[torch.fx.GraphModule] = []
+
+    def keep(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        graphs.append(gm)
+        return gm
+
+    def f(x: torch.Tensor, t: float) -> tuple[torch.Tensor, ...]:
+        return x * t + t ** 2, torch.clamp(x, min=t), x - t / 3.0 * 7.0, torch.add(x, x, alpha=-t)
+
+    backend = aotgrad.aot_autograd(fw_compiler=keep, bw_compiler=keep)
+    cnt = CompileCounterWithBackend(backend)
+    compiled = ed.compile(f, backend=cnt)
+    x = torch.rand(8)
+    with torch.no_grad():
+        for t in VALUES:
+            _same(compiled(x, t), f(x, t))
+    assert cnt.frame_count == 2
+    assert len(graphs) == 2  # the static graph, then one for every later value
+    targets = {n.target for n in graphs[1].graph.nodes}
+    assert torch.ops.aten._local_scalar_dense.default in targets
+
+
+def test_inductor_runs_a_dynamic_float_graph_eagerly_with_a_reason(
+        caplog: pytest.LogCaptureFixture) -> None:
+    def f(x: torch.Tensor, t: float) -> torch.Tensor:
+        return x * t + 1.0
+
+    compiled = ed.compile(f, backend="inductor")
+    x = torch.rand(8)
+    with caplog.at_level(logging.INFO, logger="ember.perf_hints"):
+        for t in VALUES[:4]:
+            out = compiled(x, t)
+            if t != VALUES[0]:
+                _same(out, f(x, t))
+    assert any("dynamic Python float" in r.getMessage() for r in caplog.records)

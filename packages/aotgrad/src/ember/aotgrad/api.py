@@ -29,6 +29,13 @@ from ember.aotgrad.debug import debug_dir_from_env, own_folder, write_graphs
 from ember.aotgrad.decompositions import DecompMapping, with_required
 from ember.aotgrad.errors import AotGradError, FunctionalizationError, TraceError
 from ember.aotgrad.exchange import example_inputs, round_trip
+from ember.aotgrad.floats import (
+    FLOAT_SYMBOL,
+    lift_floats,
+    symbolic_floats,
+    tracing_floats,
+    with_float_tensors,
+)
 from ember.aotgrad.joint import FakeInputs, TracedGraph, copy_saved_aliases, trace_graph
 from ember.aotgrad.partition import (
     Partition,
@@ -46,7 +53,6 @@ from ember.ir.logs import get_logger
 from ember.ir.updates import input_updates_of, set_input_updates
 
 LOG = get_logger("aotgrad")
-PERF_HINTS = get_logger("perf_hints")
 
 
 class GraphCompiler(Protocol):
@@ -425,6 +431,8 @@ def symbolic_fake(mode: Any, like: torch.Tensor, real: torch.Tensor) -> torch.Te
     env = shape_env_of_tensor(like)
     if env is None:
         plain: torch.Tensor = mode.from_tensor(real.detach())
+        if hasattr(like, FLOAT_SYMBOL):  # a dynamic Python float's tensor (ADR 0044)
+            setattr(plain, FLOAT_SYMBOL, getattr(like, FLOAT_SYMBOL))
         return plain
     # sizes a guard pinned since capture started (``Eq(s2, 32)``) are traced as ints
     sizes = [env.simplify(expr_of(s)) if expr_of(s) is not None else int(s) for s in like.shape]
@@ -559,8 +567,12 @@ def aot_inference(
     (see ``aliasing.py``); a graph with neither is returned as ``compiler`` made it.
     Graphs that cannot be traced run eagerly (logged), unless ``options`` says otherwise.
     """
-    if float_inputs(gm):
-        return _eager_for_floats(gm)
+    floats = symbolic_floats(gm)
+    if floats:  # dynamic Python floats: traced as 0-d float64 tensor inputs (ADR 0044)
+        lifted, examples, table = lift_floats(gm, example_inputs, floats)
+        with tracing_floats(table):
+            inner = aot_inference(lifted, examples, compiler, decompositions, options)
+        return with_float_tensors(inner, sorted(floats))
     opts = options or AotOptions(fallback_to_eager=True)
     fn = AotFunction(gm, compiler, None, default_partition, decompositions, opts, gm)
     tensors = list(example_inputs)
@@ -623,8 +635,12 @@ def aot_autograd(
     opts = options or AotOptions(fallback_to_eager=True)
 
     def backend(gm: fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
-        if float_inputs(gm):
-            return _eager_for_floats(gm)
+        floats = symbolic_floats(gm)
+        if floats:  # dynamic Python floats: traced as 0-d float64 tensor inputs (ADR 0044)
+            lifted, examples, table = lift_floats(gm, example_inputs, floats)
+            with tracing_floats(table):
+                inner = backend(lifted, examples)
+            return with_float_tensors(inner, sorted(floats))
         compiled = aot_module(gm, fw_compiler, bw_compiler, partition_fn, decompositions, opts)
         symbolic = _symbolic_call(compiled, gm, example_inputs, opts)
         if symbolic is not None:
@@ -672,24 +688,6 @@ def _symbolic_call(compiled: AotModule, gm: fx.GraphModule, example_inputs: list
     return run
 
 
-def float_inputs(gm: fx.GraphModule) -> list[str]:
-    """Placeholders of ``gm`` that are symbolic Python floats (ember.dynamo's dynamic
-    floats, ADR 0044)."""
-    return [n.name for n in gm.graph.nodes if n.op == "placeholder" and isinstance(
-        n.meta.get("example_value", n.meta.get("val")), torch.SymFloat)]
-
-
-def _eager_for_floats(gm: fx.GraphModule) -> Callable[..., Any]:
-    """aotgrad traces Python floats as constants of its graphs, so a graph taking a
-    dynamic float would be retraced for every value: it runs eagerly instead (its ops
-    with the call's float, gradients by eager autograd), logged (ADR 0044)."""
-    PERF_HINTS.info(
-        "ember.aotgrad runs graph %s eagerly: it takes the dynamic Python float(s) %s, which "
-        "aotgrad cannot trace as graph inputs (set ember.dynamo.config.specialize_float = True "
-        "to compile one graph per value instead)", type(gm).__name__, ", ".join(float_inputs(gm)))
-    return gm.forward
-
-
 def _symbolic_fakes(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> dict[int, torch.Tensor]:
     """``id`` of each example input whose placeholder holds ember size symbols -> that fake."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -697,7 +695,7 @@ def _symbolic_fakes(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> dict[i
     for node, real in zip(placeholders, example_inputs):
         value = node.meta.get("example_value", node.meta.get("val"))
         if isinstance(real, torch.Tensor) and isinstance(value, torch.Tensor) and (
-            shape_env_of_tensor(value) is not None
+            shape_env_of_tensor(value) is not None or hasattr(value, FLOAT_SYMBOL)
         ):
             fakes[id(real)] = value
     return fakes

@@ -27,6 +27,7 @@ from torch.utils import _pytree as pytree
 
 from ember.ir import Attr, Global, Item, Local, Source
 from ember.ir.fake_mode import EagerLayoutFakeMode
+from ember.ir.shape_env import float_int_pow
 
 from .builder import wrap_constant_result
 from .codegen import OUT_LOCAL, PyCodegen
@@ -351,7 +352,8 @@ class OutputGraph:
                 elif _float_int_pow(target, fake_args):
                     # ``t ** 2`` of a symbolic float: real for every ``t`` (torch's
                     # SymFloat.__pow__ would demand ``t >= 0`` and so pin ``t``)
-                    example = fake_args[0].__float_pow__(fake_args[1])
+                    target = float_int_pow
+                    example = target(*fake_args)
                 else:
                     example = target(*fake_args, **fake_kwargs)
         except Unsupported:

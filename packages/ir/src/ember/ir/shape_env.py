@@ -688,6 +688,17 @@ def symint_expr(value: object) -> Expr | None:
     return None
 
 
+def float_int_pow(base: Any, exp: int) -> Any:
+    """``base ** exp`` for a float ``base`` and an int ``exp``, what a graph calls for it.
+
+    Run on a symbolic float it skips ``SymFloat.__pow__``'s check that the base is
+    ``>= 0`` (there for exponents that could make a complex number; an int exponent
+    cannot), which would pin the float to its value (ADR 0044)."""
+    if isinstance(base, torch.SymFloat):
+        return base.__float_pow__(exp)
+    return base**exp
+
+
 def python_value(value: Any) -> Any:
     """A SymBool/SymInt/SymFloat as a Python number (a symbolic one is specialized to its
     value, guarded); any other value as it is."""
@@ -700,5 +711,5 @@ def python_value(value: Any) -> Any:
     return value
 
 
-__all__ = ["MIN_SIZE", "ShapeEnv", "ShapeGuard", "SymNode", "python_value", "size_relation",
+__all__ = ["MIN_SIZE", "ShapeEnv", "ShapeGuard", "SymNode", "float_int_pow", "python_value", "size_relation",
            "symint_expr"]
