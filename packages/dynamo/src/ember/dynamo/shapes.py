@@ -202,9 +202,10 @@ class ShapePolicy:
 
         Its history rides in the sizes map under :func:`float_key` (the value's IEEE
         bits, so the runtime's merge marks it ``None`` once two captures saw different
-        values): with ``dynamic=None`` a float becomes symbolic once it changed;
-        ``dynamic=True`` from the first compile; ``dynamic=False`` or
-        ``specialize_float=True`` never. Non-finite values stay constants.
+        values): a float becomes symbolic once it changed, with ``dynamic=True`` too (a
+        float that never changes, an ``eps``, stays a constant the kernels see);
+        ``dynamic=False`` or ``specialize_float=True``: never. Non-finite values stay
+        constants.
         """
         key = float_key(source)
         self.sizes_seen[key] = (float_bits(value),)
@@ -212,10 +213,9 @@ class ShapePolicy:
             return None
         if self.seen.get(pinned_key(source)):
             return None  # an earlier capture decided on its value: a symbol would be pinned again
-        if self.dynamic is None:
-            before = self.seen.get(key)
-            if before is None or (len(before) == 1 and before[0] == float_bits(value)):
-                return None
+        before = self.seen.get(key)
+        if before is None or (len(before) == 1 and before[0] == float_bits(value)):
+            return None
         sym = self.env.new_float(value)
         self.floats[sym] = source
         return sym
@@ -275,7 +275,6 @@ class ShapePolicy:
             f"{sym} = {', '.join(s.expr() for s in info.sources)} ({info.why})"
             for sym, info in self.symbols.items()
         ] + [f"{sym} = {src.expr()} (automatic dynamic: a float whose value changed between calls)"
-             if self.dynamic is None else f"{sym} = {src.expr()} (dynamic=True: a float)"
              for sym, src in self.floats.items()]
 
     def specialized_marked(self) -> list[str]:
