@@ -9,6 +9,7 @@ are asserted.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -245,3 +246,33 @@ def test_inductor_runs_a_dynamic_float_graph_eagerly_with_a_reason(
             if t != VALUES[0]:
                 _same(out, f(x, t))
     assert any("dynamic Python float" in r.getMessage() for r in caplog.records)
+
+
+def python_float_ops(x: torch.Tensor, t: float) -> tuple[Any, ...]:
+    return (x * abs(t), x * -t, x * (t % 1.0), 2.0 ** t * x, t ** x, torch.where(x > 0, x, t),
+            x.masked_fill(x > 0, t), x + torch.full((4,), t), torch.lerp(x, x + 1, t),
+            x.clamp(-abs(t), abs(t)), x + torch.linspace(0, t, 4), t * 2)
+
+
+def decided_float_ops(x: torch.Tensor, t: float) -> tuple[Any, ...]:
+    return (x * math.sqrt(t), x * int(t), x * round(t, 2), x * torch.tensor(t), x * 2 if t == 0.5 else x)
+
+
+@pytest.mark.parametrize("backend", ("eager", "aot_eager"))
+def test_python_arithmetic_on_a_dynamic_float(backend: str) -> None:
+    cnt = _counter(backend)
+    compiled = ed.compile(python_float_ops, backend=cnt)
+    x = torch.randn(4)
+    for t in (0.5, 0.25, 0.75, 1.5, 2.25, 0.3):
+        _same(compiled(x, t), python_float_ops(x, t))
+    assert cnt.frame_count == 2
+
+
+def test_floats_decided_on_are_pinned_and_stay_correct() -> None:
+    cnt = CompileCounter()
+    compiled = ed.compile(decided_float_ops, backend=cnt)
+    x = torch.randn(4)
+    values = (0.5, 0.25, 0.75, 1.5, 2.25, 0.5)
+    for t in values:
+        _same(compiled(x, t), decided_float_ops(x, t))
+    assert cnt.frame_count == len(set(values))  # every value compiles once; 0.5 is reused

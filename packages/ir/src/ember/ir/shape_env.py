@@ -482,7 +482,10 @@ class SymNode:
 
     def abs(self) -> SymNode:
         import sympy
-        return self._new(sympy.Abs(self.expr), abs(self._hint), self.pytype)
+        out = self._new(sympy.Abs(self.expr), abs(self._hint), self.pytype)
+        if self.pytype is float:
+            out.recipe = (operator.abs, (self,))
+        return out
 
     def sym_float(self) -> SymNode:
         return self._new(self.expr, float(self._hint), float)
