@@ -129,7 +129,27 @@ def test_float_in_python_control_flow_recompiles_on_a_changed_branch() -> None:
     cnt = CompileCounter()
     compiled = ed.compile(f, backend=cnt)
     x = torch.randn(6)
-    for t in (0.3, 0.4, 0.7, 0.2, 0.9, 0.4):
+    for t in (0.3, 0.4, 0.7, 0.2, 0.9, 0.4, 0.5, math.nextafter(0.5, 1.0), 0.5):
+        _same(compiled(x, t), f(x, t))
+    # 0.3 a constant; then `t <= 0.5` and `t > 0.5`, each guarded as a relation on L['t']
+    assert cnt.frame_count == 3
+
+
+def test_branch_on_float_arithmetic_pins_the_float() -> None:
+    # `t * 3.0 > 1.0` would be guarded as `f0 > 0.333333333333333` (sympy folds the
+    # arithmetic), which decides t = nextafter(1/3, 1) otherwise than Python: such a
+    # decision pins the float instead (guarded by value), so no call takes a stale branch
+    def f(x: torch.Tensor, t: float) -> torch.Tensor:
+        if t * 3.0 > 1.0:
+            return x * t
+        return x - t
+
+    compiled = ed.compile(f, backend=CompileCounter())
+    x = torch.randn(6)
+    last_false = 0.33333333333333337  # the largest t with t * 3.0 == 1.0
+    first_true = math.nextafter(last_false, 1.0)
+    assert not last_false * 3.0 > 1.0 and first_true * 3.0 > 1.0
+    for t in (0.1, 0.2, last_false, first_true, 1.0 / 3.0, last_false, first_true, 0.9):
         _same(compiled(x, t), f(x, t))
 
 

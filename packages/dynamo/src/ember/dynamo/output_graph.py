@@ -547,8 +547,8 @@ class OutputGraph:
         """Add the SHAPE_EXPR guards (after the backend ran: it may have guarded too)."""
         for guard in self.shapes.guards():
             self.guards.add_shape(guard)
-        for source, value in self.shapes.pinned_floats():
-            self.guards.add_constant(source, value)
+        for source, value, reason in self.shapes.pinned_floats():
+            self.guards.add_constant(source, value, reason)
 
     def _drop_unused_inputs(self) -> None:
         for key, inp in list(self.inputs.items()):

@@ -220,12 +220,17 @@ class ShapePolicy:
         self.floats[sym] = source
         return sym
 
-    def pinned_floats(self) -> list[tuple[Source, float]]:
-        """Float inputs a decision was taken on (``if t > 0.5``): guarded by value."""
-        pinned = [(src, self.env.floats[sym]) for sym, src in self.floats.items()
-                  if sym in self.env.pinned_floats]
-        for src, _ in pinned:
+    def pinned_floats(self) -> list[tuple[Source, float, str]]:
+        """Float inputs a decision was taken on (``if t > 0.5``): guarded by value, with
+        the reason a failing guard gives."""
+        pinned: list[tuple[Source, float, str]] = []
+        for sym, src in self.floats.items():
+            where = self.env.pinned_floats.get(sym)
+            if where is None:
+                continue
             self.sizes_seen[pinned_key(src)] = (1,)
+            pinned.append((src, self.env.floats[sym], f"the program decided on its value at {where}"
+                           if where else "the backend's compiled code decided on its value"))
         return pinned
 
     def payload_dims(self, source: Source) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -235,9 +240,10 @@ class ShapePolicy:
     def guards(self) -> list[ir.Guard]:
         """The SHAPE_EXPR guards of this graph (empty when nothing is symbolic)."""
         import sympy
-        if not self.symbols:
+        if not self.symbols and not self.floats:
             return []
         names = {sym: info.sources[0] for sym, info in self.symbols.items()}
+        names.update(self.floats)
         out: list[ir.Guard] = []
 
         def add(expr: sympy.Basic, extra: Mapping[sympy.Symbol, Source] = {}, reason: str = "") -> None:

@@ -69,10 +69,10 @@ class ShapeEnv:
     site: Callable[[], str] | None = None
     #: Dynamic Python floats (``f<N>``, ADR 0044) and their values for the traced inputs.
     floats: dict[sympy.Symbol, float] = field(default_factory=dict)
-    #: Float symbols a decision was taken on (``if t > 0.5``, a kernel choice): the
-    #: frontend pins each to its value (guarded equal), so no relation over floats is
-    #: ever a guard.
-    pinned_floats: set[sympy.Symbol] = field(default_factory=set)
+    #: Float symbols a decision was taken on (``if t > 0.5``, a kernel choice), with
+    #: where (user file:line, "" when the backend decided): the frontend pins each to
+    #: its value (guarded equal), so no relation over floats is ever a guard.
+    pinned_floats: dict[sympy.Symbol, str] = field(default_factory=dict)
     _known: dict[Expr, bool] = field(default_factory=dict)
 
     # -- symbols -----------------------------------------------------------
@@ -152,8 +152,13 @@ class ShapeEnv:
         if static is not None:
             return static
         floats = [s for s in sympy.sympify(expr).free_symbols if s in self.floats]
-        if floats:  # a decision on a float: pinned, guarded by value (ADR 0044)
-            self.pinned_floats.update(floats)
+        if floats and (not _exact_float_relation(sympy.sympify(expr), self.floats)
+                       or (hint and isinstance(sympy.sympify(expr), sympy.Eq))):
+            # a decision on a float that no relation guard states exactly, or that fixes
+            # its value: pinned, guarded by value, and remembered (ADR 0044)
+            where = self.site() if self.site is not None else ""
+            for sym in floats:
+                self.pinned_floats.setdefault(sym, where)
             return bool(hint)
         holds = sympy.sympify(expr) if hint else sympy.Not(expr)
         self._known[sympy.sympify(expr)] = bool(hint)
@@ -219,6 +224,40 @@ class ShapeEnv:
 
 
 # -- static decisions from symbol ranges --------------------------------------------
+
+
+def _exact_float_relation(expr: Expr, floats: dict[Any, float]) -> bool:
+    """Whether ``expr`` compares one float symbol with a number that the guard's text
+    states exactly (``f0 > 0.5``, ``Eq(f0, 0)``): such a relation is guarded as it is.
+    Any other (``0.43*f0 > 0.5``: sympy folded the program's arithmetic, whose rounding
+    the guard would not repeat; ``f0 > 0.3`` for 0.30000000000000004) pins the float."""
+    import sympy
+    from sympy.printing.pycode import pycode
+
+    from ember.ir.symbolic import parse_sym_expr, sym_text
+    rels = (sympy.Eq, sympy.Ne, sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge)
+    if not isinstance(expr, rels):
+        return False
+    sides = (expr.lhs, expr.rhs)
+    if not any(isinstance(x, sympy.Symbol) and x in floats for x in sides):
+        return False
+    consts = [x for x in sides if x.is_Number]
+    if len(consts) != 1:
+        return False
+    want = float(consts[0])
+    try:
+        back = parse_sym_expr(sym_text(expr))
+    except Exception:
+        return False
+    if not isinstance(back, rels):
+        return False
+    got = [x for x in (back.lhs, back.rhs) if x.is_Number]
+    if len(got) != 1 or float(got[0]) != want:
+        return False
+    try:
+        return float(pycode(got[0])) == want
+    except ValueError:
+        return False
 
 
 def size_relation(expr: Expr) -> bool | None:
