@@ -29,6 +29,13 @@ from ember.aotgrad.debug import debug_dir_from_env, own_folder, write_graphs
 from ember.aotgrad.decompositions import DecompMapping, with_required
 from ember.aotgrad.errors import AotGradError, FunctionalizationError, TraceError
 from ember.aotgrad.exchange import example_inputs, round_trip
+from ember.aotgrad.floats import (
+    FLOAT_SYMBOL,
+    lift_floats,
+    symbolic_floats,
+    tracing_floats,
+    with_float_tensors,
+)
 from ember.aotgrad.joint import FakeInputs, TracedGraph, copy_saved_aliases, trace_graph
 from ember.aotgrad.partition import (
     Partition,
@@ -424,6 +431,8 @@ def symbolic_fake(mode: Any, like: torch.Tensor, real: torch.Tensor) -> torch.Te
     env = shape_env_of_tensor(like)
     if env is None:
         plain: torch.Tensor = mode.from_tensor(real.detach())
+        if hasattr(like, FLOAT_SYMBOL):  # a dynamic Python float's tensor (ADR 0044)
+            setattr(plain, FLOAT_SYMBOL, getattr(like, FLOAT_SYMBOL))
         return plain
     # sizes a guard pinned since capture started (``Eq(s2, 32)``) are traced as ints
     sizes = [env.simplify(expr_of(s)) if expr_of(s) is not None else int(s) for s in like.shape]
@@ -558,6 +567,12 @@ def aot_inference(
     (see ``aliasing.py``); a graph with neither is returned as ``compiler`` made it.
     Graphs that cannot be traced run eagerly (logged), unless ``options`` says otherwise.
     """
+    floats = symbolic_floats(gm)
+    if floats:  # dynamic Python floats: traced as 0-d float64 tensor inputs (ADR 0044)
+        lifted, examples, table = lift_floats(gm, example_inputs, floats)
+        with tracing_floats(table):
+            inner = aot_inference(lifted, examples, compiler, decompositions, options)
+        return with_float_tensors(inner, sorted(floats))
     opts = options or AotOptions(fallback_to_eager=True)
     fn = AotFunction(gm, compiler, None, default_partition, decompositions, opts, gm)
     tensors = list(example_inputs)
@@ -620,6 +635,12 @@ def aot_autograd(
     opts = options or AotOptions(fallback_to_eager=True)
 
     def backend(gm: fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+        floats = symbolic_floats(gm)
+        if floats:  # dynamic Python floats: traced as 0-d float64 tensor inputs (ADR 0044)
+            lifted, examples, table = lift_floats(gm, example_inputs, floats)
+            with tracing_floats(table):
+                inner = backend(lifted, examples)
+            return with_float_tensors(inner, sorted(floats))
         compiled = aot_module(gm, fw_compiler, bw_compiler, partition_fn, decompositions, opts)
         symbolic = _symbolic_call(compiled, gm, example_inputs, opts)
         if symbolic is not None:
@@ -674,7 +695,7 @@ def _symbolic_fakes(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> dict[i
     for node, real in zip(placeholders, example_inputs):
         value = node.meta.get("example_value", node.meta.get("val"))
         if isinstance(real, torch.Tensor) and isinstance(value, torch.Tensor) and (
-            shape_env_of_tensor(value) is not None
+            shape_env_of_tensor(value) is not None or hasattr(value, FLOAT_SYMBOL)
         ):
             fakes[id(real)] = value
     return fakes

@@ -38,6 +38,7 @@ import torch.fx as fx
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ember.aotgrad.errors import TraceError
+from ember.aotgrad.floats import FLOAT_SYMBOL
 from ember.ir.shape_env import python_value
 
 if TYPE_CHECKING:
@@ -110,9 +111,14 @@ def needed_symbols(gm: fx.GraphModule) -> set[sympy.Symbol]:
     return needed
 
 
+#: ``symbol_sources``' dim for a 0-d float64 tensor holding a dynamic Python float (ADR 0044)
+ITEM = -1
+
+
 def symbol_sources(gm: fx.GraphModule) -> dict[sympy.Symbol, tuple[fx.Node, int | None]]:
     """Each symbol one of ``gm``'s inputs provides: (placeholder, dim), or (placeholder,
-    None) for a placeholder holding the symbolic int itself."""
+    None) for a placeholder holding the symbolic int itself, or (placeholder, ``ITEM``)
+    for a dynamic float's 0-d float64 tensor."""
     import sympy
     found: dict[sympy.Symbol, tuple[fx.Node, int | None]] = {}
     for node in gm.graph.nodes:
@@ -124,6 +130,9 @@ def symbol_sources(gm: fx.GraphModule) -> dict[sympy.Symbol, tuple[fx.Node, int 
                 expr = expr_of(size)
                 if isinstance(expr, sympy.Symbol):
                     found.setdefault(expr, (node, d))
+            held = getattr(val, FLOAT_SYMBOL, None)  # a dynamic Python float's tensor
+            if isinstance(held, sympy.Symbol):
+                found.setdefault(held, (node, ITEM))
         else:
             expr = expr_of(val)
             if isinstance(expr, sympy.Symbol):
@@ -196,13 +205,40 @@ class _Binder:
         self.computed = unbacked_sources(gm)
         self.env = shape_env_of(gm)
         self.cache: dict[sympy.Basic, Any] = {}
+        #: id(SymNode) -> (the node, kept alive; its graph node), for float recipes
+        self.recipes: dict[int, tuple[Any, Any]] = {}
         self.anchor: fx.Node = next(n for n in self.graph.nodes if n.op != "placeholder")
 
     def value(self, value: Any) -> Any:
         expr = expr_of(value)
         if expr is None:
             return python_value(value)  # a constant: its expression is a number
+        if getattr(value.node, "recipe", None) is not None:
+            return self._recipe(value.node)
         return self.node(expr, type(value))
+
+    def _recipe(self, sym: Any) -> Any:
+        """A float computed as traced (``SymNode.recipe``): float arithmetic is not
+        associative, so never rebuilt from its canonicalized expression."""
+        hit = self.recipes.get(id(sym))
+        if hit is not None:
+            return hit[1]
+        fn, operands = sym.recipe
+        args = []
+        for o in operands:
+            if getattr(o, "recipe", None) is not None:
+                args.append(self._recipe(o))
+            elif o.expr.is_number:
+                args.append(o.pytype(o.expr))
+            else:
+                args.append(self.node(o.expr, {int: torch.SymInt, float: torch.SymFloat,
+                                               bool: torch.SymBool}[o.pytype]))
+        with self.graph.inserting_before(self.anchor):
+            made = self.graph.call_function(fn, tuple(args))
+        if self.env is not None:
+            made.meta["val"] = torch.SymFloat(sym) if sym.pytype is float else sym  # type: ignore[no-untyped-call]
+        self.recipes[id(sym)] = (sym, made)
+        return made
 
     def node(self, expr: sympy.Basic, kind: type) -> Any:
         hit = self.cache.get(expr)
@@ -259,6 +295,8 @@ class _Binder:
             ph, dim = source
             if dim is None:
                 return ph
+            if dim == ITEM:
+                return self.graph.call_function(aten._local_scalar_dense.default, (ph,))
             return self.graph.call_function(aten.sym_size.int, (ph, dim))
         if isinstance(expr, sympy.Add):
             return self._fold(operator.add, expr.args, kind)
@@ -343,7 +381,7 @@ def pass_sizes(part: Partition) -> Partition:
         if env is None:
             raise TraceError("the backward needs sizes but the graphs carry no shape environment")
         out = next(n for n in fw.graph.nodes if n.op == "output")
-        values = [env.sym_value(sym, int) for sym in missing]
+        values = [env.sym_value(sym, float if sym in env.floats else int) for sym in missing]
         out.args = ((*out.args[0], *values),)
         last_saved = [n for n in bw.graph.nodes if n.op == "placeholder" and n.name in part.saved]
         anchor = last_saved[-1].next if last_saved else next(iter(bw.graph.nodes))

@@ -154,6 +154,10 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
         if g is not None and source is not None:
             g.add_module(source, value)
         return NNModuleVariable(value, source)
+    if type(value) is float and source is not None:
+        sym = tx.output.shapes.float_symbol(source, value, tx.options.specialize_float)
+        if sym is not None:
+            return tx.output.add_float_input(value, source, sym)
     if isinstance(value, (bool, int, float, str, bytes, type(None), complex, torch.dtype,
                           torch.device, torch.Size, range, slice, torch.layout,
                           torch.memory_format, type(Ellipsis), frozenset)):

@@ -46,6 +46,12 @@ class DynamoOptions:
     #: (guarded by value). ``False`` (symbolic ints) is not implemented:
     #: ``compile`` raises ``CompileOptionsError`` saying so.
     specialize_int: bool = True
+    #: ``False`` (the default, torch.compile's too): a Python ``float`` read from the
+    #: frame (argument, global, attribute, a resume function's stack) starts as a
+    #: constant of the graph, guarded by value; once another value fails that guard,
+    #: the recompile takes it as a graph input (a symbolic float), so further values
+    #: reuse the graph (ADR 0044). ``True``: every value is a constant and recompiles.
+    specialize_float: bool = False
     #: Trace *through* the ``forward`` of torch.nn built-in modules instead of
     #: emitting one ``call_module`` node per leaf module.
     inline_inbuilt_nn_modules: bool = False

@@ -489,7 +489,8 @@ def _stored_resumes(
 
 
 def _symbolic(guarded: GuardedCode) -> bool:
-    """Whether the frame was captured with size symbols (its guards bind them, or a graph input has them)."""
+    """Whether the frame was captured with size symbols (its guards bind them, or a graph input
+    has them) or dynamic floats (ADR 0044)."""
     if guarded.guard_set.shape_relations or any(
         g.kind is ir.GuardKind.SHAPE_EXPR for g in guarded.guard_set.guards
     ):
@@ -499,7 +500,7 @@ def _symbolic(guarded: GuardedCode) -> bool:
             if node.op != "placeholder":
                 continue
             value = node.meta.get("example_value")
-            if isinstance(value, torch.SymInt) or (
+            if isinstance(value, (torch.SymInt, torch.SymFloat)) or (
                 isinstance(value, torch.Tensor)
                 and not all(type(d) is int for d in (*value.shape, *value.stride()))
             ):

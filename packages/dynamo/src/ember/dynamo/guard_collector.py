@@ -62,9 +62,9 @@ class GuardCollector:
     def add_module(self, source: Source, module: torch.nn.Module) -> None:
         self._add(source, ir.GuardKind.NN_MODULE, {"id": id(module), "type": ir.qualname(type(module))})
 
-    def add_constant(self, source: Source, value: Any) -> None:
+    def add_constant(self, source: Source, value: Any, reason: str = "") -> None:
         """Pin a Python value read from the frame: by value where it can be
-        encoded, by identity otherwise."""
+        encoded, by identity otherwise. ``reason``: why, said when the guard fails."""
         if isinstance(value, enum.Enum):
             # A member of a str/int enum is a str/int, but its encoding is the plain
             # value: stored and loaded, ``type(v) is Action`` would become ``type(v) is
@@ -83,7 +83,7 @@ class GuardCollector:
             return
         if kind is ir.GuardKind.EQUALS_MATCH or isinstance(value, bool):
             self.add_type(source, value)
-        self._add(source, kind, {"value": encoded})
+        self._add(source, kind, {"value": encoded, **({"reason": reason} if reason else {})})
 
     def add_length(self, source: Source, value: Any) -> None:
         self.add_type(source, value)

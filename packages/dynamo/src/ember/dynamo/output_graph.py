@@ -27,6 +27,7 @@ from torch.utils import _pytree as pytree
 
 from ember.ir import Attr, DictItem, Global, Item, Local, Source
 from ember.ir.fake_mode import EagerLayoutFakeMode, symbolic_dispatch
+from ember.ir.shape_env import float_int_pow
 
 from .builder import wrap_constant_result
 from .codegen import OUT_LOCAL, PyCodegen
@@ -56,9 +57,10 @@ ARRAYS_LOCAL = "__ember_arrays"
 @dataclass
 class GraphInput:
     source: Source
-    value: torch.Tensor
+    #: the tensor, or a dynamic Python float (ADR 0044)
+    value: torch.Tensor | float
     node: torch.fx.Node
-    var: TensorVariable
+    var: TensorVariable | SymNodeVariable
     #: what turns the frame's value into the graph's tensor (a NumPy array's
     #: ``ndarray_to_tensor``); None: the value is the tensor
     convert: Callable[[Any], torch.Tensor] | None = None
@@ -114,6 +116,11 @@ def _result_class(args: list[VariableTracker]) -> type:
         raise Unsupported(str(e)) from e
 
 
+def _float_int_pow(target: Any, args: Any) -> bool:
+    return (target in (operator.pow, pow) and len(args) == 2 and isinstance(args[0], torch.SymFloat)
+            and type(args[1]) is int)
+
+
 class OutputGraph:
     def __init__(self, f_globals: dict[str, Any], shapes: ShapePolicy | None = None) -> None:
         self.f_globals = f_globals
@@ -166,7 +173,7 @@ class OutputGraph:
     def add_input(self, value: torch.Tensor, source: Source) -> TensorVariable:
         key = source.expr()
         hit = self.inputs.get(key)
-        if hit is not None:
+        if hit is not None and isinstance(hit.var, TensorVariable):
             return hit.var
         if not is_capturable_class(type(value)):
             raise Unsupported(
@@ -191,13 +198,29 @@ class OutputGraph:
         with self.graph.inserting_before(first):
             return self.graph.placeholder(name_hint(source))
 
+    def add_float_input(self, value: float, source: Source, sym: Any) -> SymNodeVariable:
+        """A Python float as a graph input (ADR 0044): a placeholder whose example is a
+        symbolic float; the frame passes the float itself. Guarded on its type only:
+        any finite value reuses the graph, unless a decision pins it (``shape_guards``)."""
+        key = source.expr()
+        hit = self.inputs.get(key)
+        if hit is not None and isinstance(hit.var, SymNodeVariable):
+            return hit.var
+        self.guards.add_type(source, value)
+        example = self.shapes.env.sym_value(sym, float)
+        node = self._new_placeholder(source)
+        node.meta["example_value"] = example
+        var = SymNodeVariable(node, example, source)
+        self.inputs[key] = GraphInput(source, value, node, var, version=None)
+        return var
+
     def add_numpy_input(self, value: Any, source: Source) -> TensorVariable:
         """A frame's ``np.ndarray`` as a graph input: the tensor ``ndarray_to_tensor``
         makes of it when the graph is called, guarded on the array's type, dtype,
         shape and strides (static: arrays are not given symbolic sizes)."""
         key = source.expr()
         hit = self.inputs.get(key)
-        if hit is not None:
+        if hit is not None and isinstance(hit.var, TensorVariable):
             return hit.var
         try:
             tensor = ndarray_to_tensor(value)
@@ -332,6 +355,11 @@ class OutputGraph:
             with self.fake_mode, symbolic_dispatch(self.shapes.is_symbolic):
                 if kind == "call_method":
                     example = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
+                elif _float_int_pow(target, fake_args):
+                    # ``t ** 2`` of a symbolic float: real for every ``t`` (torch's
+                    # SymFloat.__pow__ would demand ``t >= 0`` and so pin ``t``)
+                    target = float_int_pow
+                    example = target(*fake_args)
                 else:
                     example = target(*fake_args, **fake_kwargs)
         except Unsupported:
@@ -448,10 +476,12 @@ class OutputGraph:
         inputs = [i for i in self.inputs.values() if i.node.graph is self.graph]
         order = {n: i for i, n in enumerate(self.graph.nodes)}
         inputs.sort(key=lambda i: order[i.node])
-        example_inputs = [as_plain(i.value) for i in inputs]
+        example_inputs: list[Any] = [i.value if isinstance(i.value, float) else as_plain(i.value)
+                                     for i in inputs]
         mutated = tuple(
             k for k, i in enumerate(inputs)
-            if i.version is not None and _version_of(i.var.example) != i.version
+            if i.version is not None and isinstance(i.var, TensorVariable)
+            and _version_of(i.var.example) != i.version
         )
         set_mutated_inputs(gm, mutated)
         # compiled under the grad mode it runs under, not the one where capture stopped (a
@@ -502,7 +532,7 @@ class OutputGraph:
                 head.load_const(converted)
                 head.subscr()
                 converted += 1
-            elif type(inp.value) in BASE_CLASSES:
+            elif isinstance(inp.value, float) or type(inp.value) in BASE_CLASSES:
                 head.load_source(inp.source)
             else:  # a subclass adding nothing: the graph takes it as a plain tensor
                 head.load_callable_const(as_plain)
@@ -528,6 +558,8 @@ class OutputGraph:
         """Add the SHAPE_EXPR guards (after the backend ran: it may have guarded too)."""
         for guard in self.shapes.guards():
             self.guards.add_shape(guard)
+        for source, value, reason in self.shapes.pinned_floats():
+            self.guards.add_constant(source, value, reason)
 
     def _drop_unused_inputs(self) -> None:
         for key, inp in list(self.inputs.items()):

@@ -24,6 +24,8 @@ on top of it, one :class:`ShapePolicy` per captured graph:
 
 from __future__ import annotations
 
+import math
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -128,10 +130,12 @@ class ShapePolicy:
     #: source expr -> the sizes this capture saw (reported back to the runtime)
     sizes_seen: dict[str, tuple[int, ...]] = field(default_factory=dict)
     _by_hint: dict[int, sympy.Symbol] = field(default_factory=dict)
+    #: float symbol -> the source of the Python float it stands for (ADR 0044)
+    floats: dict[sympy.Symbol, Source] = field(default_factory=dict)
 
     @property
     def is_symbolic(self) -> bool:
-        return bool(self.symbols)
+        return bool(self.symbols) or bool(self.floats)
 
     # -- deciding -------------------------------------------------------------
     def _why_dynamic(self, source: Source, t: torch.Tensor, d: int) -> tuple[str, DimMark] | None:
@@ -205,6 +209,43 @@ class ShapePolicy:
         return self.env.fake_tensor(mode, sizes, strides, t.dtype, t.device, t.requires_grad,
                                    leaf=t.is_leaf)
 
+    # -- Python floats (ADR 0044) -------------------------------------------------
+    def float_symbol(self, source: Source, value: float, specialize: bool) -> sympy.Symbol | None:
+        """A float symbol for the Python float at ``source``, or None if it stays a constant.
+
+        Its history rides in the sizes map under :func:`float_key` (the value's IEEE
+        bits, so the runtime's merge marks it ``None`` once two captures saw different
+        values): a float becomes symbolic once it changed, with ``dynamic=True`` too (a
+        float that never changes, an ``eps``, stays a constant the kernels see);
+        ``dynamic=False`` or ``specialize_float=True``: never. Non-finite values stay
+        constants.
+        """
+        key = float_key(source)
+        self.sizes_seen[key] = (float_bits(value),)
+        if specialize or self.dynamic is False or not math.isfinite(value):
+            return None
+        if self.seen.get(seen_key(pinned_key(source), 1)):
+            return None  # an earlier capture decided on its value: a symbol would be pinned again
+        before = self.seen.get(seen_key(key, 1))
+        if before is None or (len(before) == 1 and before[0] == float_bits(value)):
+            return None
+        sym = self.env.new_float(value)
+        self.floats[sym] = source
+        return sym
+
+    def pinned_floats(self) -> list[tuple[Source, float, str]]:
+        """Float inputs a decision was taken on (``if t > 0.5``): guarded by value, with
+        the reason a failing guard gives."""
+        pinned: list[tuple[Source, float, str]] = []
+        for sym, src in self.floats.items():
+            where = self.env.pinned_floats.get(sym)
+            if where is None:
+                continue
+            self.sizes_seen[pinned_key(src)] = (1,)
+            pinned.append((src, self.env.floats[sym], f"the program decided on its value at {where}"
+                           if where else "the backend's compiled code decided on its value"))
+        return pinned
+
     def payload_dims(self, source: Source) -> tuple[tuple[int, ...], tuple[int, ...]]:
         return self.dynamic_dims.get(source.expr(), ((), ()))
 
@@ -212,9 +253,10 @@ class ShapePolicy:
     def guards(self) -> list[ir.Guard]:
         """The SHAPE_EXPR guards of this graph (empty when nothing is symbolic)."""
         import sympy
-        if not self.symbols:
+        if not self.symbols and not self.floats:
             return []
         names = {sym: info.sources[0] for sym, info in self.symbols.items()}
+        names.update(self.floats)
         out: list[ir.Guard] = []
 
         def add(expr: sympy.Basic, extra: Mapping[sympy.Symbol, Source] = {}, reason: str = "") -> None:
@@ -251,7 +293,8 @@ class ShapePolicy:
         return [
             f"{sym} = {', '.join(s.expr() for s in info.sources)} ({info.why})"
             for sym, info in self.symbols.items()
-        ]
+        ] + [f"{sym} = {src.expr()} (automatic dynamic: a float whose value changed between calls)"
+             for sym, src in self.floats.items()]
 
     def specialized_marked(self) -> list[str]:
         """Sources of ``mark_dynamic`` dimensions the program forced to one value."""
@@ -263,6 +306,21 @@ class ShapePolicy:
         }
         return [info.sources[0].expr() for sym, info in self.symbols.items()
                 if info.strict and sym in pinned]
+
+
+def float_key(source: Source) -> str:
+    """Where a Python float's history is kept in the sizes map (beside tensor sources)."""
+    return f"{source.expr()} (float)"
+
+
+def pinned_key(source: Source) -> str:
+    """Where the sizes map remembers that a capture decided on the float at ``source``."""
+    return f"{source.expr()} (float, decided on)"
+
+
+def float_bits(value: float) -> int:
+    """``value``'s IEEE-754 bits as an int (exact, and storable wherever sizes are)."""
+    return int.from_bytes(struct.pack("<d", value), "little", signed=True)
 
 
 def _stride_exprs(sizes: Sequence[Any], strides: Sequence[int], hints: Sequence[int],

@@ -235,14 +235,17 @@ class GuardBuilder:
         else:
             expr = f"type({v}) is {self.const(type(value))} and {v} == {self.const(value)}"
 
+        reason = g.payload.get("reason")
+        why = f" ({reason})" if isinstance(reason, str) and reason else ""
+
         def explain(values: Sequence[Any]) -> str:
             got = values[0]
             if type(got) is not type(value) and not (value is None or isinstance(value, bool)):
                 return (
                     f"{e} was {_short(got)} ({_type_name(type(got))}), "
-                    f"the graph assumed {value!r} ({_type_name(type(value))})"
+                    f"the graph assumed {value!r} ({_type_name(type(value))}){why}"
                 )
-            return f"{e} was {_short(got)}, the graph assumed {value!r}"
+            return f"{e} was {_short(got)}, the graph assumed {value!r}{why}"
 
         return self._part(g, expr, explain, cost)
 
@@ -467,6 +470,8 @@ def _relation_text(relation: sympy.Basic, names: Mapping[sympy.Symbol, str]) -> 
     import sympy
 
     def text(e: sympy.Basic) -> str:
+        if isinstance(e, sympy.Float):  # a float compared with a dynamic float: 0.5, not 0.500000000000000
+            return repr(float(e))
         return str(e.xreplace({s: sympy.Symbol(n) for s, n in names.items()}))
 
     op = _REL_OPS.get(type(relation).__name__)

@@ -251,6 +251,11 @@ def _eager_reason(
             return f"input {i} is sparse"
     if not any(n.op == "call_function" for n in gm.graph.nodes):
         return "graph has no operations"
+    for n in gm.graph.nodes:
+        if n.target is torch.ops.aten._local_scalar_dense.default or isinstance(
+                n.meta.get("val"), torch.SymFloat):
+            return ("graph computes with a dynamic Python float (ember.dynamo's automatic dynamic "
+                    "floats, ADR 0044); ember.inductor's kernels take constant scalars only")
     return None
 
 

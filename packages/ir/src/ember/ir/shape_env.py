@@ -35,6 +35,7 @@ read) is a stand-in, :data:`UNBACKED_HINT` or the largest value the op allows.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -96,6 +97,12 @@ class ShapeEnv:
     unbacked: dict[sympy.Symbol, int] = field(default_factory=dict)
     #: the largest value an unbacked symbol may take, where known (a mask's element count)
     upper: dict[sympy.Symbol, int] = field(default_factory=dict)
+    #: Dynamic Python floats (``f<N>``, ADR 0044) and their values for the traced inputs.
+    floats: dict[sympy.Symbol, float] = field(default_factory=dict)
+    #: Float symbols a decision was taken on (``if t > 0.5``, a kernel choice), with
+    #: where (user file:line, "" when the backend decided): the frontend pins each to
+    #: its value (guarded equal), so no relation over floats is ever a guard.
+    pinned_floats: dict[sympy.Symbol, str] = field(default_factory=dict)
     _known: dict[Expr, bool] = field(default_factory=dict)
 
     # -- symbols -----------------------------------------------------------
@@ -124,6 +131,13 @@ class ShapeEnv:
         return bool(self.unbacked) and any(
             s in self.unbacked for s in sympy.sympify(expr).free_symbols
         )
+
+    def new_float(self, hint: float) -> sympy.Symbol:
+        """A fresh float symbol ``f<N>`` whose value is ``hint`` for the inputs traced now."""
+        from ember.ir.symbolic import size_symbol as make
+        sym = make(f"f{len(self.floats)}")
+        self.floats[sym] = float(hint)
+        return sym
 
     def bind(self, sym: sympy.Symbol, hint: int, *, lower: int = MIN_SIZE) -> None:
         """Register an existing symbol (read from a graph file or another environment)."""
@@ -154,8 +168,9 @@ class ShapeEnv:
         """The value of ``expr`` for the hints (the inputs traced now; an unbacked symbol's
         stand-in hint, so a value with one is for heuristics only)."""
         import sympy
-        values = {s: sympy.Integer(v) for s, v in self.hints.items()}
+        values: dict[Any, Any] = {s: sympy.Integer(v) for s, v in self.hints.items()}
         values.update({s: sympy.Integer(v) for s, v in self.unbacked.items()})
+        values.update({s: sympy.Float(v) for s, v in self.floats.items()})
         value = sympy.sympify(expr).xreplace(values)
         if value is sympy.true or value is sympy.false:
             return bool(value)
@@ -191,6 +206,15 @@ class ShapeEnv:
             return static
         if self.has_unbacked(expr):
             raise DataDependentError(expr)
+        floats = [s for s in sympy.sympify(expr).free_symbols if s in self.floats]
+        if floats and (not _exact_float_relation(sympy.sympify(expr), self.floats)
+                       or (hint and isinstance(sympy.sympify(expr), sympy.Eq))):
+            # a decision on a float that no relation guard states exactly, or that fixes
+            # its value: pinned, guarded by value, and remembered (ADR 0044)
+            where = self.site() if self.site is not None else ""
+            for sym in floats:
+                self.pinned_floats.setdefault(sym, where)
+            return bool(hint)
         holds = sympy.sympify(expr) if hint else sympy.Not(expr)
         self._known[sympy.sympify(expr)] = bool(hint)
         if holds is not sympy.true:
@@ -275,6 +299,40 @@ class _NonLeaf(torch.autograd.Function):
 
 
 # -- static decisions from symbol ranges --------------------------------------------
+
+
+def _exact_float_relation(expr: Expr, floats: dict[Any, float]) -> bool:
+    """Whether ``expr`` compares one float symbol with a number that the guard's text
+    states exactly (``f0 > 0.5``, ``Eq(f0, 0)``): such a relation is guarded as it is.
+    Any other (``0.43*f0 > 0.5``: sympy folded the program's arithmetic, whose rounding
+    the guard would not repeat; ``f0 > 0.3`` for 0.30000000000000004) pins the float."""
+    import sympy
+    from sympy.printing.pycode import pycode
+
+    from ember.ir.symbolic import parse_sym_expr, sym_text
+    rels = (sympy.Eq, sympy.Ne, sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge)
+    if not isinstance(expr, rels):
+        return False
+    sides = (expr.lhs, expr.rhs)
+    if not any(isinstance(x, sympy.Symbol) and x in floats for x in sides):
+        return False
+    consts = [x for x in sides if x.is_Number]
+    if len(consts) != 1:
+        return False
+    want = float(consts[0])
+    try:
+        back = parse_sym_expr(sym_text(expr))
+    except Exception:
+        return False
+    if not isinstance(back, rels):
+        return False
+    got = [x for x in (back.lhs, back.rhs) if x.is_Number]
+    if len(got) != 1 or float(got[0]) != want:
+        return False
+    try:
+        return float(pycode(got[0])) == want
+    except ValueError:
+        return False
 
 
 def size_relation(expr: Expr) -> bool | None:
@@ -386,6 +444,10 @@ class SymNode:
         self.expr = expr
         self._hint = hint
         self.pytype = pytype
+        #: How a float value was computed, ``(operator function, operands)``: float
+        #: arithmetic is not associative, so a graph recomputes it in this order, never
+        #: from ``expr`` (which sympy canonicalizes: ``t / 3.0`` is ``0.333...*f0``).
+        self.recipe: tuple[Callable[..., Any], tuple[Any, ...]] | None = None
 
     # -- identity ----------------------------------------------------------
     @property
@@ -469,12 +531,15 @@ class SymNode:
         return self._new(sympy.true if num else sympy.false, num, bool)
 
     def _binary(self, other: SymNode, fn: Callable[[Any, Any], Any], hint_fn: Callable[[Any, Any], Any],
-                pytype: type | None = None) -> SymNode:
+                pytype: type | None = None, op: Callable[[Any, Any], Any] | None = None) -> SymNode:
         out_type = pytype or (float if float in (self.pytype, other.pytype) else self.pytype)
-        return self._new(fn(self.expr, other.expr), hint_fn(self._hint, other._hint), out_type)
+        out = self._new(fn(self.expr, other.expr), hint_fn(self._hint, other._hint), out_type)
+        if op is not None and out_type is float:
+            out.recipe = (op, (self, other))
+        return out
 
     def add(self, other: SymNode) -> SymNode:
-        return self._binary(other, lambda a, b: a + b, lambda a, b: a + b)
+        return self._binary(other, lambda a, b: a + b, lambda a, b: a + b, op=operator.add)
 
     def sym_sum(self, args: Sequence[SymNode]) -> SymNode:
         """``torch.sym_sum(args)``: the sum of ``args`` (``self`` only picks the environment)."""
@@ -486,10 +551,10 @@ class SymNode:
         return self._new(expr, hint, self.pytype)
 
     def sub(self, other: SymNode) -> SymNode:
-        return self._binary(other, lambda a, b: a - b, lambda a, b: a - b)
+        return self._binary(other, lambda a, b: a - b, lambda a, b: a - b, op=operator.sub)
 
     def mul(self, other: SymNode) -> SymNode:
-        return self._binary(other, lambda a, b: a * b, lambda a, b: a * b)
+        return self._binary(other, lambda a, b: a * b, lambda a, b: a * b, op=operator.mul)
 
     def int_floordiv(self, other: SymNode) -> SymNode:
         import sympy
@@ -503,7 +568,7 @@ class SymNode:
         return self._binary(other, sympy.Mod, lambda a, b: a % b)
 
     def int_truediv(self, other: SymNode) -> SymNode:
-        return self._binary(other, lambda a, b: a / b, lambda a, b: a / b, float)
+        return self._binary(other, lambda a, b: a / b, lambda a, b: a / b, float, operator.truediv)
 
     def float_truediv(self, other: SymNode) -> SymNode:
         return self.int_truediv(other)
@@ -515,7 +580,7 @@ class SymNode:
         return self._binary(other, lambda a, b: a**b, lambda a, b: a**b, int)
 
     def float_pow(self, other: SymNode) -> SymNode:
-        return self._binary(other, lambda a, b: a**b, lambda a, b: float(a) ** b, float)
+        return self._binary(other, lambda a, b: a**b, lambda a, b: float(a) ** b, float, operator.pow)
 
     def pow(self, other: SymNode) -> SymNode:
         return self.float_pow(other) if float in (self.pytype, other.pytype) else self.pow_by_natural(other)
@@ -540,14 +605,20 @@ class SymNode:
         return then_node if self.guard_bool("", 0) else else_node
 
     def neg(self) -> SymNode:
-        return self._new(-self.expr, -self._hint, self.pytype)
+        out = self._new(-self.expr, -self._hint, self.pytype)
+        if self.pytype is float:
+            out.recipe = (operator.neg, (self,))
+        return out
 
     def pos(self) -> SymNode:
         return self
 
     def abs(self) -> SymNode:
         import sympy
-        return self._new(sympy.Abs(self.expr), abs(self._hint), self.pytype)
+        out = self._new(sympy.Abs(self.expr), abs(self._hint), self.pytype)
+        if self.pytype is float:
+            out.recipe = (operator.abs, (self,))
+        return out
 
     def sym_float(self) -> SymNode:
         return self._new(self.expr, float(self._hint), float)
@@ -787,6 +858,17 @@ def symint_expr(value: object) -> Expr | None:
     return None
 
 
+def float_int_pow(base: Any, exp: int) -> Any:
+    """``base ** exp`` for a float ``base`` and an int ``exp``, what a graph calls for it.
+
+    Run on a symbolic float it skips ``SymFloat.__pow__``'s check that the base is
+    ``>= 0`` (there for exponents that could make a complex number; an int exponent
+    cannot), which would pin the float to its value (ADR 0044)."""
+    if isinstance(base, torch.SymFloat):
+        return base.__float_pow__(exp)
+    return base**exp
+
+
 def python_value(value: Any) -> Any:
     """A SymBool/SymInt/SymFloat as a Python number (a symbolic one is specialized to its
     value, guarded); any other value as it is."""
@@ -799,5 +881,5 @@ def python_value(value: Any) -> Any:
     return value
 
 
-__all__ = ["MIN_SIZE", "UNBACKED_HINT", "DataDependentError", "ShapeEnv", "ShapeGuard", "SymNode", "python_value", "size_relation",
-           "symint_expr"]
+__all__ = ["MIN_SIZE", "UNBACKED_HINT", "DataDependentError", "ShapeEnv", "ShapeGuard", "SymNode",
+           "float_int_pow", "python_value", "size_relation", "symint_expr"]

@@ -44,14 +44,18 @@ _TOKEN = re.compile(
 _SIZE_SYMBOL = re.compile(r"s\d+")
 #: unbacked size symbols: the size of an op's result that depends on data (``u0``)
 _UNBACKED_SYMBOL = re.compile(r"u\d+")
+#: a dynamic Python float (``f<N>``, ADR 0044): a real symbol, not an integer
+_FLOAT_SYMBOL = re.compile(r"f\d+")
 
 
 @cache
 def size_symbol(name: str) -> sympy.Symbol:
     """The sympy symbol ember uses for ``name`` (integer; positive for ``s<N>``,
-    nonnegative for an unbacked size ``u<N>``)."""
+    nonnegative for an unbacked size ``u<N>``; real for ``f<N>``, a dynamic Python float)."""
     import sympy
 
+    if _FLOAT_SYMBOL.fullmatch(name):
+        return sympy.Symbol(name, real=True, finite=True)
     if _SIZE_SYMBOL.fullmatch(name):
         return sympy.Symbol(name, integer=True, positive=True)
     if _UNBACKED_SYMBOL.fullmatch(name):

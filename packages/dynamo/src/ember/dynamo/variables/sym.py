@@ -43,8 +43,8 @@ def is_symbolic(value: object) -> bool:
 class SymNodeVariable(VariableTracker):
     """A symbolic scalar: its FX node and its ``torch.Sym*`` example value."""
 
-    def __init__(self, node: torch.fx.Node, example: Any) -> None:
-        super().__init__(None)
+    def __init__(self, node: torch.fx.Node, example: Any, source: Any = None) -> None:
+        super().__init__(source)  # a source: a dynamic float read from the frame (ADR 0044)
         self.node = node
         self.example = example
 
@@ -78,6 +78,9 @@ class SymNodeVariable(VariableTracker):
         raise Unsupported(f"iterating over {self.describe()}")
 
     def reconstruct(self, cg: PyCodegen) -> None:
+        if self.source is not None:  # a frame's float, unchanged: read it again
+            cg.load_source(self.source)
+            return
         cg.load_tensor(self)  # the graph computes it and returns it
 
 
