@@ -168,25 +168,32 @@ class ShapePolicy:
             dyn.append(d)
         if not dyn:
             return None
+        own: set[int] = set()
+
         def stride_symbol(d: int, value: int) -> Any:
             """A stride the sizes do not give (a slice of a larger tensor: ``b[:, :3]``
-            has ``b``'s row length as stride): its own symbol, as TorchDynamo does, so
-            a base that grows does not recompile; 0 and 1 stay (broadcast, unit stride)."""
+            has ``b``'s row length as stride): a symbol of its own, as TorchDynamo
+            does, so a base that grows does not recompile; 0 and 1 stay (broadcast,
+            unit stride). Never duck-sized with a size of the same value: a stride
+            equal to a size now is not one later (that guard recompiled)."""
             if value < MIN_SIZE or int(t.shape[d]) == 1:
                 return value
-            return self._symbol(Stride(source, d), value, "a stride of a dynamic tensor",
-                                DimMark(strict=False))
+            sym = self.env.new_symbol(value)
+            self.symbols[sym] = SymbolInfo([Stride(source, d)], "a stride of a dynamic tensor")
+            own.add(d)
+            return sym
 
         strides = _stride_exprs(sizes, [int(s) for s in t.stride()], [int(s) for s in t.shape],
                                 stride_symbol)
         sym_strides = [d for d, st in enumerate(strides) if not isinstance(st, int)]
         for d in sym_strides:
-            if int(t.shape[d]) != 1:  # a size-1 dim's stride is never read
+            # a size-1 dim's stride is never read; a stride's own symbol is its binding
+            if int(t.shape[d]) != 1 and d not in own:
                 self.strides.append((Stride(source, d), strides[d]))
         self.dynamic_dims[source.expr()] = (tuple(dyn), tuple(sym_strides))
         return sizes, strides
 
-    def _symbol(self, source: Size | Stride, hint: int, why: str, mark: DimMark) -> sympy.Symbol:
+    def _symbol(self, source: Size, hint: int, why: str, mark: DimMark) -> sympy.Symbol:
         sym = self._by_hint.get(hint)
         if sym is not None and mark.min is None and mark.max is None:
             info = self.symbols[sym]
