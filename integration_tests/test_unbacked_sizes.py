@@ -135,19 +135,24 @@ def test_inference_matches_eager(fn: Callable[..., torch.Tensor], backend: str) 
     assert cnt.frame_count == 1
 
 
-def test_aotgrad_traces_forward_and_backward() -> None:
-    """aotgrad compiles both graphs (no fallback to eager): the forward reads ``u0`` from
-    the index's result, the backward gets it from the forward."""
-    graphs: list[torch.fx.GraphModule] = []
+def _recording_aotgrad(graphs: list[torch.fx.GraphModule]) -> Any:
+    """ember's aotgrad, no fallback to eager, appending every graph it compiles to ``graphs``."""
 
     def record(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         graphs.append(gm)
         return gm
 
-    backend = aotgrad.aot_autograd(
+    return aotgrad.aot_autograd(
         fw_compiler=record, bw_compiler=record,
         options=aotgrad.AotOptions(fallback_to_eager=False),
     )
+
+
+def test_aotgrad_traces_forward_and_backward() -> None:
+    """aotgrad compiles both graphs (no fallback to eager): the forward reads ``u0`` from
+    the index's result, the backward gets it from the forward."""
+    graphs: list[torch.fx.GraphModule] = []
+    backend = _recording_aotgrad(graphs)
     compiled = ed.compile(count_scaled, backend=backend, fullgraph=True)
     for m in masks((3, 7)):
         x = torch.randn(3, 7)
@@ -253,15 +258,7 @@ def test_torch_compile_front_end_with_aotgrad() -> None:
     import torch._dynamo
 
     graphs: list[torch.fx.GraphModule] = []
-
-    def record(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-        graphs.append(gm)
-        return gm
-
-    backend = aotgrad.aot_autograd(
-        fw_compiler=record, bw_compiler=record,
-        options=aotgrad.AotOptions(fallback_to_eager=False),
-    )
+    backend = _recording_aotgrad(graphs)
     torch._dynamo.reset()
     try:
         compiled = torch.compile(scored_mean, backend=backend, fullgraph=True)
