@@ -520,6 +520,8 @@ class CompiledFunction:
         self._cells = tuple(zip(code.co_freevars, fn.__closure__ or (), strict=True))
         self._pairs: tuple[tuple[Callable[..., bool], Callable[..., Any]], ...] = ()
         self._version = -1
+        #: ``fn`` run with its callees captured (made on the first eager fallback, kept)
+        self._fallback_run: Callable[..., Any] | None = None
         self.__wrapped__ = fn
         self.__name__ = fn.__name__
         self.__qualname__ = fn.__qualname__
@@ -575,7 +577,9 @@ class CompiledFunction:
             or options.debug_function is not None
         ):
             return self._fn(*args, **kwargs)
-        return self._runtime.run_hooked(self._fn, fallback=True)(*args, **kwargs)
+        if self._fallback_run is None:
+            self._fallback_run = self._runtime.run_hooked(self._fn, fallback=True)
+        return self._fallback_run(*args, **kwargs)
 
     def runner_for(self, values: tuple[Any, ...], skip: Any) -> Any:
         """What to run for one call given its bound argument slots (the PEP 523 path).
