@@ -290,3 +290,59 @@ def test_sets_of_constants() -> None:
     c, _ = compiled(f)
     x = torch.randn(3)
     torch.testing.assert_close(c(x, ("a", "b", "a")), f(x, ("a", "b", "a")))
+
+
+class _CountingSetattr:
+    """A class whose ``__setattr__`` does work of its own before object's, as
+    transformers' ``ModelOutput`` does (it mirrors each attribute into its items)."""
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "writes", 0)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, "writes", self.writes + 1)
+        super().__setattr__(name, value)
+
+
+def test_a_write_through_a_custom_setattr_runs_it_once() -> None:
+    # Capture traces the class's __setattr__ and records object's writes; replaying
+    # them with STORE_ATTR ran the class's __setattr__ a second time (`writes` was 2;
+    # ModelOutput recursed into itself under the frame hook).
+    def f(o: _CountingSetattr, x: torch.Tensor) -> torch.Tensor:
+        o.y = x + 1
+        return x * 2
+
+    want = _CountingSetattr()
+    f(want, torch.ones(2))
+    got = _CountingSetattr()
+    fn, cnt = compiled(f)
+    torch.testing.assert_close(fn(got, torch.ones(2)), torch.full((2,), 2.0))
+    assert got.writes == want.writes == 1
+    torch.testing.assert_close(got.y, want.y)
+    assert cnt.frame_count == 1
+
+
+class _LoggingDict(collections.OrderedDict):
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        object.__setattr__(self, "log", log)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.log.append(key)
+        super().__setitem__(key, value)  # OrderedDict's C method: a graph break
+
+
+class _LoggingDictChild(_LoggingDict):
+    pass
+
+
+def test_super_method_kept_across_a_graph_break_is_the_base_method() -> None:
+    # `super().__setitem__` found OrderedDict's C method; at the graph break it was
+    # rebuilt as `self.__setitem__`, which is the class's own override: on Python 3.12+
+    # the override ran twice (under the frame hook, forever: transformers' ModelOutput).
+    log: list[str] = []
+    d = _LoggingDictChild(log)
+    fn = ed.compile(_LoggingDict.__setitem__, backend="eager")
+    fn(d, "a", torch.ones(2))
+    assert log == ["a"]
+    assert list(d) == ["a"]

@@ -265,6 +265,11 @@ def test_gpu_kernels_check_indices_on_the_device_and_compile_for_sm90() -> None:
 def test_a_constant_stored_into_any_dtype(dtype: torch.dtype, tmp_path: Path) -> None:
     """A plain literal (``1.0``, ``True``, ``3``) converted for the buffer's type: found by
     compiling OpInfo's kernels for sm_90 (``fill`` at float16 wrote ``1.0.to(tl.float16)``)."""
+    if dtype == torch.bfloat16:
+        from triton.runtime.interpreter import InterpreterBuilder
+
+        if not hasattr(InterpreterBuilder, "get_bf16"):  # Triton 3.7's interpreter
+            pytest.skip("this Triton's interpreter cannot make bfloat16 constants (no get_bf16)")
     x = torch.zeros(37, dtype=dtype)
 
     def fn(x: torch.Tensor) -> list[torch.Tensor]:

@@ -30,6 +30,9 @@ class AttrStore:
     obj: VariableTracker
     name: str
     value: VariableTracker
+    #: written as ``object.__setattr__`` writes (past a class's own ``__setattr__``,
+    #: which capture traced through already): replayed the same way, not by ``STORE_ATTR``
+    raw: bool = False
 
 
 K = TypeVar("K")
@@ -77,9 +80,11 @@ class SideEffects:
     def cells(self) -> dict[str, Any]:
         return self._cells.value
 
-    def store_attr(self, obj: VariableTracker, name: str, value: VariableTracker) -> None:
+    def store_attr(
+        self, obj: VariableTracker, name: str, value: VariableTracker, raw: bool = False
+    ) -> None:
         key = (id(getattr(obj, "value", obj)), name)
-        self._put(self._attrs, key, AttrStore(obj, name, value))
+        self._put(self._attrs, key, AttrStore(obj, name, value, raw))
 
     def pending_attr(self, obj: VariableTracker, name: str) -> VariableTracker | None:
         store = self.attrs.get((id(getattr(obj, "value", obj)), name))
@@ -131,7 +136,8 @@ class SideEffects:
         temporary first, so a write never changes what a later one reads."""
         plans: list[tuple[str, Any, str, str | None]] = []
         for store in self.attrs.values():
-            plans.append(("attr", store.name, cg.stash(store.value), cg.stash(store.obj)))
+            kind = "raw_attr" if store.raw else "attr"
+            plans.append((kind, store.name, cg.stash(store.value), cg.stash(store.obj)))
         for lst in self.lists.values():
             plans.append(("list", None, cg.stash(lst, fresh=True), cg.stash_source(lst)))
         for d in self.dicts.values():
@@ -149,6 +155,13 @@ class SideEffects:
                 cg.load_local(value_tmp)
                 cg.load_local(target_tmp)  # type: ignore[arg-type]
                 cg.store_attr(name)
+            elif kind == "raw_attr":
+                cg.load_callable_const(object.__setattr__)
+                cg.load_local(target_tmp)  # type: ignore[arg-type]
+                cg.load_const(name)
+                cg.load_local(value_tmp)
+                cg.call(3)
+                cg.pop_top()
             elif kind == "list":
                 cg.load_local(value_tmp)
                 cg.load_local(target_tmp)  # type: ignore[arg-type]

@@ -46,6 +46,7 @@ MODELLED_BASES: tuple[type, ...] = (object, *DICT_BASES)
 
 #: ``object.__class__`` (a class overriding it, e.g. a mock, is not read this way)
 OBJECT_CLASS_SLOT = object.__dict__["__class__"]
+OBJECT_SETATTR = object.__dict__["__setattr__"]
 
 #: dict methods that only read, usable on an existing dict subclass instance
 DICT_READS = frozenset(
@@ -157,11 +158,24 @@ class BaseMethodVariable(VariableTracker):
         raise Unsupported(f"{self.describe()} on {obj.describe()} cannot be traced")
 
     def reconstruct(self, cg: PyCodegen) -> None:
+        method = getattr(self.owner, self.name)
         if self.obj is None:
-            cg.load_const(getattr(self.owner, self.name))
+            cg.load_const(method)
             return
+        try:
+            plain = static_lookup(self.obj.python_type(), self.name) is method
+        except Unsupported:
+            plain = False
+        if plain:
+            self.obj.reconstruct(cg)
+            cg.load_attr(self.name)
+            return
+        # Found past an override (``super().__setitem__`` in a class that defines its
+        # own): ``obj.name`` would be that override, so bind the base's method itself.
+        cg.load_callable_const(types.MethodType)
+        cg.load_const(method)
         self.obj.reconstruct(cg)
-        cg.load_attr(self.name)
+        cg.call(2)
 
 
 class ObjectVariable(VariableTracker):
@@ -363,7 +377,10 @@ class UserObjectVariable(ObjectVariable):
     def set_instance_attr(self, tx: Tx, name: str, value: VariableTracker) -> None:
         if self.source is None:
             raise Unsupported(f"attribute write on {self.describe()} reached without a source")
-        tx.output.side_effects.store_attr(self, name, value)
+        # A class with its own __setattr__ got here through it (traced) or past it
+        # (``super().__setattr__``): the write is object's, and so is its replay.
+        raw = static_lookup(self.cls, "__setattr__") is not OBJECT_SETATTR
+        tx.output.side_effects.store_attr(self, name, value, raw)
 
     def base_method(
         self, tx: Tx, owner: type, name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
