@@ -234,15 +234,19 @@ class Shift(nn.Module):
 
 
 def _shift_graph(model: Shift) -> torch.fx.GraphModule:
-    """``model`` with ``h[:, 0] = 0.1`` and ``ids[:, 0] = 3`` on the clones, as ember.dynamo
-    captures them (``operator.setitem``; torch.fx cannot trace an item assignment):
-    tracing makes a scalar tensor constant of each, which is no weight of the graph."""
+    """``model`` with ``h[:, 0] = torch.tensor(0.1)`` and ``ids[:, 0] = torch.tensor(3)`` on
+    the clones, as ember.dynamo captures them (``torch.tensor`` and ``operator.setitem``
+    nodes; torch.fx cannot trace an item assignment): tracing makes a scalar tensor
+    constant of each, which is no weight of the graph. (A plain ``0.1`` made one too
+    before torch 2.15, which traces it to ``fill.Scalar``.)"""
     gm = torch.fx.symbolic_trace(model)
     for node in list(gm.graph.nodes):
         if node.op == "call_method" and node.target == "clone":
             value = 3 if node.args[0].op == "placeholder" else 0.1
             with gm.graph.inserting_after(node):
-                gm.graph.call_function(operator.setitem, (node, (slice(None), 0), value))
+                const = gm.graph.call_function(torch.tensor, (value,))
+            with gm.graph.inserting_after(const):
+                gm.graph.call_function(operator.setitem, (node, (slice(None), 0), const))
     gm.recompile()
     return gm
 
