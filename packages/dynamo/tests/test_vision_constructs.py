@@ -211,3 +211,31 @@ def test_same_class_blocks_that_differ_get_their_own_graphs() -> None:
         wide = nn.Sequential(BreakingBlock(16), BreakingBlock(8), BreakingBlock(16))
         wide[1].lin = nn.Linear(16, 16)  # same class, another submodule object
         torch.testing.assert_close(ed.compile(wide, backend="eager")(x), wide(x))
+
+
+# -- relative imports in a library's decorator ------------------------------------------------
+
+
+def test_relative_imports_inside_a_compiled_function(tmp_path: Any, monkeypatch: Any) -> None:
+    """diffusers' PEFT decorator on a UNet's forward runs ``from . import USE_PEFT_BACKEND``
+    on every call: resolved against the function's package, as Python resolves it."""
+    pkg = tmp_path / "relpkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("SCALE = 3.0\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "helpers.py").write_text("def shift(x):\n    return x + 1\n")
+    (pkg / "sub" / "model.py").write_text(
+        "def f(x):\n"
+        "    from .. import SCALE\n"
+        "    from .helpers import shift\n"
+        "    from . import helpers\n"
+        "    return helpers.shift(shift(x)) * SCALE\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    model = importlib.import_module("relpkg.sub.model")
+    cnt = CompileCounter()
+    x = torch.randn(3)
+    torch.testing.assert_close(ed.compile(model.f, backend=cnt, fullgraph=True)(x), (x + 2) * 3.0)
+    assert cnt.frame_count == 1
