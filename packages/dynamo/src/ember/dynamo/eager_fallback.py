@@ -101,7 +101,7 @@ def rebound(
     rewrap = getattr(compiled, "_ember_rewrap", None)
     if rewrap is not None:  # a wrapper that says how to wrap again (``frame_hook.run_uncaptured``)
         inner = rebound(compiled.__wrapped__, new_for, gm)  # type: ignore[attr-defined]
-        return None if inner is None else rewrap(inner)  # type: ignore[no-any-return]
+        return None if inner is None else rewrap(inner)
     owner = getattr(compiled, "__self__", None)
     if isinstance(owner, torch.fx.GraphModule) and getattr(compiled, "__name__", "") in (
         "forward",
