@@ -715,8 +715,18 @@ def verify_functional(gm: fx.GraphModule) -> None:
             )
 
 
+#: ops whose only effect is to raise: their result is never used, and they stay
+#: (``torch._assert`` on a tensor is traced as ``_assert_async``)
+ASSERT_OPS = frozenset(
+    op
+    for name, overload in (("_assert_async", "default"), ("_assert_async", "msg"),
+                           ("_assert_scalar", "default"))
+    if (op := getattr(getattr(torch.ops.aten, name, None), overload, None)) is not None
+)  # fmt: skip
+
+
 def eliminate_dead_code(graph: fx.Graph) -> None:
-    """Remove unused nodes, keeping placeholders and random ops (they advance the RNG), and
+    """Remove unused nodes, keeping placeholders, asserts and random ops (they advance the RNG), and
     the op making an unbacked size (``u0``, ADR 0046) that a kept node reads as a number
     (``x[m].shape[0] * y``: the graph reads ``u0`` from that op's result)."""
     readers = _unbacked_readers(graph)
@@ -724,7 +734,7 @@ def eliminate_dead_code(graph: fx.Graph) -> None:
         if node.op in ("placeholder", "output") or node.users:
             continue
         if isinstance(node.target, torch._ops.OpOverload) and (
-            torch.Tag.nondeterministic_seeded in node.target.tags
+            torch.Tag.nondeterministic_seeded in node.target.tags or node.target in ASSERT_OPS
         ):
             continue
         if readers and any(not r._erased for sym in _made_symbols(node)

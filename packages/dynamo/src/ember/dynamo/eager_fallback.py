@@ -91,13 +91,25 @@ def rebound(
     """What the backend compiled for one module instance, reading another instance's
     weights instead (``new_for``: ``id`` of each old weight -> the new one), with ``gm`` (the
     new instance's graph) as the eager fallback; None where the compiled object cannot say
-    how (only a backend result with ``rebind_weights``, e.g. ember.inductor's compiled
-    graphs, can; closures and other wrappers cannot)."""
+    how (a backend result with ``rebind_weights``, e.g. ember.inductor's compiled graphs,
+    or the graph's own bound ``forward``; closures and other wrappers cannot)."""
     if type(compiled) is EagerOnError:
         if compiled.failed is not None:
             return None
         inner = rebound(compiled.compiled, new_for, gm)
         return None if inner is None else EagerOnError(inner, gm, compiled.name)
+    rewrap = getattr(compiled, "_ember_rewrap", None)
+    if rewrap is not None:  # a wrapper that says how to wrap again (``frame_hook.run_uncaptured``)
+        inner = rebound(compiled.__wrapped__, new_for, gm)  # type: ignore[attr-defined]
+        return None if inner is None else rewrap(inner)
+    owner = getattr(compiled, "__self__", None)
+    if isinstance(owner, torch.fx.GraphModule) and getattr(compiled, "__name__", "") in (
+        "forward",
+        "_lazy_forward",  # an FX graph module whose code is generated on its first call
+    ):
+        # the backend returned the graph's own ``forward`` (eager-style backends, counting
+        # test backends): the new instance's graph, same code over its own weights, is that
+        return gm.forward
     rebind = getattr(type(compiled), "rebind_weights", None)
     if rebind is None:
         return None

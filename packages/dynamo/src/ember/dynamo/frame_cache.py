@@ -712,6 +712,33 @@ def _shared_compile(
     return compiled
 
 
+def _share_capture(
+    store: FrameStore,
+    code: types.CodeType,
+    stored: StoredFrame,
+    guarded: GuardedCode,
+    f_locals: dict[str, Any],
+    f_globals: dict[str, Any],
+    compiler: CompilerFn,
+) -> None:
+    """The backend results of a fresh capture, as the first binding of each of its stored
+    graphs: the next instance of the block rebinds them (``_shared_compile``) instead of
+    calling the backend again (the capture's instance was compiled once already)."""
+    frames = store.frames(code)
+    if stored not in frames:
+        return
+    kept = frames[frames.index(stored)]  # an equal frame stored before is the one bound
+    for captured, graph in zip(guarded.graphs, kept.graphs, strict=True):
+        if id(graph) in store.shared or captured.mutated:
+            continue  # (a graph writing its inputs is wrapped in ``AliasChecked``)
+        tensors = {
+            name: guards.eval_source(_tensor_source(graph, name), f_locals, f_globals)
+            for name in _graph_ir(graph.ir).tensor_metas()
+        }
+        signature = _compile_signature(tensors, list(captured.example_inputs))
+        store.shared[id(graph)] = (graph, Shared(compiler, captured.compiled, tensors, signature))
+
+
 def _modules_match(
     graph: StoredGraph, graph_ir: ir.GraphIR, f_locals: dict[str, Any], f_globals: dict[str, Any]
 ) -> bool:
@@ -766,8 +793,11 @@ def remember(
     f_locals: dict[str, Any],
     f_globals: dict[str, Any],
     where: str,
+    compiler: CompilerFn | None = None,
 ) -> None:
-    """Store a fresh capture if it can outlive its process; log which it is."""
+    """Store a fresh capture if it can outlive its process; log which it is. With
+    ``compiler`` (the runtime's, which compiled the capture's graphs), what it compiled is
+    shared with the instances bound to the stored frame later (``_shared_compile``)."""
     try:
         stored, why = to_stored(guarded, f_locals, f_globals)
     except Exception as exc:  # storing is an optimisation: it never fails a compile
@@ -776,6 +806,8 @@ def remember(
         log.info("frame %s stays in this process: %s", where, why)
         return
     store.add(code, stored)
+    if compiler is not None:
+        _share_capture(store, code, stored, guarded, f_locals, f_globals, compiler)
     log.info(
         "frame %s stored%s",
         where,

@@ -353,7 +353,10 @@ class Runtime:
             source = getattr(guarded.check_fn, "code", None)
             log_guards.debug("check function of %s:\n%s", cache.where(), source)
         self.emit("capture", cache.code, guarded, None)
-        frame_cache.remember(self.frames, cache.code, guarded, f_locals, fn.__globals__, cache.where())
+        frame_cache.remember(
+            self.frames, cache.code, guarded, f_locals, fn.__globals__, cache.where(),
+            self.compiler if folder is None else None,  # (a debug folder's compiler writes there)
+        )
         return guarded
 
     def load(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dis
 import importlib
+import importlib.util
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -126,11 +127,23 @@ class CommonInstructions(TranslatorCore):
     def IMPORT_NAME(self, inst: Inst) -> None:
         fromlist = self.pop().as_python_constant()
         level = self.pop().as_python_constant()
+        name = inst.argval
         if level != 0:
-            raise Unsupported("relative import inside a compiled region")
-        module = importlib.import_module(inst.argval)
+            # `from . import X` (diffusers' PEFT decorator on forward): resolved against the
+            # frame's package, as the import statement would
+            package = self.f_globals.get("__package__") or (
+                self.f_globals.get("__name__") if "__path__" in self.f_globals
+                else str(self.f_globals.get("__name__", "")).rpartition(".")[0]
+            )
+            if not package:
+                raise Unsupported("relative import in a module without a package")
+            name = importlib.util.resolve_name("." * level + name, package)
+        module = importlib.import_module(name)
+        for sub in fromlist or ():
+            if sub != "*" and not hasattr(module, sub):
+                importlib.import_module(f"{name}.{sub}")  # `from pkg import submodule`
         if not fromlist:
-            module = importlib.import_module(inst.argval.split(".")[0])
+            module = importlib.import_module(name.split(".")[0])
         self.push(self.wrap(module, None))
 
     def IMPORT_FROM(self, inst: Inst) -> None:

@@ -101,9 +101,27 @@ class InstructionTranslator(InstructionTranslatorBase):
                 # (LongT5 passed its unset attention mask on). The frame runs eagerly.
                 e.reason = f"{e.reason}, raised while tracing; the frame runs eagerly rather than split there"
                 raise
-            e.locate(self.user_stack())
+            here = self.user_stack()
+            if e.located and len(e.user_stack) > len(here) and self.in_loop(inst):
+                # A break inside a function this frame calls from a loop body
+                # (`for block in self.blocks: x = block(x)`). Split here, the loop's
+                # resume function would be entered once per iteration with the remaining
+                # items on its stack, and be captured again for every block instance it
+                # met. The frame runs eagerly instead, and each callee is captured as its
+                # own frame (one capture per block class, ADR 0041's binding for the other
+                # instances), as TorchDynamo skips a frame with a break in a loop (ADR 0048).
+                e.reason = f"{e.reason}, inside a call in a loop; the frame runs eagerly and its callees are captured"
+                raise
+            e.locate(here)
             restore(self, cp)
             raise BreakSignal(inst, e) from e
+
+    def in_loop(self, inst: dis.Instruction) -> bool:
+        """Whether ``inst`` is in a loop body: a later backward jump lands at or before it."""
+        for later in self.instructions[self.instructions.index(inst) + 1 :]:
+            if later.opname.startswith("JUMP_BACKWARD") and later.argval <= inst.offset:
+                return True
+        return False
 
     def RETURN_VALUE(self, inst: dis.Instruction) -> None:
         self.return_value = self.pop()

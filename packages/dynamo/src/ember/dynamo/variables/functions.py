@@ -36,6 +36,10 @@ FUNCTION_DATA_ATTRS = frozenset(
 )
 
 
+#: the names of a function, read as constants where the function has no source
+FUNCTION_NAME_ATTRS = frozenset({"__name__", "__qualname__", "__module__"})
+
+
 def code_variable(code: types.CodeType, source: Source | None) -> VariableTracker:
     """A code object: immutable, so every ``co_*`` attribute is a constant.
     Callers guarantee it is pinned (the ID guard on a sourced function's
@@ -186,12 +190,18 @@ class UserFunctionVariable(BaseFunctionVariable):
             src = Attr(self.source, name)
             tx.output.guards.add_id(src, self.code)
             return code_variable(self.code, src)
+        if name == "__class__":
+            return tx.wrap(types.FunctionType, None)  # a function's class never changes
         if name in FUNCTION_DATA_ATTRS and self.source is not None:
             try:
                 value = getattr(self.fn, name)
             except AttributeError as e:
                 raise Unsupported(f"function `{self.fn_name()}` has no attribute `{name}`") from e
             return tx.wrap(value, Attr(self.source, name))
+        if name in FUNCTION_NAME_ATTRS:
+            # a function reached without a source (a method read from a guarded class):
+            # its names, as TorchDynamo reads them, are constants
+            return tx.wrap(getattr(self.fn, name), None)
         return super().var_getattr(tx, name)
 
     def as_python_constant(self) -> Any:
@@ -270,6 +280,8 @@ class NestedFunctionVariable(BaseFunctionVariable):
             return ConstantVariable(self.qualname)
         if name == "__module__" and isinstance(self.f_globals.get("__name__"), str):
             return ConstantVariable(self.f_globals["__name__"])
+        if name == "__class__":
+            return tx.wrap(types.FunctionType, None)
         return super().var_getattr(tx, name)
 
     def reconstruct(self, cg: PyCodegen) -> None:

@@ -21,6 +21,8 @@ from .constant import ConstantVariable
 from .known_scalars import MAKERS, tensor_of_size
 from .lists import BaseListVariable, ListVariable
 from .ndarray import NumpyNdarrayVariable, as_tensor
+from .sym import SymNodeVariable
+from .tensor import TensorVariable
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
@@ -41,7 +43,6 @@ NOT_TRACEABLE = frozenset(
         "use_deterministic_algorithms",
         "set_num_threads",
         "synchronize",
-        "_assert",
     }
 )
 # Functions folded when every argument is a constant.
@@ -74,6 +75,70 @@ PYTHON_LEVEL: dict[Any, Any] = {
 }
 
 
+def _telemetry(args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    """``torch._C._log_api_usage_once(name)`` (torchvision calls it in every op): logged once
+    per process while tracing, as the first eager call would; nothing in the graph."""
+    if len(args) == 1 and not kwargs and args[0].is_python_constant():
+        torch._C._log_api_usage_once(str(args[0].as_python_constant()))
+    return ConstantVariable(None)
+
+
+PYTHON_LEVEL[torch._C._log_api_usage_once] = _telemetry
+
+#: ``torch._check*``: the argument index of the condition (the rest are messages, error
+#: types or callables making the message, which only matter when the check fails)
+CHECKS: dict[Any, int] = {
+    fn: index
+    for name, index in (
+        ("_check", 0), ("_check_index", 0), ("_check_value", 0), ("_check_type", 0),
+        ("_check_not_implemented", 0), ("_check_with", 1),
+    )
+    if (fn := getattr(torch, name, None)) is not None
+}  # fmt: skip
+
+
+def assert_call(
+    tx: Tx, fn: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+) -> VariableTracker | None:
+    """``torch._assert(cond, msg)`` and ``torch._check*(cond, ...)``.
+
+    A condition known while tracing (a constant, or a size relation decided, and guarded,
+    on the sizes the graph is specialized to) vanishes when it holds. A tensor condition of
+    ``torch._assert`` becomes ``torch._assert_async(cond, msg)`` in the graph: checked when
+    the graph runs, as torch.compile does. A condition known to fail, or one that cannot be
+    decided here, is a graph break, so the check runs eagerly and raises its own error.
+    Returns None for a ``torch._check`` whose condition is symbolic and undecided (an
+    unbacked size relation): it is traced as before, as a call in the graph."""
+    is_assert = fn is torch._assert
+    index = 0 if is_assert else CHECKS[fn]
+    names = ("condition", "message") if is_assert else ("cond", "message")
+    if len(args) > index:
+        cond = args[index]
+    elif names[0] in kwargs:
+        cond = kwargs[names[0]]
+    else:
+        raise Unsupported(f"`torch.{fn.__name__}` called without a condition")
+    if cond.is_python_constant():
+        holds = bool(cond.as_python_constant())
+    elif isinstance(cond, SymNodeVariable):
+        try:
+            holds = cond.truth(tx)
+        except Exception:
+            return None  # decided at run time (unbacked): the call stays in the graph
+    elif is_assert and isinstance(cond, TensorVariable):
+        msg = args[1] if len(args) > 1 else kwargs.get("message")
+        text = msg.as_python_constant() if msg is not None and msg.is_python_constant() else None
+        if not isinstance(text, str):
+            raise Unsupported("`torch._assert` on a tensor with a message that is not a constant string")
+        tx.output.create_op("call_function", torch._assert_async, [cond, ConstantVariable(text)], {})
+        return ConstantVariable(None)
+    else:
+        raise Unsupported(f"`torch.{fn.__name__}` of {cond.describe()} cannot be decided while tracing")
+    if not holds:
+        raise Unsupported(f"`torch.{fn.__name__}` fails while tracing: it runs eagerly to raise")
+    return ConstantVariable(None)
+
+
 def fn_name(fn: Any) -> str:
     return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or fn)
 
@@ -101,6 +166,10 @@ class TorchFunctionVariable(VariableTracker):
             return _call_on_arrays(tx, fn, args, kwargs)
         if getattr(fn, "__name__", "") in NOT_TRACEABLE:
             raise Unsupported(f"{self.describe()} changes global state and cannot be traced")
+        if fn is torch._assert or fn in CHECKS:
+            checked = assert_call(tx, fn, args, kwargs)
+            if checked is not None:
+                return checked
         python_level = PYTHON_LEVEL.get(fn)
         if python_level is not None:
             return python_level(args, kwargs)  # type: ignore[no-any-return]
