@@ -117,11 +117,11 @@ def control_kind(value: Any) -> str | None:
         return hit[1]
     try:
         if is_disabled(value):
-            orig = getattr(value, "_torchdynamo_orig_callable", None)
-            if isinstance(getattr(orig, "__code__", None), types.CodeType):
+            code = getattr(getattr(value, "_torchdynamo_orig_callable", None), "__code__", None)
+            if isinstance(code, types.CodeType):
                 # torch.compiler.disable's function: its own frame is never captured,
                 # however it is reached (its wrapper switches off TorchDynamo only)
-                disable_code(orig.__code__)
+                disable_code(code)
             return "disabled"
         if is_allowed_in_graph(value):
             return "allowed"
