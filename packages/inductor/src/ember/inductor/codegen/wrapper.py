@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import sympy
+import torch
 
 from ..errors import LoweringError
 from ..fx_util import op_name
@@ -136,6 +137,10 @@ class WrapperWriter:
             return f"[{inner}]"
         if isinstance(a, (bool, int, float, str)) or a is None:
             return repr(a)
+        if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            # a symbolic value kept as a constant would be the size of the call the graph
+            # was compiled at, at every size: the lowering passes its expression instead
+            raise LoweringError(f"extern argument {a} is a symbolic value, not its expression")
         return self.const(a)
 
     def bind_sizes(self, check_inputs: bool) -> None:

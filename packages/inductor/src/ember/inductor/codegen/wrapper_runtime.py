@@ -26,9 +26,36 @@ def _restride(
         return t
     if all(st == want for sz, st, want in zip(size, t.stride(), stride) if sz != 1):
         return t  # the stride of a size-1 dim is never read (an in-place op's result stays itself)
+    if _overlaps(size, stride):
+        return _into_overlapping(t, size, stride)
     out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
     out.copy_(t)
     return out
+
+
+def _overlaps(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """Whether a layout's elements share memory (a stride-0 dim of an ``expand``)."""
+    extent = 0
+    for sz, st in sorted(((sz, abs(st)) for sz, st in zip(size, stride) if sz > 1),
+                         key=lambda p: p[1]):
+        if st <= extent:
+            return True
+        extent += (sz - 1) * st
+    return False
+
+
+def _into_overlapping(t: torch.Tensor, size: tuple[int, ...],
+                      stride: tuple[int, ...]) -> torch.Tensor:
+    """``t`` in a layout whose elements share memory, where a graph was compiled for one (a
+    saved ``expand`` a forward returned dense at a new size): ``copy_`` refuses to write such
+    a tensor, so each element is scattered to the memory it addresses. The elements sharing
+    a location hold one value (the layout says the value is an expand), so which of them
+    lands last does not matter."""
+    n = 1 + sum((sz - 1) * st for sz, st in zip(size, stride))
+    flat = torch.empty(n, dtype=t.dtype, device=t.device)
+    where = torch.arange(n, device=t.device).as_strided(size, stride)
+    flat.index_put_((where.reshape(-1),), t.detach().reshape(-1))
+    return flat.as_strided(size, stride)
 
 
 def _view(
