@@ -235,3 +235,39 @@ def test_mean_over_a_symbolic_size_passes_the_size_to_its_kernel() -> None:
     # ``x.mean(0)`` divides by ``s0`` inside a kernel whose loops are static (8 columns): the
     # kernel must still take ``s0`` as an argument (g++ failed: "'s0' was not declared")
     trains_like_eager(lambda x: F.softmax(x.mean(0), -1).pow(2).sum(), "inductor", True)
+
+
+def test_a_compiled_backward_that_raises_at_one_size_is_recovered(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # an internal error in a compiled backward (planted here at length 16) never reaches the
+    # user: that backward's gradients come from its forward run again eagerly, one warning
+    # line says so, and the other lengths keep the compiled backward
+    from ember.aotgrad import AotOptions, aot_autograd, nop_compiler
+
+    def backward_compiler(gm: torch.fx.GraphModule, example_inputs: list[object]) -> object:
+        def run(*args: object) -> object:
+            if any(isinstance(a, torch.Tensor) and a.shape[:1] == (16,) for a in args):
+                raise RuntimeError("planted: a bug in a compiled backward")
+            return gm(*args)
+
+        return run
+
+    backend = aot_autograd(nop_compiler, backward_compiler,
+                           options=AotOptions(fallback_to_eager=True, strict=False))
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        h = F.dropout(x + POS[: x.shape[0]], 0.25)  # random: recomputed with the same mask
+        return (h.softmax(-1) * EMB((torch.arange(x.shape[0]) * 3) % 50)).sum()
+
+    ed.reset()
+    compiled = ed.compile(f, backend=backend)
+    with caplog.at_level(logging.WARNING, logger="ember"):
+        for n in (8, 12, 16, 20, 16, 24):
+            got, got_grads = _step(compiled, n)  # _step seeds: the same inputs and masks
+            want, want_grads = _step(f, n)
+            torch.testing.assert_close(got, want)
+            for g, w in zip(got_grads, want_grads, strict=True):
+                torch.testing.assert_close(g, w)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "compiled backward" in warnings[0] and "planted" in warnings[0]

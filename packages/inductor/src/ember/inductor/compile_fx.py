@@ -24,6 +24,8 @@ from torch.autograd.profiler import record_function
 from torch.utils._pytree import tree_unflatten
 
 from ember.ir.debug import debug_dir_of
+from ember.ir.logs import reason as one_line
+from ember.ir.logs import traceback_wanted
 from ember.ir.updates import input_updates_of
 
 from . import graph_cache
@@ -300,9 +302,9 @@ def compile_graph(
         if not opts.fallback_on_error:
             raise
         log.warning(
-            "ember.inductor could not compile a graph (%s: %s); running it eagerly",
-            type(e).__name__,
-            e,
+            "ember.inductor could not compile a graph (%s); running it eagerly",
+            one_line(e),
+            exc_info=e if traceback_wanted("inductor") else None,
         )
         return EagerGraph(gm, f"{type(e).__name__}: {e}")
 
