@@ -17,10 +17,19 @@ from ember.aotgrad import AotOptions, aot_function, aot_module, nop_compiler
 LENIENT = AotOptions(fallback_to_eager=True, strict=False)
 
 
-def failing_backward(when: Callable[[list[Any]], bool] = lambda args: True) -> Any:
-    """A backward compiler whose graphs raise where ``when(args)`` (an internal error)."""
+def failing_backward(when: Callable[[list[Any]], bool] = lambda args: True,
+                     graph_too: bool = False) -> Any:
+    """A backward compiler whose compiled graphs raise where ``when(args)`` (an internal
+    error); with ``graph_too`` the backward graph itself raises there as well (a bug in the
+    traced backward: running it uncompiled does not help)."""
 
     def compiler(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
+        if graph_too:
+            placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+            with gm.graph.inserting_after(placeholders[-1]):
+                gm.graph.call_function(_raising_where(when), tuple(placeholders))
+            gm.recompile()
+
         def run(*args: Any) -> Any:
             if when(list(args)):
                 raise RuntimeError("planted: the compiled backward failed\nand said more")
@@ -29,6 +38,14 @@ def failing_backward(when: Callable[[list[Any]], bool] = lambda args: True) -> A
         return run
 
     return compiler
+
+
+def _raising_where(when: Callable[[list[Any]], bool]) -> Callable[..., None]:
+    def planted_failure(*args: Any) -> None:
+        if when(list(args)):
+            raise RuntimeError("planted: the backward graph failed")
+
+    return planted_failure
 
 
 def _grads(fn: Callable[..., Any], *inputs: torch.Tensor, seed: int = 0) -> list[Any]:
@@ -50,7 +67,11 @@ def _same(got: list[Any], want: list[Any]) -> None:
             torch.testing.assert_close(g, w)
 
 
-def test_gradients_recomputed_from_the_forward_with_one_warning_line(
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_the_backward_graph_runs_uncompiled_when_its_compiled_form_raises(
         caplog: pytest.LogCaptureFixture) -> None:
     def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return torch.tanh(x @ w).sum(0) * 3
@@ -60,11 +81,27 @@ def test_gradients_recomputed_from_the_forward_with_one_warning_line(
     with caplog.at_level(logging.WARNING, logger="ember.aotgrad"):
         _same(_grads(compiled, x, w), _grads(f, x, w))
         _same(_grads(compiled, x, w), _grads(f, x, w))  # the second skips the compiled backward
-    records = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    records = _warnings(caplog)
     assert len(records) == 1
     text = records[0].getMessage()
     assert "<locals>.f raised RuntimeError: planted" in text and "\n" not in text
+    assert "its backward graph runs eagerly instead" in text
     assert records[0].exc_info is None  # no traceback by default
+
+
+def test_the_function_runs_again_when_the_backward_graph_raises_too(
+        caplog: pytest.LogCaptureFixture) -> None:
+    def f(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = torch.tanh(x @ w)
+        return h.sum(0) * 3, h.t()  # the second output: a view the runtime replays
+
+    compiled = aot_function(f, nop_compiler, failing_backward(graph_too=True), options=LENIENT)
+    x, w = torch.randn(4, 3, requires_grad=True), torch.randn(3, 5, requires_grad=True)
+    with caplog.at_level(logging.WARNING, logger="ember.aotgrad"):
+        _same(_grads(compiled, x, w), _grads(f, x, w))
+        _same(_grads(compiled, x, w), _grads(f, x, w))
+    records = _warnings(caplog)
+    assert len(records) == 1 and "the function run again eagerly" in records[0].getMessage()
 
 
 def test_strict_raises_the_backward_error() -> None:
@@ -77,22 +114,22 @@ def test_strict_raises_the_backward_error() -> None:
         compiled(torch.randn(3, requires_grad=True)).backward()
 
 
-def test_dropout_draws_the_same_mask_when_recomputed() -> None:
+def test_dropout_draws_the_same_mask_when_run_again() -> None:
     # the forward's random numbers come from the generator as it was before the forward
     def f(x: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.dropout(x * 2, 0.5, training=True)
 
-    compiled = aot_function(f, nop_compiler, failing_backward(), options=LENIENT)
+    compiled = aot_function(f, nop_compiler, failing_backward(graph_too=True), options=LENIENT)
     x = torch.randn(64, requires_grad=True)
     _same(_grads(compiled, x, seed=3), _grads(f, x, seed=3))
 
 
-def test_an_input_the_graph_writes_is_recomputed_from_its_value_before_the_write() -> None:
+def test_an_input_the_graph_writes_is_run_again_from_its_value_before_the_write() -> None:
     def f(x: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
         buf.mul_(2)
         return (x * buf).sin()
 
-    compiled = aot_function(f, nop_compiler, failing_backward(), options=LENIENT)
+    compiled = aot_function(f, nop_compiler, failing_backward(graph_too=True), options=LENIENT)
     x, buf = torch.randn(5, requires_grad=True), torch.randn(5)
     b1, b2 = buf.clone(), buf.clone()
     _same(_grads(compiled, x, b1), _grads(f, x, b2))
@@ -101,12 +138,12 @@ def test_an_input_the_graph_writes_is_recomputed_from_its_value_before_the_write
 
 def test_an_input_changed_between_forward_and_backward_raises_with_a_note() -> None:
     # ``w`` is not saved (the gradient of ``x * 2 + w`` does not read it), so autograd's own
-    # version check does not see the write; recomputing from the new values could give a
-    # wrong gradient, so the backward's error stays, explained
+    # version check does not see the write; running the function again on the new values
+    # could give a wrong gradient, so the backward's error stays, explained
     def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return (x * 2 + w).sum()
 
-    compiled = aot_function(f, nop_compiler, failing_backward(), options=LENIENT)
+    compiled = aot_function(f, nop_compiler, failing_backward(graph_too=True), options=LENIENT)
     x, w = torch.randn(3, requires_grad=True), torch.randn(3)
     loss = compiled(x, w)
     with torch.no_grad():
@@ -118,13 +155,14 @@ def test_an_input_changed_between_forward_and_backward_raises_with_a_note() -> N
 
 
 def test_a_module_whose_backward_fails_only_at_one_size() -> None:
-    # a per-size failure: the other sizes keep the compiled backward, and once a size passed
-    # its forward keeps nothing for a recomputation
+    # a per-size failure: the other size keeps the compiled backward, and once a size passed
+    # its forward keeps no inputs
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
     eager = torch.nn.Sequential(*[m for m in model])
     failures = failing_backward(lambda args: any(
-        isinstance(a, torch.Tensor) and a.dim() == 2 and a.shape[0] == 6 for a in args))
+        isinstance(a, torch.Tensor) and a.dim() == 2 and a.shape[0] == 6 for a in args),
+        graph_too=True)
     compiled = aot_module(model, nop_compiler, failures, options=LENIENT)
     for n in (3, 6, 3, 6):
         x = torch.randn(n, 4)
@@ -137,11 +175,12 @@ def test_a_module_whose_backward_fails_only_at_one_size() -> None:
         _same(got, want)
         _same(got_params, want_params)
     plans = [plan for plan, _ in compiled._compiled.cache.values() if plan is not None]
-    assert len(plans) == 2
-    fallbacks = [p.fallback for p in plans]
-    assert all(fb is not None for fb in fallbacks)
-    assert sorted((bool(fb.passed), bool(fb.failed)) for fb in fallbacks if fb) == [
+    fallbacks = [p.fallback for p in plans if p.fallback is not None]
+    assert len(plans) == len(fallbacks) == 2
+    assert sorted((bool(fb.passed), bool(fb.failed)) for fb in fallbacks) == [
         (False, True), (True, False)]
-    passed = next(p for p in plans if p.fallback and p.fallback.passed)
-    assert passed.fallback is not None
-    assert passed.fallback.keep([torch.randn(3, 4)] * 5) is None
+    passed = next(fb for fb in fallbacks if fb.passed)
+    failed = next(fb for fb in fallbacks if fb.failed)
+    params = [p.detach() for p in model.parameters()]
+    assert passed.keep([*params, torch.randn(3, 4)]).inputs is None
+    assert failed.keep([*params, torch.randn(6, 4)]).inputs is not None

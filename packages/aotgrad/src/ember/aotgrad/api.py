@@ -25,7 +25,7 @@ import torch.fx as fx
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten, treespec_dumps
 
 from ember.aotgrad import logs, plan_cache
-from ember.aotgrad.backward_fallback import BackwardFallback
+from ember.aotgrad.backward_fallback import BackwardFallback, Source
 from ember.aotgrad.debug import debug_dir_from_env, own_folder, write_graphs
 from ember.aotgrad.decompositions import DecompMapping, with_required
 from ember.aotgrad.errors import AotGradError, FunctionalizationError, TraceError
@@ -246,7 +246,8 @@ class AotFunction:
         joint = self.last_traced.gm if self.last_traced is not None and self.last_traced.is_joint \
             else None
         self._report(stored, joint)
-        return self._compile_stored(stored), stored.out_spec
+        source = self._source(flat, positions, in_spec, symbolic=True)
+        return self._compile_stored(stored, source), stored.out_spec
 
     def _debug_folder(self) -> Path | None:
         """Where this compile's graphs go: the folder the frontend named for the
@@ -302,19 +303,44 @@ class AotFunction:
                       getattr(self.fn, "__qualname__", "?"))
             self._report(stored, joint)
             with paused_gc():  # a warm start: the backend's caches hit too (cache_entry.paused_gc)
-                return self._compile_stored(stored), stored.out_spec
+                return self._compile_stored(
+                    stored, self._source(flat, positions, in_spec, symbolic=False)), stored.out_spec
         self._report(stored, joint)
-        return self._compile_stored(stored), stored.out_spec
+        return self._compile_stored(
+            stored, self._source(flat, positions, in_spec, symbolic=False)), stored.out_spec
 
-    def _compile_stored(self, stored: StoredPlan) -> CompiledPlan:
+    def _source(self, flat: list[Any], positions: list[tuple[int, int]],
+                in_spec: TreeSpec, symbolic: bool) -> Source | None:
+        """The traced function as ``inputs -> flat outputs`` (what a backward that raised
+        runs again, ``backward_fallback.py``); None where a call's other arguments are not
+        those of the trace (a size passed as an int to a graph traced with symbolic sizes)."""
+        if symbolic and any(isinstance(a, (int, float, torch.SymInt, torch.SymFloat))
+                            and not isinstance(a, bool)
+                            for a in flat if not isinstance(a, torch.Tensor)):
+            return None
+        fn = self.fn
+        # the trace's own tensors are not held: every one is replaced by a call's input
+        template = [None if isinstance(a, torch.Tensor) else a for a in flat]
+
+        def source(inputs: list[Any]) -> list[Any]:
+            values = list(template)
+            for pos, k in positions:
+                values[pos] = inputs[k]
+            a, kw = tree_unflatten(values, in_spec)
+            return list(tree_flatten(fn(*a, **kw))[0])
+
+        return source
+
+    def _compile_stored(self, stored: StoredPlan, source: Source | None = None) -> CompiledPlan:
         fallback: BackwardFallback | None = None
         if stored.backward is not None:
             fw = _compile_graph(self.fw_compiler, stored.forward, "forward", self.options)
             bw = _compile_graph(self.bw_compiler, stored.backward, "backward", self.options)
             if self.options.fallback_to_eager and not self.options.strict:
-                # a compiled backward that raises: gradients from the forward run eagerly
+                # a compiled backward that raises: the gradients another way (ADR 0047)
                 name = getattr(self.fn, "__qualname__", type(self.fn).__name__)
-                fallback = BackwardFallback.of(stored.forward, name, stored.mutated_inputs)
+                fallback = BackwardFallback.of(name, stored.forward, stored.backward, source,
+                                               stored.outputs, stored.mutated_inputs)
         else:
             # output k of an inference graph is the new value of input mutated_inputs[k]: a
             # compiler may write it into that input and return the input itself (ADR 0032)

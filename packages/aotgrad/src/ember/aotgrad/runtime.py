@@ -364,8 +364,8 @@ class _PartFunction(torch.autograd.Function):
         if part.kept is None:
             in_grads = compiled()
         else:
-            in_grads = part.kept.backward(compiled, plan.grad_inputs, plan.num_fw_outputs,
-                                          plan.tangent_mask, given)
+            in_grads = part.kept.backward(compiled, saved, tangents, given, plan.grad_inputs,
+                                          plan.tangent_mask)
         result: list[torch.Tensor | None] = [None] * (1 + len(part.positions))
         deps = plan.grad_tangents
         for n, j in enumerate(part.grads):
@@ -419,10 +419,8 @@ class _CompiledFunction(torch.autograd.Function):
         if kept is None:
             in_grads = compiled()
         else:
-            in_grads = kept.backward(compiled, plan.grad_inputs, plan.num_fw_outputs,
-                                     plan.tangent_mask, given)
-            if kept.size in kept.fallback.passed:
-                ctx.kept = None  # the inputs are not needed any more
+            in_grads = kept.backward(compiled, saved, tangents, given, plan.grad_inputs,
+                                     plan.tangent_mask)
         result: list[torch.Tensor | None] = [None] * (1 + plan.num_inputs)
         deps = plan.grad_tangents or tuple(() for _ in plan.grad_inputs)
         for pos, g, needs in zip(plan.grad_inputs, in_grads, deps):
