@@ -237,16 +237,33 @@ def test_mean_over_a_symbolic_size_passes_the_size_to_its_kernel() -> None:
     trains_like_eager(lambda x: F.softmax(x.mean(0), -1).pow(2).sum(), "inductor", True)
 
 
+@pytest.mark.parametrize("graph_too", [False, True], ids=["compiled", "graph_too"])
 def test_a_compiled_backward_that_raises_at_one_size_is_recovered(
-        caplog: pytest.LogCaptureFixture) -> None:
+        graph_too: bool, caplog: pytest.LogCaptureFixture) -> None:
     # an internal error in a compiled backward (planted here at length 16) never reaches the
-    # user: that backward's gradients come from its forward run again eagerly, one warning
-    # line says so, and the other lengths keep the compiled backward
+    # user: the backward graph runs uncompiled, or, where it raises too (``graph_too``), the
+    # function runs again under autograd from the forward's inputs (the dropout mask drawn
+    # again from the same generator state); one warning line says so, and the other lengths
+    # keep the compiled backward
     from ember.aotgrad import AotOptions, aot_autograd, nop_compiler
 
+    def at_16(args: tuple[object, ...]) -> bool:
+        return any(isinstance(a, torch.Tensor) and a.shape[:1] == (16,) for a in args)
+
+    def planted(*args: object) -> None:
+        if at_16(args):
+            raise RuntimeError("planted: a bug in the traced backward")
+
     def backward_compiler(gm: torch.fx.GraphModule, example_inputs: list[object]) -> object:
+        if graph_too:
+            last = [n for n in gm.graph.nodes if n.op == "placeholder"][-1]
+            with gm.graph.inserting_after(last):
+                gm.graph.call_function(planted, tuple(
+                    n for n in gm.graph.nodes if n.op == "placeholder"))
+            gm.recompile()
+
         def run(*args: object) -> object:
-            if any(isinstance(a, torch.Tensor) and a.shape[:1] == (16,) for a in args):
+            if at_16(args):
                 raise RuntimeError("planted: a bug in a compiled backward")
             return gm(*args)
 
@@ -256,7 +273,7 @@ def test_a_compiled_backward_that_raises_at_one_size_is_recovered(
                            options=AotOptions(fallback_to_eager=True, strict=False))
 
     def f(x: torch.Tensor) -> torch.Tensor:
-        h = F.dropout(x + POS[: x.shape[0]], 0.25)  # random: recomputed with the same mask
+        h = F.dropout(x + POS[: x.shape[0]], 0.25)  # random: drawn again with the same mask
         return (h.softmax(-1) * EMB((torch.arange(x.shape[0]) * 3) % 50)).sum()
 
     ed.reset()
@@ -271,3 +288,4 @@ def test_a_compiled_backward_that_raises_at_one_size_is_recovered(
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1, warnings
     assert "compiled backward" in warnings[0] and "planted" in warnings[0]
+    assert ("run again eagerly" in warnings[0]) == graph_too
