@@ -88,6 +88,22 @@ def scatter_add(x: torch.Tensor) -> torch.Tensor:
     return torch.zeros(3, 8).scatter_add(0, idx, x).pow(2).sum()
 
 
+def gather_rows(x: torch.Tensor) -> torch.Tensor:
+    idx = (torch.arange(x.shape[0]) % 5).unsqueeze(1).expand(-1, 8)
+    return (torch.gather(x, 0, idx) * POS[: x.shape[0]]).sum()
+
+
+def index_put(x: torch.Tensor) -> torch.Tensor:
+    z = POS.clone()
+    z[torch.arange(x.shape[0])] = x * 2
+    return (z**2).sum()
+
+
+def select_scatter(x: torch.Tensor) -> torch.Tensor:
+    z = torch.zeros_like(x).select_scatter(x[0] * 3, 0, x.shape[0] - 1)
+    return (z * x).sum()
+
+
 def mean_of_rows(x: torch.Tensor) -> torch.Tensor:
     return x.mean(0).pow(2).sum()
 
@@ -106,7 +122,8 @@ def expanded_output(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 CASES: dict[str, Callable[[torch.Tensor], object]] = {f.__name__: f for f in (
     slice_head, slice_tail, slice_inner, narrow, index_select, embedding, cat_cumsum, roll,
-    flip, repeat, zero_padded, scatter_add, mean_of_rows, causal_attention, expanded_output,
+    flip, repeat, zero_padded, scatter_add, gather_rows, index_put, select_scatter, mean_of_rows,
+    causal_attention, expanded_output,
 )}
 SIZES = (8, 12, 16, 20)
 
