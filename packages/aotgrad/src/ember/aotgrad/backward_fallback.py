@@ -127,7 +127,8 @@ class Kept:
     rng: list[tuple[torch.device, torch.Tensor]] | None
 
     def release(self) -> None:
-        """Drop the inputs once the size passed a backward."""
+        """Drop the inputs once the size passed a backward (the caller's choice: the parts of
+        a graph split in independent backwards share one ``Kept``)."""
         if self.size in self.fallback.passed:
             self.inputs, self.rng = None, None
 
@@ -144,7 +145,6 @@ class Kept:
                 fb.failed.add(self.size)
                 return self._recover(exc, saved, tangents, given, grad_inputs, tangent_mask)
             fb.passed.add(self.size)
-            self.release()
             return grads
         return self._recover(None, saved, tangents, given, grad_inputs, tangent_mask)
 

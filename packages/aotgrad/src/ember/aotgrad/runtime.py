@@ -421,6 +421,7 @@ class _CompiledFunction(torch.autograd.Function):
         else:
             in_grads = kept.backward(compiled, saved, tangents, given, plan.grad_inputs,
                                      plan.tangent_mask)
+            kept.release()  # the inputs, once this size passed a backward
         result: list[torch.Tensor | None] = [None] * (1 + plan.num_inputs)
         deps = plan.grad_tangents or tuple(() for _ in plan.grad_inputs)
         for pos, g, needs in zip(plan.grad_inputs, in_grads, deps):
