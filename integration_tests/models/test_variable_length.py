@@ -24,12 +24,13 @@ from . import zoo
 DECODER_INPUTS = ("decoder_input_ids", "labels", "decoder_attention_mask")
 
 
-def _train_steps(backend: str, lengths: tuple[int, ...], mark: bool) -> CompileCounterWithBackend:
+def _train_steps(backend: str, lengths: tuple[int, ...], mark: bool,
+                 dynamic: bool | None = None) -> CompileCounterWithBackend:
     torch.manual_seed(0)
     eager = zoo.blog_captioner().model
     model = copy.deepcopy(eager)
     cnt = CompileCounterWithBackend(backend)
-    compiled = ed.compile(model, backend=cnt)
+    compiled = ed.compile(model, backend=cnt, dynamic=dynamic)
     for length in lengths:
         batch = zoo.caption_batch(length)
         if mark:
@@ -78,6 +79,20 @@ def test_default_recompiles_once_naming_the_length_dimension(
         "L['decoder_input_ids'].size()[1]" in text
         or "L['kwargs']['decoder_input_ids'].size()[1]" in text
     ), text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dynamic", [None, True], ids=["dynamic_none", "dynamic_true"])
+def test_training_at_growing_lengths_without_marks(
+    dynamic: bool | None, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # the blog's loop as a new user runs it: no mark_dynamic, each batch padded to its own
+    # length; the symbolic graph's backward serves every later length (issue 31)
+    ed.reset()
+    with caplog.at_level(logging.WARNING, logger="ember"):
+        cnt = _train_steps("inductor", (8, 13, 20, 11, 24), mark=False, dynamic=dynamic)
+    assert cnt.frame_count == (1 if dynamic else 2)
+    assert not caplog.records, [r.getMessage() for r in caplog.records]  # nothing ran eagerly
 
 
 def _generate(backend: str, new_tokens: int) -> tuple[torch.Tensor, torch.Tensor, int]:

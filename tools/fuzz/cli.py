@@ -6,6 +6,8 @@
     python tools/fuzz.py replay fuzz_failures/ember-inductor/seed17.json
     python tools/fuzz.py shrink 17 --backend ember-inductor -o repro.py
     python tools/fuzz.py run --backends ember-inductor --seeds 0:500 --resize   # + grown inputs
+    python tools/fuzz.py run --backends ember-inductor,torch-inductor --seeds 0:500 --train
+    python tools/fuzz.py show 17 --train             # a training program (train_gen.py)
     python tools/fuzz.py recompiles --backends ember-eager,torch-eager --seeds 0:200
 """
 
@@ -25,6 +27,8 @@ from .recompiles import run_stability, stability_table
 from .repro import reproducer
 from .runner import classes_table, run, summary_table, worker_main
 from .shrink import shrink
+from .train_gen import TrainProgram, generate_train
+from .train_oracle import check_train
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -57,8 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--resize", action="store_true",
                    help="two more calls per program, on inputs whose sizes above 1 grew by 2 "
                         "and by 3 (recompiles, symbolic sizes)")
+    r.add_argument("--train", action="store_true",
+                   help="training programs: a random module trained (forward, backward, SGD "
+                        "step) at three growing lengths, gradients compared (train_gen.py)")
     s = sub.add_parser("show", help="print the program of a seed")
     s.add_argument("seed", type=int)
+    s.add_argument("--train", action="store_true", help="the training program of the seed")
     p = sub.add_parser("replay", help="check a saved failing program again")
     p.add_argument("file")
     p.add_argument("--backend", help="another backend than the one saved")
@@ -76,10 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--out-dir")
     w.add_argument("--shrink", action="store_true")
     w.add_argument("--resize", action="store_true")
+    w.add_argument("--train", action="store_true")
     args = ap.parse_args(argv)
 
     if args.cmd == "worker":
-        return worker_main(args.backend, args.out_dir, args.shrink, args.resize)
+        return worker_main(args.backend, args.out_dir, args.shrink, args.resize, args.train)
     previous = logging.root.manager.disable
     try:
         return _command(args)
@@ -91,7 +100,7 @@ def _command(args: argparse.Namespace) -> int:
     if args.cmd == "run":
         records = run(args.backends.split(","), parse_seeds(args.seeds), jobs=args.jobs,
                       timeout=args.timeout, out_dir=args.out_dir, do_shrink=args.shrink,
-                      resize=args.resize)
+                      resize=args.resize, train=args.train)
         if args.json:
             Path(args.json).write_text(json.dumps(records, indent=0))
         print(summary_table(records))
@@ -107,9 +116,17 @@ def _command(args: argparse.Namespace) -> int:
         print(stability_table(results))
         return 0
     if args.cmd == "show":
-        print(generate(args.seed).source())
+        print(generate_train(args.seed).source() if args.train else generate(args.seed).source())
         return 0
     if args.cmd == "replay":
+        data = json.loads(Path(args.file).read_text())
+        if data["program"].get("train"):
+            backend_name = args.backend or data["backend"]
+            logging.disable(logging.CRITICAL)
+            outcome, _ = check_train(TrainProgram.from_json(data["program"]),
+                                     get_backend(backend_name))
+            print(f"{backend_name}: {outcome.signature} {outcome.detail}")
+            return 0 if outcome.status == "ok" else 1
         program, backend_name, resize = _load(args.file)
         backend_name = args.backend or backend_name
         logging.disable(logging.CRITICAL)

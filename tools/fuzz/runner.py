@@ -30,30 +30,41 @@ from .oracle import Outcome, check
 from .program import Program
 from .repro import reproducer
 from .shrink import shrink
+from .train_gen import TrainProgram, generate_train
+from .train_oracle import check_train
+from .train_repro import reproducer_train, shrink_train
 
 LAUNCHER = Path(__file__).resolve().parent.parent / "fuzz.py"
 
 
-def check_one(program: Program, backend_name: str, out_dir: str | None,
+def check_one(program: Program | TrainProgram, backend_name: str, out_dir: str | None,
               do_shrink: bool, resize: bool = False) -> dict[str, Any]:
     backend = get_backend(backend_name)
     start = time.perf_counter()
+    fallbacks: list[str] = []
     try:
-        outcome = check(program, backend, resize=resize)
+        if isinstance(program, TrainProgram):
+            outcome, fallbacks = check_train(program, backend)
+        else:
+            outcome = check(program, backend, resize=resize)
     finally:
         backend.reset()
+    size = len(program.blocks) if isinstance(program, TrainProgram) else len(program.body)
     record: dict[str, Any] = {
         "seed": program.seed, "backend": backend_name, "status": outcome.status,
         "kind": outcome.kind, "signature": outcome.signature, "detail": outcome.detail,
-        "seconds": round(time.perf_counter() - start, 3), "statements": len(program.body),
+        "seconds": round(time.perf_counter() - start, 3), "statements": size,
     }
+    if fallbacks:  # graphs ember ran eagerly after an internal error it caught (logged)
+        record["fallbacks"] = len(fallbacks)
+        record["fallback"] = fallbacks[0][:300]
     if outcome.status in ("wrong", "error") and out_dir is not None:
         record["files"] = save_failure(program, backend_name, outcome, out_dir, do_shrink, resize)
     return record
 
 
-def save_failure(program: Program, backend_name: str, outcome: Outcome, out_dir: str,
-                 do_shrink: bool, resize: bool = False) -> list[str]:
+def save_failure(program: Program | TrainProgram, backend_name: str, outcome: Outcome,
+                 out_dir: str, do_shrink: bool, resize: bool = False) -> list[str]:
     folder = Path(out_dir) / backend_name
     folder.mkdir(parents=True, exist_ok=True)
     stem = folder / f"seed{program.seed}"
@@ -62,16 +73,21 @@ def save_failure(program: Program, backend_name: str, outcome: Outcome, out_dir:
                "outcome": {"status": outcome.status, "kind": outcome.kind,
                            "detail": outcome.detail}, "resize": resize}
     Path(files[0]).write_text(json.dumps(payload, indent=1))
-    if do_shrink:
+    path = stem.parent / f"{stem.name}_repro.py"
+    if isinstance(program, TrainProgram):
+        small_train = (shrink_train(program, get_backend(backend_name), outcome) if do_shrink
+                       else program)
+        path.write_text(reproducer_train(small_train, backend_name, outcome))
+        files.append(str(path))
+    elif do_shrink:
         small = shrink(program, get_backend(backend_name), outcome, resize=resize)
-        path = stem.parent / f"{stem.name}_repro.py"
         path.write_text(reproducer(small, backend_name, outcome, resize))
         files.append(str(path))
     return files
 
 
 def worker_main(backend_name: str, out_dir: str | None, do_shrink: bool,
-                resize: bool = False) -> int:
+                resize: bool = False, train: bool = False) -> int:
     """Read seeds from stdin, write ``{"start": seed}`` and then the record for each."""
     logging.disable(logging.CRITICAL)
     for line in sys.stdin:
@@ -80,7 +96,8 @@ def worker_main(backend_name: str, out_dir: str | None, do_shrink: bool,
         seed = int(line)
         print(json.dumps({"start": seed}), flush=True)
         try:
-            record = check_one(generate(seed), backend_name, out_dir, do_shrink, resize)
+            program = generate_train(seed) if train else generate(seed)
+            record = check_one(program, backend_name, out_dir, do_shrink, resize)
         except Exception as e:  # the fuzzer itself failed: report, keep going
             record = {"seed": seed, "backend": backend_name, "status": "fuzzer-error",
                       "kind": type(e).__name__, "signature": f"fuzzer-error:{type(e).__name__}",
@@ -90,7 +107,8 @@ def worker_main(backend_name: str, out_dir: str | None, do_shrink: bool,
 
 
 def _worker_records(backend_name: str, seeds: list[int], out_dir: str | None,
-                    do_shrink: bool, timeout: float, resize: bool = False) -> Iterator[dict[str, Any]]:
+                    do_shrink: bool, timeout: float, resize: bool = False,
+                    train: bool = False) -> Iterator[dict[str, Any]]:
     pending = list(seeds)
     while pending:
         cmd = [sys.executable, str(LAUNCHER), "worker", "--backend", backend_name]
@@ -100,6 +118,8 @@ def _worker_records(backend_name: str, seeds: list[int], out_dir: str | None,
             cmd.append("--shrink")
         if resize:
             cmd.append("--resize")
+        if train:
+            cmd.append("--train")
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True, env=os.environ.copy())
         assert proc.stdin is not None and proc.stdout is not None
@@ -145,7 +165,7 @@ def _lost(seed: int, backend_name: str, kind: str, detail: str) -> dict[str, Any
 
 def run(backends: list[str], seeds: list[int], *, jobs: int = 1, timeout: float = 300.0,
         out_dir: str | None = None, do_shrink: bool = False,
-        progress: bool = True, resize: bool = False) -> list[dict[str, Any]]:
+        progress: bool = True, resize: bool = False, train: bool = False) -> list[dict[str, Any]]:
     """Check every seed under every backend; the records, in no particular order."""
     records: list[dict[str, Any]] = []
     lock = threading.Lock()
@@ -154,7 +174,7 @@ def run(backends: list[str], seeds: list[int], *, jobs: int = 1, timeout: float 
         done = Counter[str]()
 
         def drive(part: list[int], name: str = backend_name, done: Counter[str] = done) -> None:
-            for rec in _worker_records(name, part, out_dir, do_shrink, timeout, resize):
+            for rec in _worker_records(name, part, out_dir, do_shrink, timeout, resize, train):
                 with lock:
                     records.append(rec)
                     done[rec["status"]] += 1
@@ -178,15 +198,17 @@ def summary_table(records: list[dict[str, Any]]) -> str:
     by: dict[str, Counter[str]] = {}
     for r in records:
         by.setdefault(r["backend"], Counter())[r["status"]] += 1
-    lines = ["| backend | programs | ok | WRONG (silent) | errors | error rate | eager-invalid |",
-             "|---|---|---|---|---|---|---|"]
+    caught: Counter[str] = Counter(r["backend"] for r in records if r.get("fallbacks"))
+    lines = ["| backend | programs | ok | WRONG (silent) | errors | error rate | eager-invalid |"
+             " ran a graph eagerly (caught, logged) |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, c in by.items():
         n = sum(c.values())
         valid = n - c["invalid"]
         errors = c["error"] + c["fuzzer-error"]
         rate = f"{100.0 * errors / valid:.2f}%" if valid else "-"
         lines.append(f"| {name} | {n} | {c['ok']} | {c['wrong']} | {errors} | {rate} | "
-                     f"{c['invalid']} |")
+                     f"{c['invalid']} | {caught[name]} |")
     return "\n".join(lines)
 
 

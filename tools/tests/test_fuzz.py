@@ -226,7 +226,7 @@ def test_tables() -> None:
         {"backend": "b", "status": "error", "seed": 3, "signature": "error:crash", "detail": "x"},
     ]
     table = summary_table(records)
-    assert "| b | 3 | 1 | 1 | 1 | 33.33% | 0 |" in table
+    assert "| b | 3 | 1 | 1 | 1 | 33.33% | 0 | 0 |" in table
     assert "| b | wrong:alias | 1 | 2 | d |" in classes_table(records)
 
 
@@ -315,3 +315,142 @@ def test_recompiles_counts_late_compiles_with_reasons() -> None:
     assert s.late == 2 and len(s.reasons) == 2 and "size()[0] was" in s.reasons[0], s
     table = stability_table({"ember-eager": [s]})
     assert "| ember-eager | 1 | 1 (3) | 2 | 0 |" in table and "size()[#] was #" in table
+
+
+# -- training mode (train_gen.py, train_oracle.py, train_repro.py) ------------------------
+
+
+def _train_prog(*forward: str, init: tuple[str, ...] = (), head: str = "hidden") -> Any:
+    from fuzz.train_gen import Block, TrainProgram
+
+    embed = Block("embed", ("self.emb1 = nn.Embedding(11, 8)",), ("h = self.emb1(x)",))
+    body = Block("planted", init, forward)
+    return TrainProgram(5, 2, (4, 7, 11), 8, 11, "ids", head, (embed, body))
+
+
+def _model_backend(name: str, wrap: Callable[[torch.nn.Module, int], Any]) -> Backend:
+    """A planted 'compiler' of modules: ``wrap(model, call index)`` runs one call."""
+
+    def compile_fn(model: Any) -> Any:
+        calls = [0]
+
+        def run(*a: Any) -> Any:
+            calls[0] += 1
+            return wrap(model, calls[0])(*a)
+        return run
+
+    return Backend(name, compile_fn, lambda: None)
+
+
+def test_training_programs_are_deterministic_and_train_eagerly() -> None:
+    from fuzz.train_gen import eager_trains, generate_train
+
+    kinds: set[str] = set()
+    for seed in range(12):
+        p = generate_train(seed)
+        assert p == generate_train(seed)
+        assert eager_trains(p)
+        assert p.lengths[0] < p.lengths[1] < p.lengths[2]
+        kinds |= {b.kind for b in p.blocks}
+    # the constructs the mode exists for appear within a dozen seeds
+    assert {"embed", "pos_slice"} <= kinds and any(k.startswith("attention_") for k in kinds)
+
+
+def test_training_oracle_eager_is_ok_and_finds_gradient_bugs() -> None:
+    from fuzz.train_oracle import check_train
+
+    p = _train_prog("h = h + self.pos1[: h.shape[1]]", init=("self.pos1 = nn.Parameter("
+                                                            "torch.randn(20, 8))",), head="lm")
+    assert check_train(p, _model_backend("eager", lambda m, k: m))[0].status == "ok"
+
+    def wrong_grad_at_third_length(model: Any, call: int) -> Any:
+        def run(x: torch.Tensor, y: torch.Tensor) -> Any:
+            loss, *aux = model(x, y)
+            if call == 3:  # the same loss, a gradient scaled by 2 through pos1
+                extra = (model.pos1[: x.shape[1]] * 0).sum() + loss
+                loss = extra + (loss - loss.detach())
+            return (loss, *aux)
+        return run
+
+    got, _ = check_train(p, _model_backend("bad-grad", wrong_grad_at_third_length))
+    assert (got.status, got.kind) == ("wrong", "grad") and "length 11 (call 3)" in got.detail
+
+    def backward_raises(model: Any, call: int) -> Any:
+        class Boom(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx: Any, t: torch.Tensor) -> torch.Tensor:
+                return t.clone()
+
+            @staticmethod
+            def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+                raise RuntimeError("planted backward failure")
+
+        def run(x: torch.Tensor, y: torch.Tensor) -> Any:
+            loss, *aux = model(x, y)
+            return (Boom.apply(loss) if call == 2 else loss, *aux)
+        return run
+
+    got, _ = check_train(p, _model_backend("bad-backward", backward_raises))
+    assert (got.status, got.kind) == ("error", "backward RuntimeError")
+    assert "call 2" in got.detail
+
+
+def test_training_oracle_counts_ember_fallbacks() -> None:
+    import logging
+
+    from fuzz.train_oracle import check_train
+
+    def logs_a_fallback(model: Any, call: int) -> Any:
+        logging.getLogger("ember.aotgrad").warning("planted: ran a graph eagerly")
+        return model
+
+    p = _train_prog("h = h.flip(1)")
+    got, fallbacks = check_train(p, _model_backend("fallback", logs_a_fallback))
+    assert got.status == "ok" and fallbacks == ["planted: ran a graph eagerly"] * 3
+
+
+def test_training_program_under_ember_aot_eager_and_its_reproducer(tmp_path: Path) -> None:
+    from fuzz.oracle import Outcome
+    from fuzz.train_gen import generate_train
+    from fuzz.train_oracle import check_train
+    from fuzz.train_repro import reproducer_train
+
+    p = generate_train(4)
+    backend = get_backend("ember-aot_eager")
+    try:
+        got, fallbacks = check_train(p, backend)
+    finally:
+        backend.reset()
+    assert got.status == "ok" and not fallbacks, (got, fallbacks)
+    path = tmp_path / "repro.py"
+    path.write_text(reproducer_train(p, "ember-aot_eager", Outcome("wrong", "grad", "-")))
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and "no difference" in done.stdout, done.stdout + done.stderr
+    assert cli.main(["show", "4", "--train"]) == 0
+
+
+def test_shrink_train_keeps_the_failing_block() -> None:
+    from fuzz.train_gen import Block
+    from fuzz.train_oracle import check_train
+    from fuzz.train_repro import shrink_train
+
+    p = _train_prog("h = torch.tanh(h)")
+    p = type(p)(p.seed, p.batch, p.lengths, p.dim, p.vocab, p.inputs, p.head,
+                (*p.blocks, Block("flip", (), ("h = h.flip(1)",)), Block("act", (), ("h = F.gelu(h)",))))
+
+    def breaks_flip(model: Any, call: int) -> Any:
+        import inspect
+
+        flips = "flip(1)" in inspect.getsource(type(model).forward)
+
+        def run(x: torch.Tensor, y: torch.Tensor) -> Any:
+            out = model(x, y)
+            return (out[0] + 1e-2, *out[1:]) if flips else out
+        return run
+
+    backend = _model_backend("flip-bug", breaks_flip)
+    outcome, _ = check_train(p, backend)
+    assert outcome.status == "wrong"
+    small = shrink_train(p, backend, outcome)
+    assert [b.kind for b in small.blocks] == ["embed", "flip"]

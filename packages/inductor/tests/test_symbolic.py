@@ -128,3 +128,49 @@ def test_triton_backend_runs_symbolic_graphs_eagerly_with_a_reason(tmp_path: Any
     for shape in [(4, 6), (3, 5)]:
         t = torch.randn(*shape)
         torch.testing.assert_close(compiled(t)[0], (t * 2).sum(1))
+
+
+def test_a_decomposed_op_reads_its_symbolic_size_argument_on_every_call(tmp_path: Any) -> None:
+    # slice_backward(grad, [32, 8], 0, 0, s0, 1) decomposes into a slice_scatter that runs as
+    # an extern op: its ``end`` is s0 evaluated for each call, not the size compiled at (12)
+    b = Builder()
+    size = b.graph.placeholder("size")
+    g = b.input("g", ["n", 8], {"n": 12})
+    size.meta["val"] = b.inputs[0].shape[0]
+    b.inputs.insert(0, b.inputs[0].shape[0])
+    gm = b.module(b.call(aten.slice_backward.default, g, [32, 8], 0, 0, size, 1))
+    compiled = compile_graph(gm, b.inputs, opts(tmp_path))
+    for n in (12, 16, 20, 3):
+        t = torch.randn(n, 8)
+        want = torch.zeros(32, 8)
+        want[:n] = t
+        torch.testing.assert_close(compiled(n, t)[0], want)
+
+
+def test_a_kernel_computing_with_a_size_takes_it_as_an_argument(tmp_path: Any) -> None:
+    # mean over the symbolic dim, then a loop over the 8 static columns dividing by s0
+    b = Builder()
+    x = b.input("x", ["a", 8], {"a": 5})
+    mean = b.call(aten.mean.dim, x, [0])
+    gm = b.module(b.call(aten.sum.default, b.call(aten.mul.Tensor, mean, mean)))
+    compiled = compile_graph(gm, b.inputs, opts(tmp_path))
+    assert compiled.report.eager_reason is None
+    for n in (5, 9, 2):
+        t = torch.randn(n, 8)
+        torch.testing.assert_close(compiled(t)[0], t.mean(0).pow(2).sum())
+
+
+def test_a_dense_input_reaches_a_graph_compiled_for_an_expanded_layout(tmp_path: Any) -> None:
+    # a backward compiled for a saved ``expand`` (stride 0) that the forward returned dense
+    b = Builder()
+    a = b.env.new_symbol(3)
+    fake = b.env.fake_tensor(b.mode, [a, 4, 2], [2, 0, 1], torch.float32, torch.device("cpu"))
+    x = b.graph.placeholder("x")
+    x.meta["val"] = fake
+    b.inputs.append(fake)
+    gm = b.module(b.call(aten.mul.Tensor, x, 3.0))
+    compiled = compile_graph(gm, b.inputs, opts(tmp_path))
+    for n in (3, 6):
+        base = torch.randn(n, 1, 2)
+        for t in (base.expand(n, 4, 2), base.expand(n, 4, 2).contiguous()):
+            torch.testing.assert_close(compiled(t)[0], t * 3)

@@ -25,6 +25,7 @@ import torch.fx as fx
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten, treespec_dumps
 
 from ember.aotgrad import logs, plan_cache
+from ember.aotgrad.backward_fallback import BackwardFallback, Source
 from ember.aotgrad.debug import debug_dir_from_env, own_folder, write_graphs
 from ember.aotgrad.decompositions import DecompMapping, with_required
 from ember.aotgrad.errors import AotGradError, FunctionalizationError, TraceError
@@ -49,7 +50,7 @@ from ember.aotgrad.runtime import Compiled, CompiledPlan
 from ember.aotgrad.sizes import bind_sizes, expr_of, pass_sizes, symint_args
 from ember.ir.cache_entry import default_cache_dir, paused_gc
 from ember.ir.debug import debug_dir_of, set_debug_dir
-from ember.ir.logs import get_logger
+from ember.ir.logs import get_logger, reason, traceback_wanted
 from ember.ir.updates import input_updates_of, set_input_updates
 
 LOG = get_logger("aotgrad")
@@ -245,7 +246,8 @@ class AotFunction:
         joint = self.last_traced.gm if self.last_traced is not None and self.last_traced.is_joint \
             else None
         self._report(stored, joint)
-        return self._compile_stored(stored), stored.out_spec
+        source = self._source(flat, positions, in_spec, symbolic=True)
+        return self._compile_stored(stored, source), stored.out_spec
 
     def _debug_folder(self) -> Path | None:
         """Where this compile's graphs go: the folder the frontend named for the
@@ -301,27 +303,63 @@ class AotFunction:
                       getattr(self.fn, "__qualname__", "?"))
             self._report(stored, joint)
             with paused_gc():  # a warm start: the backend's caches hit too (cache_entry.paused_gc)
-                return self._compile_stored(stored), stored.out_spec
+                return self._compile_stored(
+                    stored, self._source(flat, positions, in_spec, symbolic=False)), stored.out_spec
         self._report(stored, joint)
-        return self._compile_stored(stored), stored.out_spec
+        return self._compile_stored(
+            stored, self._source(flat, positions, in_spec, symbolic=False)), stored.out_spec
 
-    def _compile_stored(self, stored: StoredPlan) -> CompiledPlan:
+    def _source(self, flat: list[Any], positions: list[tuple[int, int]],
+                in_spec: TreeSpec, symbolic: bool) -> Source | None:
+        """The traced function as ``inputs -> flat outputs`` (what a backward that raised
+        runs again, ``backward_fallback.py``); None where a call's other arguments are not
+        those of the trace (a size passed as an int to a graph traced with symbolic sizes)."""
+        if symbolic and any(isinstance(a, (int, float, torch.SymInt, torch.SymFloat))
+                            and not isinstance(a, bool)
+                            for a in flat if not isinstance(a, torch.Tensor)):
+            return None
+        fn = self.fn
+        # the trace's own tensors are not held: every one is replaced by a call's input
+        template = [None if isinstance(a, torch.Tensor) else a for a in flat]
+
+        def source(inputs: list[Any]) -> list[Any]:
+            values = list(template)
+            for pos, k in positions:
+                values[pos] = inputs[k]
+            a, kw = tree_unflatten(values, in_spec)
+            return list(tree_flatten(fn(*a, **kw))[0])
+
+        return source
+
+    def _compile_stored(self, stored: StoredPlan, source: Source | None = None) -> CompiledPlan:
+        fallback: BackwardFallback | None = None
         if stored.backward is not None:
             fw = _compile_graph(self.fw_compiler, stored.forward, "forward", self.options)
             bw = _compile_graph(self.bw_compiler, stored.backward, "backward", self.options)
+            if self.options.fallback_to_eager and not self.options.strict:
+                # a compiled backward that raises: the gradients another way (ADR 0047)
+                name = getattr(self.fn, "__qualname__", type(self.fn).__name__)
+                fallback = BackwardFallback.of(name, stored.forward, stored.backward, source,
+                                               stored.outputs, stored.mutated_inputs)
         else:
             # output k of an inference graph is the new value of input mutated_inputs[k]: a
             # compiler may write it into that input and return the input itself (ADR 0032)
             set_input_updates(stored.forward, enumerate(stored.mutated_inputs))
             fw = _compile_graph(self.fw_compiler, stored.forward, "inference", self.options)
             bw = None
-        return CompiledPlan(forward=fw, backward=bw, **stored.bookkeeping())
+        return CompiledPlan(forward=fw, backward=bw, fallback=fallback, **stored.bookkeeping())
 
     def _trace(
         self, flat: list[Any], positions: list[tuple[int, int]], in_spec: TreeSpec,
         tensors: list[torch.Tensor], fake_inputs: FakeInputs | None = None,
     ) -> StoredPlan:
         """Trace (and partition, when gradients are needed): the graphs and their bookkeeping."""
+        wrapped = [i for i, t in enumerate(tensors) if _functorch_wrapped(t)]
+        if wrapped:
+            raise TraceError(
+                f"inputs {wrapped} are tensors of a torch.func transform (vmap, grad, jacrev, "
+                "...) the compiled function is called inside; ember.aotgrad traces plain "
+                "tensors, so the graph runs eagerly under the transform")
         out_spec: list[TreeSpec] = []
 
         def flat_fn(*inputs: torch.Tensor) -> Sequence[Any]:
@@ -392,6 +430,11 @@ class AotFunction:
             self._table_text = plan_cache.table_fingerprint(self.decompositions)
         return plan_cache.plan_key(self.source_graph, call, self._table_text,
                                    plan_cache.fn_name(self.partition_fn))
+
+
+def _functorch_wrapped(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a torch.func transform's wrapper (a batched or grad-tracking tensor)."""
+    return bool(torch._C._functorch.is_functorch_wrapped_tensor(t))
 
 
 def _weight_aliases(gm: fx.GraphModule) -> list[list[str]]:
@@ -612,12 +655,12 @@ def _falls_back(options: AotOptions, e: Exception) -> bool:
     return not options.strict or isinstance(e, (TraceError, FunctionalizationError))
 
 
-def _log_fallback(name: str, e: Exception) -> None:
-    if isinstance(e, AotGradError):
-        LOG.warning("ember.aotgrad could not compile %s, running it eagerly: %s", name, e)
-    else:  # a bug in aotgrad or a compiler: keep the traceback in the log
-        LOG.warning("ember.aotgrad failed compiling %s, running it eagerly: %s: %s",
-                    name, type(e).__name__, e, exc_info=True)
+def _log_fallback(name: str, e: Exception, what: str = "") -> None:
+    """One warning line: the graph, the stage and the reason; the traceback (and a long
+    message's rest) at ``EMBER_LOGS=+aotgrad`` or ``+dynamo``."""
+    kind = "could not compile" if isinstance(e, AotGradError) else "failed compiling"
+    LOG.warning("ember.aotgrad %s %s%s, running it eagerly: %s", kind, name, what, reason(e),
+                exc_info=e if traceback_wanted("aotgrad") else None)
 
 
 def aot_autograd(
@@ -675,11 +718,9 @@ def _symbolic_call(compiled: AotModule, gm: fx.GraphModule, example_inputs: list
     try:
         call = compiled._compiled.compile_symbolic((params, buffers, *example_inputs), fakes)
     except Exception as e:
-        if not options.fallback_to_eager:
+        if not _falls_back(compiled._compiled.options, e):
             raise
-        kind = "could not compile" if isinstance(e, AotGradError) else "failed compiling"
-        LOG.warning("ember.aotgrad %s a graph with symbolic sizes, running it eagerly: %s: %s",
-                    kind, type(e).__name__, e, exc_info=not isinstance(e, AotGradError))
+        _log_fallback(type(gm).__name__, e, " (symbolic sizes)")
         return gm.forward
 
     def run(*args: Any) -> Any:

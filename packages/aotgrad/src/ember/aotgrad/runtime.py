@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from ember.aotgrad.aliasing import replay
+from ember.aotgrad.backward_fallback import BackwardFallback, Kept
 from ember.aotgrad.errors import DoubleBackwardError
 from ember.aotgrad.joint import OutputSlot
 from ember.ir.updates import note_inputs_written
@@ -58,6 +59,9 @@ class CompiledPlan:
     #: example inputs' layouts (``aot_inference``: the frontend guards them); None: each
     #: call checks (``torch._debug_has_internal_overlap``, ~0.2 us per mutated input)
     overlapping: frozenset[int] | None = None
+    #: where the compiled backward raises, the gradients from the forward recomputed eagerly
+    #: (``backward_fallback.py``); None: its exception propagates (strict)
+    fallback: BackwardFallback | None = None
 
     @property
     def num_fw_outputs(self) -> int:
@@ -293,6 +297,7 @@ def _apply_in_groups(plan: CompiledPlan, args: Sequence[torch.Tensor],
                      groups: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]) -> list[Any]:
     """The forward once (without autograd), then one autograd node per independent part
     (:func:`grad_groups`) owning that part's outputs and taking that part's inputs."""
+    kept = plan.fallback.keep(args) if plan.fallback is not None else None
     with torch.no_grad():
         values = list(plan.forward(*args))
     n = plan.num_fw_outputs
@@ -303,7 +308,7 @@ def _apply_in_groups(plan: CompiledPlan, args: Sequence[torch.Tensor],
     for tangents, grads in groups:
         positions = tuple(plan.grad_inputs[j] for j in grads)
         part = _Part(plan, saved, tangent_meta, tangents, grads, positions,
-                     [fw[masked[k]] for k in tangents])
+                     [fw[masked[k]] for k in tangents], kept)
         owned = _PartFunction.apply(part, *[args[p] for p in positions])  # type: ignore[no-untyped-call]
         for k, value in zip(tangents, owned):
             out[masked[k]] = value
@@ -320,6 +325,8 @@ class _Part:
     positions: tuple[int, ...]
     #: the values of the part's outputs (computed by the compiled forward)
     outputs: list[Any]
+    #: the forward's inputs, for recomputing the gradients if the compiled backward raises
+    kept: Kept | None = None
 
 
 class _PartFunction(torch.autograd.Function):
@@ -349,7 +356,16 @@ class _PartFunction(torch.autograd.Function):
         for i, v in enumerate(part.saved):
             if not isinstance(v, torch.Tensor):
                 saved.insert(i, v)
-        in_grads = list(plan.backward(*saved, *tangents))
+        backward = plan.backward
+
+        def compiled() -> list[Any]:
+            return list(backward(*saved, *tangents))
+
+        if part.kept is None:
+            in_grads = compiled()
+        else:
+            in_grads = part.kept.backward(compiled, saved, tangents, given, plan.grad_inputs,
+                                          plan.tangent_mask)
         result: list[torch.Tensor | None] = [None] * (1 + len(part.positions))
         deps = plan.grad_tangents
         for n, j in enumerate(part.grads):
@@ -365,6 +381,7 @@ class _CompiledFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, plan: CompiledPlan, *inputs: torch.Tensor) -> tuple[Any, ...]:
+        ctx.kept = plan.fallback.keep(inputs) if plan.fallback is not None else None
         values = list(plan.forward(*inputs))
         n = plan.num_fw_outputs
         fw, saved = _not_views(values[:n], inputs), values[n:]
@@ -393,7 +410,18 @@ class _CompiledFunction(torch.autograd.Function):
         saved = list(ctx.saved_tensors)
         for i, v in ctx.saved_sizes:
             saved.insert(i, v)
-        in_grads = list(plan.backward(*saved, *tangents))
+        backward = plan.backward
+
+        def compiled() -> list[Any]:
+            return list(backward(*saved, *tangents))
+
+        kept: Kept | None = ctx.kept
+        if kept is None:
+            in_grads = compiled()
+        else:
+            in_grads = kept.backward(compiled, saved, tangents, given, plan.grad_inputs,
+                                     plan.tangent_mask)
+            kept.release()  # the inputs, once this size passed a backward
         result: list[torch.Tensor | None] = [None] * (1 + plan.num_inputs)
         deps = plan.grad_tangents or tuple(() for _ in plan.grad_inputs)
         for pos, g, needs in zip(plan.grad_inputs, in_grads, deps):

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from ember.ir.logs import reason
 from ember.ir.updates import inputs_written
 
 from .logs import get_logger
@@ -72,11 +73,10 @@ def compile_or_eager(
         if strict:
             raise
         log_dynamo.warning(
-            "the backend failed compiling %s (%s: %s); running that graph eagerly "
+            "the backend failed compiling %s (%s); running that graph eagerly "
             "(strict=True or EMBER_STRICT=1 raises instead)",
             name,
-            type(exc).__name__,
-            exc,
+            reason(exc),
             exc_info=exc if verbose or log_dynamo.isEnabledFor(10) else None,
         )
         return gm.forward
@@ -135,7 +135,7 @@ class EagerOnError:
             if may_have_written(self.gm, exc):
                 # the compiled call may have written an input already: running the graph
                 # again would write it twice, so the exception is the user's to see
-                self.failed = f"{type(exc).__name__}: {exc}"
+                self.failed = reason(exc)
                 log_dynamo.warning(
                     "compiled code of %s raised %s after it may have written an input in "
                     "place; not running it again eagerly (the write would apply twice), the "
@@ -154,7 +154,7 @@ class EagerOnError:
                 out = self.gm(*args)
             except Exception as eager_exc:
                 raise eager_exc from None  # the program's own error: as eager raises it
-            self.failed = f"{type(exc).__name__}: {exc}"
+            self.failed = reason(exc)
             log_dynamo.warning(
                 "compiled code of %s raised %s where eager does not; running that graph "
                 "eagerly from now on (strict=True or EMBER_STRICT=1 raises instead)",

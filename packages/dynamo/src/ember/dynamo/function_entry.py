@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from ember.ir.cache_entry import paused_gc
+from ember.ir.logs import reason as one_line
 
 from . import frame_cache, frame_hook, trace_rules
 from .cache import CacheTable, CodeCache, RecompileError, first_failure
@@ -329,7 +330,7 @@ class Runtime:
                 "capture of %s failed (%s); running it eagerly (strict=True or "
                 "EMBER_STRICT=1 raises instead)",
                 cache.where(),
-                reason,
+                one_line(exc),
                 exc_info=exc if self.options.verbose or log_dynamo.isEnabledFor(logging.DEBUG) else None,
             )
             cache.mark_eager(reason)

@@ -24,12 +24,14 @@ from torch.autograd.profiler import record_function
 from torch.utils._pytree import tree_unflatten
 
 from ember.ir.debug import debug_dir_of
+from ember.ir.logs import reason as one_line
+from ember.ir.logs import traceback_wanted
 from ember.ir.updates import input_updates_of
 
 from . import graph_cache
 from .codegen.backend import Backend, BuildStats, KernelSource
 from .codegen.registry import backend_for
-from .codegen.wrapper_runtime import namespace
+from .codegen.wrapper_runtime import in_layout, namespace
 from .cudagraphs import CudaGraphCall, mutated_inputs, refusal
 from .errors import InputMismatchError
 from .fx_util import attr_value, graph_device, op_name
@@ -172,34 +174,8 @@ class CompiledGraph:
                     f"{size} and {dtype}. Recompile for the new shapes (ember.dynamo does this automatically)."
                 )
             if a.stride() != stride and a.numel() > 1:
-                inputs[i] = _in_layout(a, i, size, stride)
+                inputs[i] = in_layout(a, i, size, stride)
         return inputs
-
-
-def _in_layout(a: torch.Tensor, i: int, size: Any, stride: tuple[int, ...]) -> torch.Tensor:
-    """``a``'s values in the layout the graph was compiled for.
-
-    A layout with stride 0 on a dim of more than one element (an ``expand``ed value,
-    such as a saved attention mask the backward reads) cannot be copied into; the
-    kernels read one element along that dim, so ``a`` is accepted when it is the same
-    along it (a materialized expand) and given as that element expanded. Other values
-    cannot run in this graph: an ``InputMismatchError``."""
-    expanded = [d for d, (n, st) in enumerate(zip(size, stride)) if st == 0 and n > 1]
-    if not expanded:
-        return torch.empty_strided(size, stride, dtype=a.dtype, device=a.device).copy_(a)
-    one = a
-    for d in expanded:
-        one = one.narrow(d, 0, 1)
-    if not torch.equal(one.expand(size), a) and not (
-            a.is_floating_point() and bool(torch.isnan(a).any())
-            and torch.allclose(one.expand(size), a, rtol=0.0, atol=0.0, equal_nan=True)):
-        raise InputMismatchError(
-            f"input {i} differs along dims {expanded}, which the graph was compiled to read "
-            f"as expanded (stride 0, {tuple(size)} with strides {tuple(stride)}); recompile "
-            "for this layout (ember.dynamo does this automatically)"
-        )
-    dense = torch.empty_strided(one.shape, stride, dtype=a.dtype, device=a.device).copy_(one)
-    return dense.expand(size)
 
 
 class EagerGraph:
@@ -326,9 +302,9 @@ def compile_graph(
         if not opts.fallback_on_error:
             raise
         log.warning(
-            "ember.inductor could not compile a graph (%s: %s); running it eagerly",
-            type(e).__name__,
-            e,
+            "ember.inductor could not compile a graph (%s); running it eagerly",
+            one_line(e),
+            exc_info=e if traceback_wanted("inductor") else None,
         )
         return EagerGraph(gm, f"{type(e).__name__}: {e}")
 

@@ -212,6 +212,11 @@ class GraphLowering:
                 )
             if isinstance(a, (list, tuple)):  # Tensor[] / Tensor?[] arguments (index_put)
                 return [to_ir(x) for x in a]
+            if isinstance(a, _SYM_TYPES):
+                # a symbolic size a decomposition passed on as a value (``slice_backward``'s
+                # ``end`` in its ``slice_scatter``): its expression, computed on every call
+                # from the bound symbols, never the size of the call it was traced at
+                return as_size(a)
             return a
 
         args = tuple(to_ir(a) for a in fx_node.args)

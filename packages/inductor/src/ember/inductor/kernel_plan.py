@@ -79,6 +79,19 @@ class SchedNode:
             store = self.buffer.layout.index(idx)
         return tuple(deps.loads), store
 
+    @functools.cache  # noqa: B019 - nodes live for one compile
+    def value_exprs(self, n_outer: int) -> tuple[sympy.Basic, ...]:
+        """The expressions this node's body computes with besides its load and store
+        indices (``index_expr(s0)``: a mean's divisor over a symbolic size)."""
+        outer, inner = self.symbols(n_outer)
+        deps = DepsOps()
+        data = self.buffer.data
+        if isinstance(data, Reduction):
+            data.inner_fn(self.full_index(outer), self.reduction_index(inner), deps)
+        else:
+            data.inner_fn(self.full_index(list(outer) + list(inner)), deps)
+        return tuple(deps.exprs)
+
 
 @dataclass(eq=False)
 class Loop:
@@ -139,6 +152,7 @@ class KernelPlan:
             loads, store = n.accesses(n_outer)
             exprs.extend(e for _, e in loads)
             exprs.append(store)
+            exprs.extend(n.value_exprs(n_outer))
             exprs.extend(n.buffer.layout.size)
         return {s for s in size_symbols(exprs) if is_size_symbol(s)}
 

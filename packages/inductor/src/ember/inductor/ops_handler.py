@@ -419,11 +419,16 @@ class DepsOps(DefaultOps):
         self.num_indirect = 0
         #: transcendental calls (exp, erf, tanh, ...): what makes recomputing a value costly
         self.num_heavy = 0
+        #: expressions the body computes with other than load indices (``index_expr(s0)``,
+        #: the bound of an indirect index): size symbols in them are kernel arguments too
+        self.exprs: list[sympy.Basic] = []
 
     def _op(self, name: str, *args: Any) -> Any:
         self.num_ops += 1
         if name in HEAVY_OPS:
             self.num_heavy += 1
+        if name != "load":
+            self.exprs.extend(a for a in args if isinstance(a, sympy.Basic))
         if name == "indirect_indexing":
             self.num_indirect += 1
             return sympy.Symbol(f"indirect{self.num_indirect}", integer=True)

@@ -78,6 +78,31 @@ def enabled(area: str, level: int = logging.INFO) -> bool:
     return logging.getLogger(f"{ROOT}.{area}").isEnabledFor(level)
 
 
+#: how much of an exception's message a handled-failure warning keeps
+REASON_LIMIT = 300
+
+
+def reason(exc: BaseException, limit: int = REASON_LIMIT) -> str:
+    """``Type: first line of the message`` (cut at ``limit`` characters): the reason of an
+    internal failure that ember handles (runs eagerly), as one log line. A compiler's
+    message can be pages long (g++ output); the whole of it and the traceback are in
+    the stage's debug log (:func:`traceback_wanted`)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    first = lines[0] if lines else ""
+    if len(first) > limit:
+        first = first[: limit - 3] + "..."
+    more = " (...)" if len(lines) > 1 else ""
+    return f"{type(exc).__name__}: {first}{more}" if first else type(exc).__name__
+
+
+def traceback_wanted(area: str) -> bool:
+    """Whether a handled internal failure logged under ``area`` carries its traceback:
+    only at DEBUG, for that area (``EMBER_LOGS=+aotgrad``) or for ``dynamo``
+    (``EMBER_LOGS=+dynamo``, the switch for every stage). By default the failure is
+    one warning line (:func:`reason`)."""
+    return enabled(area, logging.DEBUG) or enabled("dynamo", logging.DEBUG)
+
+
 def parse_log_spec(spec: str) -> dict[str, int]:
     """``"graph_breaks,+guards"`` -> ``{"graph_breaks": INFO, "guards": DEBUG}``.
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import sympy
+import torch
 
 from ..errors import LoweringError
 from ..fx_util import op_name
@@ -136,6 +137,10 @@ class WrapperWriter:
             return f"[{inner}]"
         if isinstance(a, (bool, int, float, str)) or a is None:
             return repr(a)
+        if _symbolic_value(a):
+            # a symbolic value kept as a constant would be the size of the call the graph
+            # was compiled at, at every size: the lowering passes its expression instead
+            raise LoweringError(f"extern argument {a} is a symbolic value, not its expression")
         return self.const(a)
 
     def bind_sizes(self, check_inputs: bool) -> None:
@@ -326,6 +331,13 @@ def scratch_buffers(
             offsets[a.name] = size
             size += -(-nbytes // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
     return offsets, size
+
+
+def _symbolic_value(a: Any) -> bool:
+    """Whether ``a`` is (or a list or tuple holds) a ``SymInt``/``SymFloat``/``SymBool``."""
+    if isinstance(a, (list, tuple)):
+        return any(_symbolic_value(x) for x in a)
+    return isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
 def _view_call(name: str, lay: Layout) -> str:

@@ -26,9 +26,40 @@ def _restride(
         return t
     if all(st == want for sz, st, want in zip(size, t.stride(), stride) if sz != 1):
         return t  # the stride of a size-1 dim is never read (an in-place op's result stays itself)
+    if any(st == 0 and n > 1 for n, st in zip(size, stride)):
+        return in_layout(t, None, size, stride)
     out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
     out.copy_(t)
     return out
+
+
+def in_layout(a: torch.Tensor, i: int | None, size: Any, stride: tuple[int, ...]) -> torch.Tensor:
+    """``a``'s values in the layout the graph was compiled for (input ``i``; None: a value
+    the wrapper made).
+
+    A layout with stride 0 on a dim of more than one element (an ``expand``ed value,
+    such as a saved attention mask the backward reads, which a forward compiled at
+    another size may have returned dense) cannot be copied into; the kernels read one
+    element along that dim, so ``a`` is accepted when it is the same along it (a
+    materialized expand) and given as that element expanded. Other values cannot run
+    in this graph: an ``InputMismatchError``."""
+    expanded = [d for d, (n, st) in enumerate(zip(size, stride)) if st == 0 and n > 1]
+    if not expanded:
+        return torch.empty_strided(size, stride, dtype=a.dtype, device=a.device).copy_(a)
+    one = a
+    for d in expanded:
+        one = one.narrow(d, 0, 1)
+    if not torch.equal(one.expand(size), a) and not (
+            a.is_floating_point() and bool(torch.isnan(a).any())
+            and torch.allclose(one.expand(size), a, rtol=0.0, atol=0.0, equal_nan=True)):
+        what = "a value" if i is None else f"input {i}"
+        raise InputMismatchError(
+            f"{what} differs along dims {expanded}, which the graph was compiled to read "
+            f"as expanded (stride 0, {tuple(size)} with strides {tuple(stride)}); recompile "
+            "for this layout (ember.dynamo does this automatically)"
+        )
+    dense = torch.empty_strided(one.shape, stride, dtype=a.dtype, device=a.device).copy_(one)
+    return dense.expand(size)
 
 
 def _view(
@@ -70,6 +101,9 @@ def _input(
             f"expects {size} and {dtype}. Recompile for the new shapes (ember.dynamo does this "
             "automatically)."
         )
+    if t.stride() != stride and t.numel() > 1 and any(
+            st == 0 and n > 1 for n, st in zip(size, stride)):
+        return in_layout(t, i, size, stride)
     out = _restride(t, size, stride)
     assert out is not None
     return out
