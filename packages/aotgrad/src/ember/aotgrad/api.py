@@ -51,6 +51,8 @@ from ember.aotgrad.sizes import bind_sizes, expr_of, pass_sizes, symint_args
 from ember.ir.cache_entry import default_cache_dir, paused_gc
 from ember.ir.debug import debug_dir_of, set_debug_dir
 from ember.ir.logs import get_logger, reason, traceback_wanted
+from ember.ir.stages import record as record_stage
+from ember.ir.stages import stage
 from ember.ir.updates import input_updates_of, set_input_updates
 
 LOG = get_logger("aotgrad")
@@ -291,6 +293,9 @@ class AotFunction:
         key = self._persistent_key(flat, positions, in_spec, tensors)
         source = self.source_graph
         stored = plan_cache.lookup(self._cache_dir(), key, source) if key is not None else None
+        if key is not None:
+            record_stage(debug_dir_of(source), stage="aotgrad.plan_cache",
+                         cache="miss" if stored is None else "hit")
         joint: fx.GraphModule | None = None
         if stored is None:
             stored = self._trace(flat, positions, in_spec, tensors)
@@ -372,12 +377,14 @@ class AotFunction:
             return outs
 
         joint = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-        traced = trace_graph(flat_fn, tensors, self.decompositions, joint=joint,
-                             fake_inputs=fake_inputs)
+        folder = debug_dir_of(self.source_graph)
+        with stage("aotgrad.trace", folder=folder):
+            traced = trace_graph(flat_fn, tensors, self.decompositions, joint=joint,
+                                 fake_inputs=fake_inputs)
         self.last_traced = traced
         backward: fx.GraphModule | None = None
         if traced.is_joint:
-            with symint_args():
+            with symint_args(), stage("aotgrad.partition", folder=folder):
                 part = self.partition_fn(traced.gm, num_fw_outputs=traced.num_fw_outputs)
             part = pass_sizes(part)
             copy_saved_aliases(part.forward, traced)

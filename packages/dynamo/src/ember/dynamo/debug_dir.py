@@ -9,6 +9,10 @@
             graph_0/                  the graph IR (ember.ir.save: graph.json + weights)
             graph_0.txt               the FX graph's Python code
             graph_0_backend/          what the backend wrote for graph 0 (aotgrad, inductor)
+            stages.jsonl              seconds per compile stage (``ember.ir.stages``)
+        events.jsonl                  every capture, recompile, skip and cache-limit event
+                                      (:func:`record_event`), read by ``python -m ember.dynamo
+                                      report`` (``report.py``)
 
 The base directory is ``EMBER_COMPILE_DEBUG_DIR`` (default ``./ember_debug``).
 Both variables are read once, when a callable is compiled
@@ -25,6 +29,8 @@ from __future__ import annotations
 import dis
 import io
 import itertools
+import json
+import time
 import types
 from collections.abc import Mapping
 from pathlib import Path
@@ -95,3 +101,51 @@ def write_frame(folder: Path, code: types.CodeType, guarded: Any) -> Path:
 def _save_graph_ir(captured: Any, path: Path) -> None:
     graph_ir = ir.from_fx(captured.gm, captured.example_inputs)
     ir.save(graph_ir, path)
+
+
+# -- the run's event log (``events.jsonl``), read by ``python -m ember.dynamo report`` ------
+
+def _stack(frames: Any) -> list[dict[str, Any]]:
+    out = []
+    for fs in frames or ():
+        out.append({"file": getattr(fs, "filename", ""), "line": getattr(fs, "lineno", 0),
+                    "name": getattr(fs, "name", ""), "text": (getattr(fs, "line", "") or "").strip()})
+    return out
+
+
+def _ops(gm: Any) -> int:
+    return sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+
+
+def record_event(
+    base: str,
+    kind: str,
+    code: types.CodeType,
+    guarded: Any = None,
+    reason: str | None = None,
+    user_stack: Any = None,
+    folder: Path | None = None,
+) -> None:
+    """Append one capture event (capture, recompile, skip, cache_limit) to the run
+    folder's ``events.jsonl``: where (the code's name, file and first line), why, the
+    user's stack, and for a capture its graphs, breaks (with stacks), guards, dynamic
+    dimensions and debug folder. Never raises."""
+    try:
+        event: dict[str, Any] = {
+            "kind": kind, "time": time.time(), "code": code.co_name,
+            "file": code.co_filename, "line": code.co_firstlineno,
+            "reason": reason, "stack": _stack(user_stack),
+        }
+        if folder is not None:
+            event["folder"] = folder.name
+        if guarded is not None:
+            event["graphs"] = [{"ops": _ops(g.gm), "inputs": len(g.example_inputs)}
+                               for g in guarded.graphs]
+            event["breaks"] = [{"reason": b.reason, "stack": _stack(b.user_stack)}
+                               for b in guarded.graph_breaks]
+            event["guards"] = len(getattr(guarded.guard_set, "guards", ()) or ())
+            event["dynamic"] = list(guarded.dynamic)
+        with open(run_folder(base) / "events.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(event, default=str) + "\n")
+    except Exception:  # a debug aid must never break the compile
+        pass

@@ -39,12 +39,14 @@ from typing import Any
 import torch
 
 from ember.ir.cache_entry import paused_gc
+from ember.ir.debug import debug_dir_of
 from ember.ir.logs import reason as one_line
+from ember.ir.stages import stage
 
 from . import frame_cache, frame_hook, trace_rules
 from .cache import CacheTable, CodeCache, RecompileError, first_failure
 from .config import DynamoOptions
-from .debug_dir import frame_folder, name_backend_folder, write_frame
+from .debug_dir import frame_folder, name_backend_folder, record_event, write_frame
 from .distributed import split_at_ddp_buckets
 from .eager_fallback import LeavingGradMode, compile_or_eager, exit_grad_mode, turns_grad_on
 from .errors import Unsupported
@@ -207,7 +209,10 @@ class Runtime:
         guarded: Any = None,
         reason: str | None = None,
         user_stack: list[Any] | None = None,
+        folder: Path | None = None,
     ) -> None:
+        if self.options.debug_dir is not None:  # EMBER_COMPILE_DEBUG: the run's events.jsonl
+            record_event(self.options.debug_dir, kind, code, guarded, reason, user_stack, folder)
         listeners = self.state.listeners + self.listeners
         if listeners:
             event = CaptureEvent(self, kind, code, guarded, reason, user_stack)
@@ -264,6 +269,11 @@ class Runtime:
         """The backend, timed; inside a DDP forward, once per gradient bucket
         (``distributed.split_at_ddp_buckets``)."""
         start = time.perf_counter()
+        with stage("backend", folder=debug_dir_of(gm)):
+            return self._backend_compile(gm, example_inputs, start)
+
+    def _backend_compile(self, gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor],
+                         start: float) -> Any:
         if not torch.is_grad_enabled() and turns_grad_on(gm):
             # compiled under no_grad, a backend builds no backward, yet the ops after the
             # graph's `_set_grad_enabled(True)` must record history (a graph resumed inside
@@ -310,7 +320,7 @@ class Runtime:
         self.state.compiling += 1
         start = time.perf_counter()
         try:
-            with frame_hook.suspended():
+            with frame_hook.suspended(), stage("dynamo", label=cache.where(), folder=folder):
                 guarded = self._convert(state, self.compiler_for(folder), self.options, self)
         except Unsupported as exc:
             if self.options.fullgraph:
@@ -318,7 +328,7 @@ class Runtime:
             reason = str(exc)
             log_breaks.info("skipping %s, running it eagerly: %s", cache.where(), reason)
             cache.mark_eager(reason)
-            self.emit("skip", cache.code, None, reason, exc.user_stack)
+            self.emit("skip", cache.code, None, reason, exc.user_stack, folder=folder)
             return None
         except RecompileError:
             raise
@@ -334,7 +344,7 @@ class Runtime:
                 exc_info=exc if self.options.verbose or log_dynamo.isEnabledFor(logging.DEBUG) else None,
             )
             cache.mark_eager(reason)
-            self.emit("skip", cache.code, None, reason)
+            self.emit("skip", cache.code, None, reason, folder=folder)
             return None
         finally:
             self.state.compiling -= 1
@@ -353,7 +363,7 @@ class Runtime:
         if log_guards.isEnabledFor(logging.DEBUG):
             source = getattr(guarded.check_fn, "code", None)
             log_guards.debug("check function of %s:\n%s", cache.where(), source)
-        self.emit("capture", cache.code, guarded, None)
+        self.emit("capture", cache.code, guarded, None, folder=folder)
         frame_cache.remember(
             self.frames, cache.code, guarded, f_locals, fn.__globals__, cache.where(),
             self.compiler if folder is None else None,  # (a debug folder's compiler writes there)
@@ -367,7 +377,8 @@ class Runtime:
         self.state.compiling += 1
         start = time.perf_counter()
         try:
-            with frame_hook.suspended(), paused_gc():
+            with frame_hook.suspended(), paused_gc(), stage("dynamo.frame_cache",
+                                                             label=cache.where()):
                 guarded = frame_cache.attempt(
                     self.frames,
                     cache.code,

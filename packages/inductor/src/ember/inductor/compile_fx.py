@@ -26,6 +26,8 @@ from torch.utils._pytree import tree_unflatten
 from ember.ir.debug import debug_dir_of
 from ember.ir.logs import reason as one_line
 from ember.ir.logs import traceback_wanted
+from ember.ir.stages import record as record_stage
+from ember.ir.stages import stage
 from ember.ir.updates import input_updates_of
 
 from . import graph_cache
@@ -322,8 +324,12 @@ def _compile(
     key = graph_cache.graph_key(gm, example_inputs, key_fields) if opts.graph_cache else None
     art = graph_cache.lookup(opts.cache_dir, key) if key is not None else None
     hit = art is not None
+    folder = debug_dir_of(gm)
+    if key is not None:
+        record_stage(folder, stage="inductor.graph_cache", cache="hit" if hit else "miss")
     if art is None:
-        art = _generate(gm, example_inputs, opts, backend)
+        with stage("inductor.lower", folder=folder):
+            art = _generate(gm, example_inputs, opts, backend)
         if key is not None:
             graph_cache.store(opts.cache_dir, key, art)
     else:
@@ -338,9 +344,12 @@ def _compile(
         graph_cached=hit,
         kernel_suffix=backend.suffix,
     )
-    _emit_debug(report, opts, debug_dir_of(gm))
+    _emit_debug(report, opts, folder)
     stats = BuildStats()
-    kernels = backend.build(art.kernels(), stats)
+    with stage("inductor.build", folder=folder):
+        kernels = backend.build(art.kernels(), stats)
+    record_stage(folder, stage="inductor.kernels", kernels=len(art.kernel_sources),
+                 compiled=stats.compiled, cached=stats.cached, externs=len(art.externs))
     constants = {name: _attr(gm, target) for name, target in art.constant_targets.items()}
     code = _wrapper_code(art.wrapper_source)
 
