@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: environment check, import boundaries, ruff, mypy, pytest.
+# The whole test suite: environment check, import boundaries, a size report, ruff, mypy, pytest.
 # Sets the environment up first if needed (tools/setup.sh --no-demo), so it works
 # on a fresh clone. Extra arguments go to pytest. Slow tests run with EMBER_SLOW=1.
 set -euo pipefail
@@ -8,6 +8,7 @@ bash tools/setup.sh --no-demo
 VPY="${EMBER_VENV:-.venv}/bin/python"
 echo "[test] import boundaries"
 "$VPY" tools/check_imports.py
+"$VPY" tools/size_report.py  # growth, visible in every run (no limit enforced)
 echo "[test] ruff"
 "$VPY" -m ruff check packages integration_tests tools
 echo "[test] mypy"

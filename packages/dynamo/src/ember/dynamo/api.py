@@ -215,9 +215,11 @@ def wrap_target(target: Any, runtime: Runtime) -> Any:
     if isinstance(target, CompiledMethod):
         return CompiledMethod(target.__wrapped__, runtime, target.__self__)
     if isinstance(target, CompiledOptimizerStep):
-        return CompiledOptimizerStep(target.optimizer, runtime.compiler, runtime.options.cache_size_limit)
+        return CompiledOptimizerStep(target.optimizer, runtime.compiler, runtime.options.cache_size_limit,
+                                     runtime.state)
     if is_optimizer_step(target):
-        return CompiledOptimizerStep(target.__self__, runtime.compiler, runtime.options.cache_size_limit)
+        return CompiledOptimizerStep(target.__self__, runtime.compiler, runtime.options.cache_size_limit,
+                                     runtime.state)
     if isinstance(target, CompiledFunction):
         target = target.__wrapped__
     if getattr(target, "_ember_disabled", False):

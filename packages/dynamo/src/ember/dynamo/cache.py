@@ -131,10 +131,21 @@ class CacheTable:
 _ALL_TABLES: weakref.WeakSet[CacheTable] = weakref.WeakSet()
 
 
+#: Other holders of compiled entries (compiled optimizer steps) that ``reset()`` clears
+_OTHER_CACHES: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def register_cache(holder: Any) -> None:
+    """Have ``reset()`` call ``holder.clear()`` too (held weakly)."""
+    _OTHER_CACHES.add(holder)
+
+
 def clear_all() -> None:
     """Drop every cached entry of every runtime (``ember.dynamo.reset()``)."""
     for table in list(_ALL_TABLES):
         table.clear()
+    for holder in list(_OTHER_CACHES):
+        holder.clear()
 
 
 def first_failure(entries: list[Any], f_locals: dict[str, Any], f_globals: dict[str, Any]) -> str:

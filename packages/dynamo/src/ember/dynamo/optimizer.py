@@ -47,6 +47,7 @@ import torch.fx
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
+from .cache import RecompileError, register_cache
 from .frame import CompilerFn
 from .logs import get_logger
 from .optimizer_guards import compile_guards, step_locals
@@ -471,10 +472,13 @@ def _eager_foreach(group: dict[str, Any], optimizer: torch.optim.Optimizer) -> b
 class CompiledOptimizerStep:
     """What ``compile(optimizer.step)`` returns; call it as the step itself."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, compiler: CompilerFn, cache_size_limit: int) -> None:
+    def __init__(self, optimizer: torch.optim.Optimizer, compiler: CompilerFn, cache_size_limit: int,
+                 state: Any = None) -> None:
         self.optimizer = optimizer
         self._compiler = compiler
         self._limit = cache_size_limit
+        #: the runtime state whose stance and ``run()`` apply (``RuntimeState``), if any
+        self._state = state
         #: plan key -> compiled step (``None``: this layout runs eagerly)
         self.entries: dict[Any, Callable[..., Any] | None] = {}
         #: plan key -> the state entries that layout's step creates (a first step's)
@@ -484,6 +488,13 @@ class CompiledOptimizerStep:
         self._guarded: list[tuple[Any, _Plan, Callable[..., Any] | None]] = []
         hooked = torch.optim.Optimizer.profile_hook_step(self._core)
         self._step = hooked
+        register_cache(self)  # ember.dynamo.reset() forgets its compiled steps too
+
+    def clear(self) -> None:
+        """Forget every compiled layout (``ember.dynamo.reset()``)."""
+        self.entries.clear()
+        self._created.clear()
+        self._guarded.clear()
 
     @property
     def __func__(self) -> Callable[..., Any]:
@@ -509,6 +520,9 @@ class CompiledOptimizerStep:
             return self._eager("differentiable=True", closure)
         if getattr(optimizer, "grad_scale", None) is not None or getattr(optimizer, "found_inf", None) is not None:
             return self._eager("a GradScaler passes grad_scale/found_inf to the fused kernel", closure)
+        stance = getattr(self._state, "stance", "default")
+        if stance == "force_eager":
+            return self._eager("set_stance('force_eager')", closure)
         found = self._lookup(step_locals(optimizer))
         if found is None and init_state(optimizer):
             found = self._lookup(step_locals(optimizer))
@@ -519,6 +533,9 @@ class CompiledOptimizerStep:
             if not plan.params:
                 return self._eager("no parameter has a gradient", closure)
             if plan.key not in self.entries:
+                refused = self._refuse_compile(stance)
+                if refused is not None:
+                    return self._eager(refused, closure)
                 self.entries[plan.key] = self._compile(plan)
                 self._created[plan.key] = plan.created
             plan.created = self._created[plan.key]
@@ -530,6 +547,24 @@ class CompiledOptimizerStep:
             outputs = compiled(*plan.inputs(optimizer))
         if plan.created:
             plan.install(optimizer, outputs)
+        return None
+
+    def _refuse_compile(self, stance: str) -> str | None:
+        """Why this new layout must not be compiled now (``run()``, a recompile under
+        ``eager_on_recompile``), None to compile it; raises under ``fail_on_recompile``, as
+        every other compiled callable does."""
+        if getattr(self._state, "run_only", 0):
+            return "ember.dynamo.run(): cached steps only"
+        if not self.entries:
+            return None  # the first compile is not a recompile
+        if stance == "eager_on_recompile":
+            return "set_stance('eager_on_recompile')"
+        if stance == "fail_on_recompile":
+            why = next((r for r in self.explain() if r), "its parameters or state changed")
+            raise RecompileError(
+                f"ember.dynamo: recompile of the optimizer step of {type(self.optimizer).__name__} "
+                f"forbidden by set_stance('fail_on_recompile'); the compiled step no longer "
+                f"applies because {why}. Call set_stance('default') to allow it.")
         return None
 
     def _lookup(self, values: dict[str, Any]) -> tuple[_Plan, Callable[..., Any] | None] | None:
