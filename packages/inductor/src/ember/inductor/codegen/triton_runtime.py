@@ -116,7 +116,8 @@ def load_module(source: str, cache_dir: str, device: torch.device) -> tuple[type
 
 
 def _interpret(module: types.ModuleType) -> None:
-    """Rebind the module's kernels to Triton's interpreter and its ``libdevice`` to numpy."""
+    """Rebind the module's kernels to Triton's interpreter, its ``libdevice`` to numpy, and
+    its ``range`` to :func:`interpreted_range`."""
     from triton.runtime.interpreter import InterpretedFunction
 
     from . import triton_libdevice
@@ -126,6 +127,31 @@ def _interpret(module: types.ModuleType) -> None:
         if raw is not None and callable(raw) and type(value).__name__ in ("JITFunction", "InterpretedFunction"):
             setattr(module, name, InterpretedFunction(raw))
     module.libdevice = triton_libdevice  # type: ignore[attr-defined]
+    module.range = interpreted_range  # type: ignore[attr-defined]
+
+
+def _scalar(value: Any) -> Any:
+    """A scalar kernel argument as a Python int: Triton's interpreter holds each one as a
+    one-element numpy array (``tl.tensor`` around ``np.array([n])``)."""
+    handle = getattr(value, "handle", None)
+    data = getattr(handle, "data", None)
+    if data is not None and getattr(data, "size", 0) == 1:
+        return data.reshape(()).item()
+    return value
+
+
+def interpreted_range(*args: Any) -> range:
+    """``range`` in an interpreted kernel's body (a looped reduction's
+    ``for r0offset in range(0, r0numel, RBLOCK)``).
+
+    Python's ``range`` calls ``__index__`` on ``r0numel``, which Triton 3.6's interpreter
+    defines as ``int(self.handle.data)`` of a one-element 1-D array; NumPy deprecated that
+    conversion in 1.25 and refuses it from 2.4 (``TypeError: only 0-dimensional arrays can
+    be converted to Python scalars``), so every looped kernel failed with Triton 3.6 and
+    NumPy 2.4/2.5 (the GPU image's pair). Triton 3.8 squeezes the array first. The kernel
+    module's globals are what the interpreter runs its body in, so this name shadows the
+    builtin there only; a compiled kernel never sees it."""
+    return range(*(_scalar(a) for a in args))
 
 
 #: int32 indices hold up to here; a symbolic kernel's ``_i64`` variant runs beyond it
