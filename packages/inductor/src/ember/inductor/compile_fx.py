@@ -58,6 +58,8 @@ class CompileReport:
     graph_cached: bool = False
     #: file suffix of the kernel sources (``cpp``; ``py`` for Triton)
     kernel_suffix: str = "cpp"
+    #: the graph's sizes are symbolic: its kernels take them as arguments (ADR 0021, 0050)
+    symbolic: bool = False
 
 
 class CompiledGraph:
@@ -361,6 +363,7 @@ def _compile(
         wrapper_source=art.wrapper_source,
         graph_cached=hit,
         kernel_suffix=backend.suffix,
+        symbolic=art.symbolic,
     )
     _emit_debug(report, opts, debug_dir_of(gm))
     stats = BuildStats()
