@@ -269,6 +269,9 @@ def sweep_symbolic(op: Any, dtype: torch.dtype, max_samples: int, backend: str =
         ed.reset()
     if not seen:
         return "skip", "no graph captured"
+    seen = [c for c in seen if c.report.eager_reason != "graph has no operations"]  # views
+    if not seen:
+        return "skip", "no ATen ops (pure view of an input)"
     for c in seen:
         assert isinstance(c, CompiledGraph), f"graph ran eagerly: {c.report.eager_reason}"
     if not any(c.report.symbolic for c in seen):
