@@ -224,7 +224,9 @@ def _grown(x: Any) -> Any:
     return x.repeat(*(2 if n >= 2 else 1 for n in x.shape))
 
 
-def sweep_symbolic(op: Any, dtype: torch.dtype, max_samples: int, backend: str = "triton") -> tuple[str, str]:
+def sweep_symbolic(
+    op: Any, dtype: torch.dtype, max_samples: int, backend: str = "triton", device: str = "cpu"
+) -> tuple[str, str]:
     """The op's samples captured by ember.dynamo with ``dynamic=True`` and compiled with
     symbolic sizes, run at the samples' sizes and again with every dim of 2 or more doubled,
     compared with eager both times. ('lowered'|'fallback'|'skip', detail); raises
@@ -232,12 +234,12 @@ def sweep_symbolic(op: Any, dtype: torch.dtype, max_samples: int, backend: str =
     import ember.dynamo as ed
     import ember.inductor.backends as backends
 
-    if dtype not in op.supported_dtypes("cpu"):
+    if dtype not in op.supported_dtypes(device):
         return "skip", "dtype not supported by the op"
     try:
         # samples with a dim of 2 or more (sizes 0 and 1 are specialized, not symbolic)
         samples = [
-            s for s in op.sample_inputs("cpu", dtype, requires_grad=False)
+            s for s in op.sample_inputs(device, dtype, requires_grad=False)
             if isinstance(s.input, torch.Tensor) and any(n >= 2 for n in s.input.shape)
         ][:max_samples]
     except Exception as e:

@@ -36,7 +36,7 @@ class Builder:
         self.inputs: list[Any] = []
         self.syms: dict[str, Any] = {}
 
-    def input(self, name: str, sizes: list[Any], hints: dict[str, int]) -> fx.Node:
+    def input(self, name: str, sizes: list[Any], hints: dict[str, int], device: str = "cpu") -> fx.Node:
         for n, h in hints.items():
             self.syms.setdefault(n, self.env.new_symbol(h))
         shape = [self.syms[s] if isinstance(s, str) else s for s in sizes]
@@ -45,7 +45,7 @@ class Builder:
         for s in reversed(shape):
             strides.insert(0, acc)
             acc = acc * s
-        fake = self.env.fake_tensor(self.mode, shape, strides, torch.float32, torch.device("cpu"))
+        fake = self.env.fake_tensor(self.mode, shape, strides, torch.float32, torch.device(device))
         node = self.graph.placeholder(name)
         node.meta["val"] = fake
         self.inputs.append(fake)
