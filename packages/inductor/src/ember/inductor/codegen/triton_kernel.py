@@ -58,7 +58,7 @@ from triton.language.extra import libdevice
 
 def _numel(sizes: Sequence[Size]) -> Size:
     if all(isinstance(s, int) for s in sizes):
-        return math.prod(sizes)  # type: ignore[arg-type]
+        return math.prod(sizes)
     return product(sizes)
 
 
