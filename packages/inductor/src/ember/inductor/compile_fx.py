@@ -31,6 +31,7 @@ from .codegen.backend import Backend, BuildStats, KernelSource
 from .codegen.registry import backend_for
 from .codegen.wrapper_runtime import namespace
 from .cudagraphs import CudaGraphCall, mutated_inputs, refusal
+from .dynamic_floats import floats_as_tensors
 from .errors import InputMismatchError
 from .fx_util import attr_value, graph_device, op_name
 from .graph_cache import GraphArtifact
@@ -313,6 +314,7 @@ def compile_graph(
     gm = _as_graph_module(graph)
     device = graph_device(example_inputs)
     backend = backend_for(device, opts)
+    gm = floats_as_tensors(gm)  # dynamic floats read from their 0-d tensors (ADR 0055)
     reason = _eager_reason(gm, example_inputs, backend)
     if reason is not None:
         perf_hints.info("running graph eagerly: %s", reason)
