@@ -12,3 +12,7 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("EMBER_STRICT", "1")
+# Triton kernels on CPU tensors (``cpu_backend="triton"``) run in Triton's interpreter, which
+# works only if this is set before triton is first imported (torch may import it early);
+# the GPU checks run their CUDA tests with TRITON_INTERPRET=0 (tools/gpu_check.sh).
+os.environ.setdefault("TRITON_INTERPRET", "1")

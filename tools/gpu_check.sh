@@ -17,6 +17,12 @@
 #   bw       tools/bench_bandwidth.py: pointwise kernels against the copy bandwidth
 #   direct   EMBER_TRITON_DIRECT_LAUNCH=1 (launches skipping JITFunction.run, off by default
 #            until checked here): test_cuda.py, then the bench's many-kernel workloads
+#   dynamic  symbolic sizes on CUDA (issue 32, ADR 0050; under 3 minutes on an H100):
+#            test_cuda.py's symbolic tests (a GPT block at six lengths compiled at most twice
+#            and equal to eager, inference and training; the reduction variants across the
+#            persistent/looped boundary; the symbolic OpInfo sweep), then the bench's
+#            gpt_block_6len row (six lengths in rotation) next to torch.compile (its
+#            graphs/recomp columns: 1 + 1 recompile; 'beside': eager timed in the same process)
 # GPU_CHECK_SAMPLES (default 2), GPU_CHECK_OPS (op names) and GPU_CHECK_WORKLOADS narrow the
 # opinfo and bench parts; GPU_CHECK_REPEATS sets the bench's repeats (default 5);
 # GPU_CHECK_TESTS_TIMEOUT and GPU_CHECK_OPINFO_TIMEOUT cap those parts (seconds).
@@ -49,7 +55,7 @@ fi
 export PYTHONUNBUFFERED=1
 export EMBER_CACHE_DIR=/tmp/ember-cache
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(env tests opinfo bench ro bw)
+[ ${#parts[@]} -eq 0 ] && parts=(env tests opinfo bench ro bw dynamic)
 status=0
 for part in "${parts[@]}"; do
     echo "=== $part ($(date -u +%H:%M:%S))"
@@ -94,8 +100,16 @@ for part in "${parts[@]}"; do
                 --compilers ember-inductor,torch-inductor --json "$OUTDIR/bench_direct.json" 2>&1 \
                 | tee "$OUTDIR/bench_direct.txt" | tail -20 || status=1
             ;;
+        dynamic)
+            TRITON_INTERPRET=0 timeout "${GPU_CHECK_DYNAMIC_TIMEOUT:-300}" python3 -m pytest -q -p no:cacheprovider \
+                -p no:randomly packages/inductor/tests/test_cuda.py -k "symbolic" 2>&1 \
+                | tee "$OUTDIR/cuda_dynamic_tests.txt" | grep -E "^(FAILED|ERROR|E  )|passed|failed" | head -60 || status=1
+            timeout "${GPU_CHECK_DYNAMIC_BENCH_TIMEOUT:-240}" python3 tools/bench.py --device cuda --no-warm \
+                --repeats "${GPU_CHECK_REPEATS:-3}" --workloads gpt_block_6len --compilers ember-inductor,torch-inductor \
+                --json "$OUTDIR/bench_dynamic.json" 2>&1 | tee "$OUTDIR/bench_dynamic.txt" | tail -20 || status=1
+            ;;
         *)
-            echo "unknown part: $part (env, opinfo, tests, bench, bw, ro, direct)"
+            echo "unknown part: $part (env, opinfo, tests, bench, bw, ro, direct, dynamic)"
             status=2
             ;;
     esac

@@ -216,6 +216,20 @@ def _gpt_block(device: str) -> Case:
     return _module_case(model, [(torch.randn(8, 64, 128, device=device),)], False, device)
 
 
+#: sequence lengths of ``gpt_block_6len``, in the order they are called
+DYNAMIC_LENGTHS = (64, 48, 56, 40, 32, 24)
+
+
+def _gpt_block_6len(device: str) -> Case:
+    """The GPT block called at six sequence lengths in rotation: with the default
+    ``dynamic=None`` the second length recompiles into a graph with a symbolic length,
+    which serves the other four (compiled, not eager, on each device: ADR 0021, 0050)."""
+    torch.manual_seed(0)
+    model = GPTBlock(128, 4, 64, dropout=0.0)
+    inputs = [(torch.randn(8, t, 128, device=device),) for t in DYNAMIC_LENGTHS]
+    return _module_case(model, inputs, False, device)
+
+
 def _graph_break(device: str) -> Case:
     torch.manual_seed(0)
     case = _module_case(TwoBlocksWithPrint(), [(torch.randn(8, 64, 128, device=device),)], False, device)
@@ -251,6 +265,13 @@ for _w in (
         _gpt_block,
         quick=False,
         suite=False,
+    ),
+    Workload(
+        "gpt_block_6len",
+        "GPT block d=128 h=4, batch 8, inference at seq 64/48/56/40/32/24 in rotation "
+        "(dynamic shapes: one static and one symbolic graph)",
+        _gpt_block_6len,
+        quick=False,
     ),
     Workload("tiny_add", "x + y on 4-element tensors: per-call overhead", _tiny_add),
 ):

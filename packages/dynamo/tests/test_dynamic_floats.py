@@ -255,8 +255,10 @@ def test_aotgrad_traces_a_dynamic_float_once_as_a_tensor_input() -> None:
 
 def test_inductor_runs_a_dynamic_float_graph_eagerly_with_a_reason(
         caplog: pytest.LogCaptureFixture) -> None:
+    # ``alpha`` has no tensor form (ember.inductor compiles the float's arithmetic and
+    # comparison operands: integration_tests/test_dynamic_floats_compiled.py, ADR 0055)
     def f(x: torch.Tensor, t: float) -> torch.Tensor:
-        return x * t + 1.0
+        return torch.add(x, x, alpha=t) + 1.0
 
     compiled = ed.compile(f, backend="inductor")
     x = torch.rand(8)

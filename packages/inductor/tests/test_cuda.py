@@ -80,6 +80,100 @@ def test_ember_dynamo_end_to_end_on_cuda(tmp_path: Any, monkeypatch: pytest.Monk
     assert model.qkv.weight.grad is not None
 
 
+# -- symbolic sizes (ADR 0050): compiled Triton kernels taking sizes as arguments ------------
+
+
+def _six_lengths(model: nn.Module, lengths: tuple[int, ...], train: bool, monkeypatch: Any) -> tuple[int, list[Any]]:
+    """``model`` through ember.dynamo (default ``dynamic=None``) at each length, against a
+    copy run eagerly (outputs, and gradients when ``train``); (frames compiled, graphs)."""
+    import copy
+
+    import ember.dynamo as ed
+    import ember.inductor.backends as backends
+    from ember.dynamo.testing import CompileCounterWithBackend
+
+    seen: list[Any] = []
+    real = backends.compile_graph
+
+    def spy(gm: Any, inputs: Any, options: Any = None, **kw: Any) -> Any:
+        seen.append(real(gm, inputs, options, **kw))
+        return seen[-1]
+
+    monkeypatch.setattr(backends, "compile_graph", spy)
+    ed.reset()
+    ref = copy.deepcopy(model)
+    cnt = CompileCounterWithBackend(make_backend(InductorOptions(fallback_on_error=False)))
+    compiled = ed.compile(model, backend=cnt)
+    for t in lengths:
+        x = torch.randn(2, t, 64, device=DEV)
+        with torch.set_grad_enabled(train):
+            got, want = compiled(x), ref(x)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        if train:
+            grad = torch.randn_like(got)
+            got.backward(grad)
+            want.backward(grad)
+            for (n, p), q in zip(model.named_parameters(), ref.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-3, msg=lambda m, n=n: f"{n}: {m}")
+            model.zero_grad(set_to_none=True)
+            ref.zero_grad(set_to_none=True)
+    ed.reset()
+    return cnt.frame_count, seen
+
+
+def test_six_lengths_compile_twice_with_symbolic_triton_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    frames, seen = _six_lengths(Block().to(DEV).eval(), (8, 11, 16, 23, 30, 37), False, monkeypatch)
+    assert frames <= 2
+    _all_compiled(seen)
+    assert any(g.report.symbolic for g in seen)  # the recompiled graph: a symbolic length
+
+
+def test_training_at_growing_lengths_with_symbolic_triton_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("ember.aotgrad")
+    torch.manual_seed(0)
+    frames, seen = _six_lengths(Block().to(DEV).train(), (8, 12, 19, 33), True, monkeypatch)
+    assert frames <= 2
+    _all_compiled(seen)
+    assert any(g.report.symbolic for g in seen)
+
+
+def test_symbolic_reduction_variants_and_int64_bound_on_cuda(tmp_path: Any) -> None:
+    """One symbolic graph at sizes on both sides of the persistent/looped boundary."""
+    from test_symbolic import Builder, aten
+
+    b = Builder()
+    x = b.input("x", ["a", "b"], {"a": 4, "b": 6}, device=DEV)
+    gm = b.module(
+        b.call(aten.sum.dim_IntList, b.call(aten.mul.Tensor, x, 2.0), [1]),
+        b.call(aten.amax.default, x, [0]),
+    )
+    from ember.inductor import compile_graph
+
+    c = compile_graph(gm, b.inputs, _opts(tmp_path, graph_cache=False))
+    assert isinstance(c, CompiledGraph), c.report.eager_reason
+    for shape in [(4, 6), (9, 17), (3, 2000), (5, 1025), (1000, 3)]:
+        t = torch.randn(*shape, device=DEV)
+        got = c(t)
+        torch.testing.assert_close(got[0], (t * 2).sum(1))
+        torch.testing.assert_close(got[1], t.amax(0))
+
+
+def test_opinfo_symbolic_sweep_on_cuda() -> None:
+    """The default symbolic OpInfo sweep (``test_opinfo.py``) on CUDA tensors."""
+    import test_opinfo
+
+    failures = []
+    for op in test_opinfo.TRITON_OPS:
+        if op.name not in test_opinfo.TRITON_SYMBOLIC_FAST:
+            continue
+        try:
+            test_opinfo.sweep_symbolic(op, torch.float32, 2, device=DEV)
+        except Exception as e:
+            failures.append(f"{test_opinfo._variant_name(op)}: {type(e).__name__}: {str(e)[:200]}")
+    assert not failures, failures
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_kernels(dtype: torch.dtype, reports: list[Any], tmp_path: Any) -> None:
     x = torch.randn(64, 257, device=DEV, dtype=dtype)

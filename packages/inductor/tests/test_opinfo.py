@@ -39,7 +39,7 @@ from torch.utils._pytree import tree_flatten
 from ember.inductor import CompiledGraph, InductorOptions, compile_graph
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from opinfo_graphs import graph_fn
+from opinfo_graphs import dynamo_graph_fn, graph_fn
 
 DTYPES = (torch.float32, torch.int64)
 CACHE = os.environ.get(
@@ -213,6 +213,118 @@ def test_opinfo_triton_fast(op: Any) -> None:
 @pytest.mark.parametrize("op", TRITON_OPS, ids=_variant_name)
 def test_opinfo_triton_full(op: Any) -> None:
     _run(op, torch.float32, samples=8, backend="triton")
+
+
+def _grown(x: Any) -> Any:
+    """``x`` with every dim of 2 or more doubled (``repeat``): the samples at a second size.
+    Sizes 0 and 1 stay (a symbolic graph specializes them), equal sizes stay equal, so
+    broadcasting and the ops' arguments still fit."""
+    if not isinstance(x, torch.Tensor) or x.dim() == 0:
+        return x
+    return x.repeat(*(2 if n >= 2 else 1 for n in x.shape))
+
+
+def sweep_symbolic(
+    op: Any, dtype: torch.dtype, max_samples: int, backend: str = "triton", device: str = "cpu"
+) -> tuple[str, str]:
+    """The op's samples captured by ember.dynamo with ``dynamic=True`` and compiled with
+    symbolic sizes, run at the samples' sizes and again with every dim of 2 or more doubled,
+    compared with eager both times. ('lowered'|'fallback'|'skip', detail); raises
+    AssertionError on a mismatch or when a graph ran eagerly."""
+    import ember.dynamo as ed
+    import ember.inductor.backends as backends
+
+    if dtype not in op.supported_dtypes(device):
+        return "skip", "dtype not supported by the op"
+    try:
+        # samples with a dim of 2 or more (sizes 0 and 1 are specialized, not symbolic)
+        samples = [
+            s for s in op.sample_inputs(device, dtype, requires_grad=False)
+            if isinstance(s.input, torch.Tensor) and any(n >= 2 for n in s.input.shape)
+        ][:max_samples]
+    except Exception as e:
+        return "skip", f"no samples: {type(e).__name__}"
+    fn, tensors = dynamo_graph_fn(op, samples)
+    if not tensors:
+        return "skip", "no samples with top-level tensor arguments"
+    grown = [_grown(t) for t in tensors]
+    try:
+        expected = [fn(*tensors), fn(*grown)]
+    except Exception as e:
+        return "skip", f"no eager result at doubled sizes: {type(e).__name__}"
+    seen: list[Any] = []
+    real = backends.compile_graph
+
+    def spy(gm: Any, inputs: Any, options: Any = None, **kw: Any) -> Any:
+        compiled = real(gm, inputs, options, **kw)
+        seen.append(compiled)
+        return compiled
+
+    ed.reset()
+    opts = InductorOptions(cache_dir=CACHE, fallback_on_error=False, cpu_backend=backend)
+    compiled_fn = ed.compile(fn, backend=backends.make_backend(opts), dynamic=True)
+    backends.compile_graph = spy
+    try:
+        got = [compiled_fn(*tensors), compiled_fn(*grown)]
+    finally:
+        backends.compile_graph = real
+        ed.reset()
+    if not seen:
+        return "skip", "no graph captured"
+    seen = [c for c in seen if c.report.eager_reason != "graph has no operations"]  # views
+    if not seen:
+        return "skip", "no ATen ops (pure view of an input)"
+    for c in seen:
+        assert isinstance(c, CompiledGraph), f"graph ran eagerly: {c.report.eager_reason}"
+    if not any(c.report.symbolic for c in seen):
+        return "skip", "no symbolic sizes (every size specialized)"
+    fallbacks = sorted({f for c in seen for f in c.report.fallbacks})
+    for want, have in zip(expected, got):
+        exp_flat, got_flat = tree_flatten(want)[0], tree_flatten(have)[0]
+        assert len(exp_flat) == len(got_flat)
+        for e, g in zip(exp_flat, got_flat):
+            if isinstance(e, torch.Tensor):
+                torch.testing.assert_close(g, e, equal_nan=True, check_stride=False)
+            else:
+                assert g == e
+    if fallbacks:
+        return "fallback", ",".join(fallbacks)
+    return "lowered", f"{len(samples)} samples, {len(seen)} graphs"
+
+
+#: the ops of the default symbolic sweep (pointwise of each kind, every reduction kind)
+TRITON_SYMBOLIC_FAST = {
+    "add", "mul", "div", "exp", "tanh", "atan2", "remainder", "floor_divide", "maximum", "eq",
+    "sum", "prod", "mean", "amax", "argmin", "var", "all",
+}
+
+
+def _run_symbolic(op: Any, samples: int) -> None:
+    key = (_variant_name(op), "float32")
+    known = _known_failures("triton_symbolic").get(key)
+    try:
+        status, detail = sweep_symbolic(op, torch.float32, samples)
+    except (AssertionError, Exception) as e:
+        if known:
+            pytest.xfail(known)
+        raise AssertionError(f"{key}: {type(e).__name__}: {str(e)[:500]}") from e
+    if known:
+        pytest.fail(f"{key} is listed as a known failure ({known}) but passed: remove it from the list")
+    if status != "lowered":
+        pytest.skip(f"{status}: {detail}")
+
+
+@pytest.mark.parametrize(
+    "op", [op for op in TRITON_OPS if op.name in TRITON_SYMBOLIC_FAST], ids=_variant_name
+)
+def test_opinfo_triton_symbolic_fast(op: Any) -> None:
+    _run_symbolic(op, samples=2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op", TRITON_OPS, ids=_variant_name)
+def test_opinfo_triton_symbolic_full(op: Any) -> None:
+    _run_symbolic(op, samples=6)
 
 
 def main(argv: list[str]) -> None:

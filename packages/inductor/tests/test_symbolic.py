@@ -10,6 +10,7 @@ compared with eager at several sizes; kernels must take the sizes as
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +36,7 @@ class Builder:
         self.inputs: list[Any] = []
         self.syms: dict[str, Any] = {}
 
-    def input(self, name: str, sizes: list[Any], hints: dict[str, int]) -> fx.Node:
+    def input(self, name: str, sizes: list[Any], hints: dict[str, int], device: str = "cpu") -> fx.Node:
         for n, h in hints.items():
             self.syms.setdefault(n, self.env.new_symbol(h))
         shape = [self.syms[s] if isinstance(s, str) else s for s in sizes]
@@ -44,7 +45,7 @@ class Builder:
         for s in reversed(shape):
             strides.insert(0, acc)
             acc = acc * s
-        fake = self.env.fake_tensor(self.mode, shape, strides, torch.float32, torch.device("cpu"))
+        fake = self.env.fake_tensor(self.mode, shape, strides, torch.float32, torch.device(device))
         node = self.graph.placeholder(name)
         node.meta["val"] = fake
         self.inputs.append(fake)
@@ -115,19 +116,32 @@ def test_non_contiguous_input_is_copied_into_the_compiled_layout(tmp_path: Any) 
     torch.testing.assert_close(compiled(t)[0], t.relu())
 
 
-def test_triton_backend_runs_symbolic_graphs_eagerly_with_a_reason(tmp_path: Any) -> None:
+def test_triton_kernels_take_sizes_as_arguments(tmp_path: Any) -> None:
+    """The Triton backend compiles a symbolic graph once (ADR 0050): element counts and size
+    symbols are kernel arguments, a reduction has a looped and a persistent variant chosen
+    per call, and every size matches eager, across the persistent/looped boundary too."""
     pytest.importorskip("triton")
     b = Builder()
     x = b.input("x", ["a", "b"], {"a": 4, "b": 6})
-    gm = b.module(b.call(aten.sum.dim_IntList, b.call(aten.mul.Tensor, x, 2.0), [1]))
-    options = InductorOptions(cache_dir=str(tmp_path), graph_cache=False, cpu_backend="triton")
-    compiled = compile_graph(gm, b.inputs, options)
-    assert compiled.report.eager_reason == (
-        "input 0 has symbolic sizes; the Triton backend compiles static sizes only"
+    y = b.call(aten.mul.Tensor, x, 2.0)
+    s = b.call(aten.sum.dim_IntList, y, [1])
+    mean = b.call(aten.mean.dim, x, [1], True)
+    t_ = b.call(aten.permute.default, b.call(aten.sub.Tensor, x, mean), [1, 0])
+    gm = b.module(s, b.call(aten.add.Tensor, t_, 1.0), b.call(aten.amax.default, x, [0]))
+    options = InductorOptions(
+        cache_dir=str(tmp_path), graph_cache=False, cpu_backend="triton", fallback_on_error=False
     )
-    for shape in [(4, 6), (3, 5)]:
+    compiled = compile_graph(gm, b.inputs, options)
+    assert compiled.report.eager_reason is None
+    sources = "\n".join(compiled.report.kernel_sources.values())
+    assert "def kernel_persistent(" in sources and "for r0offset in range(0, r0numel, RBLOCK)" in sources
+    assert re.search(r"def kernel\([^)]*\bs1\b", sources)  # a size symbol is an argument
+    for shape in [(4, 6), (2, 3), (9, 17), (33, 5), (3, 2000), (5, 1025)]:
         t = torch.randn(*shape)
-        torch.testing.assert_close(compiled(t)[0], (t * 2).sum(1))
+        got = compiled(t)
+        torch.testing.assert_close(got[0], (t * 2).sum(1))
+        torch.testing.assert_close(got[1], (t - t.mean(1, keepdim=True)).t() + 1)
+        torch.testing.assert_close(got[2], t.amax(0))
 
 
 def test_a_decomposed_op_reads_its_symbolic_size_argument_on_every_call(tmp_path: Any) -> None:

@@ -296,3 +296,22 @@ def test_opinfo_kernels_compile_for_sm90() -> None:
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert ", failed 0," in run.stdout
+
+
+def test_interpreted_loops_take_scalar_arguments_as_numpy_holds_them() -> None:
+    """Triton 3.6's interpreter holds a scalar kernel argument as a one-element 1-D array and
+    its ``__index__`` is ``int()`` of that array, which NumPy refuses from 2.4: every looped
+    reduction (``range(0, r0numel, RBLOCK)``) failed with the GPU image's Triton 3.6 and
+    NumPy 2.5. Interpreted kernel modules get a ``range`` that reads the element itself."""
+    import numpy as np
+    from triton.runtime.interpreter import _implicit_cvt
+
+    from ember.inductor.codegen.triton_runtime import interpreted_range
+
+    scalar = _implicit_cvt(10)  # what the interpreter passes for r0numel=10
+    assert scalar.handle.data.shape == (1,)
+    if tuple(int(v) for v in np.__version__.split(".")[:2]) >= (2, 4):
+        with pytest.raises(TypeError, match="0-dimensional"):
+            int(scalar.handle.data)  # Triton 3.6's __index__
+    assert list(interpreted_range(0, scalar, 4)) == [0, 4, 8]
+    assert list(interpreted_range(3)) == [0, 1, 2]

@@ -35,6 +35,7 @@ from .codegen.backend import Backend, BuildStats, KernelSource
 from .codegen.registry import backend_for
 from .codegen.wrapper_runtime import in_layout, namespace
 from .cudagraphs import CudaGraphCall, mutated_inputs, refusal
+from .dynamic_floats import floats_as_tensors
 from .errors import InputMismatchError
 from .fx_util import attr_value, graph_device, op_name
 from .graph_cache import GraphArtifact
@@ -62,6 +63,8 @@ class CompileReport:
     graph_cached: bool = False
     #: file suffix of the kernel sources (``cpp``; ``py`` for Triton)
     kernel_suffix: str = "cpp"
+    #: the graph's sizes are symbolic: its kernels take them as arguments (ADR 0021, 0050)
+    symbolic: bool = False
 
 
 class CompiledGraph:
@@ -289,6 +292,7 @@ def compile_graph(
     gm = _as_graph_module(graph)
     device = graph_device(example_inputs)
     backend = backend_for(device, opts)
+    gm = floats_as_tensors(gm)  # dynamic floats read from their 0-d tensors (ADR 0055)
     reason = _eager_reason(gm, example_inputs, backend)
     if reason is not None:
         perf_hints.info("running graph eagerly: %s", reason)
@@ -343,6 +347,7 @@ def _compile(
         wrapper_source=art.wrapper_source,
         graph_cached=hit,
         kernel_suffix=backend.suffix,
+        symbolic=art.symbolic,
     )
     _emit_debug(report, opts, folder)
     stats = BuildStats()

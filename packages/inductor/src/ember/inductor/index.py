@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import sympy
 
-from .sizes import Size, as_size, provably
+from .sizes import Size, as_size, is_size_symbol, provably
 
 
 class FloorDiv(sympy.Function):  # type: ignore[misc]
@@ -168,8 +168,8 @@ def upper_bound(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, Size]) -> Size |
         return int(expr)
     if expr.is_Symbol:
         size = ranges.get(expr)
-        if size is None:
-            return None
+        if size is None:  # a size symbol (a stride, an offset) is its own bound
+            return expr if is_size_symbol(expr) else None
         return max(size - 1, 0) if isinstance(size, int) else as_size(size - 1)
     if expr.is_Add:
         total: Size = 0
@@ -181,8 +181,18 @@ def upper_bound(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, Size]) -> Size |
         return as_size(total) if isinstance(total, sympy.Basic) else total
     if expr.is_Mul:
         coeff, rest = expr.as_coeff_Mul()
+        if not coeff.is_Integer or int(coeff) < 0:
+            return None
+        if rest.is_Mul:  # a product of non-negative factors (``s1*x0``): of their bounds
+            prod: Size = int(coeff)
+            for factor in rest.args:
+                fb = upper_bound(factor, ranges)
+                if fb is None or not provably(sympy.sympify(fb) >= 0):
+                    return None
+                prod = prod * fb
+            return as_size(prod) if isinstance(prod, sympy.Basic) else prod
         b = upper_bound(rest, ranges)
-        if not coeff.is_Integer or int(coeff) < 0 or b is None:
+        if b is None:
             return None
         return int(coeff) * b if isinstance(b, int) else as_size(int(coeff) * b)
     if isinstance(expr, FloorDiv) and expr.args[1].is_Integer:

@@ -38,7 +38,8 @@ class TritonBackend:
     #: scheduler keeps none: every such buffer is a graph buffer
     private_bytes = 0
     welford = True
-    symbolic_sizes = False
+    #: kernels take element counts and size symbols as arguments (ADR 0050)
+    symbolic_sizes = True
 
     def __init__(self, options: InductorOptions, device: torch.device) -> None:
         self.options = options
@@ -67,12 +68,19 @@ class TritonBackend:
         )
 
     def call(self, name: str, kernel: KernelSource) -> str:
-        args = [*kernel.args, *(str(n) for n in kernel.meta["numels"])]
+        """``kernel3(buf0, buf1, s0*s1, 64, s1)``: the buffers, the element counts (expressions
+        of the size symbols the wrapper bound for this call), the size arguments, and where
+        int32 indexing holds only for some sizes, the largest index for these sizes."""
+        args = [*kernel.args, *(str(n) for n in kernel.meta["numels"]), *kernel.sizes]
+        if "index_bound" in kernel.meta:
+            args.append(kernel.meta["index_bound"])
         return f"{name}({', '.join(args)})"
 
     def allocate(self, layout: Layout) -> str:
+        from .pysize import pysizes
+
         device = "" if self.device.type == "cpu" else ", device=_device"
-        return f"empty_strided({layout.size}, {layout.stride}, dtype={layout.dtype}{device})"
+        return f"empty_strided({pysizes(layout.size)}, {pysizes(layout.stride)}, dtype={layout.dtype}{device})"
 
     def extern_name(self, op_name: str) -> str | None:
         return TEMPLATE_OPS.get(op_name) if self.max_autotune else None

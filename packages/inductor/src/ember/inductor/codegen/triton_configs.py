@@ -16,6 +16,9 @@ from typing import Any
 
 import torch
 
+#: Largest inner range a reduction keeps in one block (no loop over chunks).
+PERSISTENT_RNUMEL = 1024
+
 
 @dataclass(frozen=True)
 class Config:

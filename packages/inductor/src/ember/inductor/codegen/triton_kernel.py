@@ -17,12 +17,25 @@ Three skeletons, chosen from the plan:
 Sizes come from the plan (its merged loops); the element counts are kernel
 arguments, so the launch grid is computed from sizes at call time. Indices are
 int32 unless an address or element count can reach 2**31.
+
+Symbolic sizes (ADR 0050): the size symbols the body reads (``s0``, a stride
+``s3``) are kernel arguments after the element counts, and the wrapper passes
+the counts as expressions of them (``s0*s1``). What only a size can decide is
+decided per call, from *variants* of one kernel in one module: ``kernel`` (looped
+over ``RBLOCK`` chunks, or pointwise) and ``kernel_persistent`` (the whole inner
+range in one block, ``RBLOCK`` the next power of two of it), each with an
+``_i64`` twin where an address can reach 2**31 at some sizes but not others.
+The launcher picks the variant and the block sizes from the call's element
+counts rounded up to powers of two (a size bucket), so a new size never
+generates or recompiles anything ember owns.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import sympy
 import torch
@@ -30,12 +43,12 @@ import torch
 from ..index import affine_coefficients, upper_bound
 from ..ir import Reduction
 from ..kernel_plan import KernelPlan, Loop, SchedNode
+from ..sizes import Size, as_size, product
 from .backend import KernelSource
-from .triton_ops import Scope, TritonKernel, TritonOps, TVar
+from .pysize import pyexpr
+from .triton_configs import PERSISTENT_RNUMEL
+from .triton_ops import Scope, TritonKernel, TritonOps, TVar, texpr
 from .triton_reduce import ReductionCode, reduce_block, reduce_loop, reduce_trivial
-
-#: Largest inner range a reduction keeps in one block (no loop over chunks).
-PERSISTENT_RNUMEL = 1024
 
 _HEADER = """import triton
 import triton.language as tl
@@ -43,35 +56,52 @@ from triton.language.extra import libdevice
 """
 
 
-def _numel(sizes: Sequence[int]) -> int:
-    return math.prod(sizes)
+def _numel(sizes: Sequence[Size]) -> Size:
+    if all(isinstance(s, int) for s in sizes):
+        return math.prod(sizes)
+    return product(sizes)
 
 
-def _decompose(var: str, syms: Sequence[sympy.Symbol], sizes: Sequence[int]) -> list[str]:
+def _size_text(size: Size) -> str:
+    """A size as kernel source: an int, or an expression of the size arguments."""
+    return str(size) if isinstance(size, int) else texpr(sympy.sympify(size))
+
+
+def _decompose(var: str, syms: Sequence[sympy.Symbol], sizes: Sequence[Size]) -> list[str]:
     """Lines defining each loop symbol from the flat lane index ``var`` (row-major)."""
     lines = []
-    inner = 1
+    inner: Size = 1
     for k in reversed(range(len(syms))):
-        expr = var if inner == 1 else f"({var} // {inner})"
+        expr = var if inner == 1 else f"({var} // {_size_text(inner)})"
         if k > 0:
-            expr = f"({expr} % {sizes[k]})"
+            expr = f"({expr} % {_size_text(sizes[k])})"
         lines.append(f"{syms[k].name} = {expr}")
-        inner *= sizes[k]
+        inner = inner * sizes[k]
+        if not isinstance(inner, int):
+            inner = as_size(inner)
     return list(reversed(lines))
 
 
 class _Gen:
-    """Emits one kernel; ``source()`` assembles signature, header and body."""
+    """Emits one kernel; ``function()`` assembles its signature, header and body."""
 
-    def __init__(self, plan: KernelPlan, dtypes: Mapping[str, torch.dtype], name: str) -> None:
+    def __init__(
+        self,
+        plan: KernelPlan,
+        dtypes: Mapping[str, torch.dtype],
+        name: str,
+        persistent: bool | None = None,
+    ) -> None:
         self.plan = plan
+        #: a reduction's persistence when its inner ranges are symbolic (one variant each)
+        self.force_persistent = persistent
         self.name = name
         pointers = {n: (f"in_{n}", dtypes[n]) for n in plan.loads}
         pointers.update({n: (f"out_{n}", dtypes[n]) for n in plan.stores})
         self.k = TritonKernel(pointers)
         self.ops = TritonOps(self.k)
         self.outer = plan.merged_outer()
-        self.numels: list[tuple[str, int]] = []
+        self.numels: list[tuple[str, Size]] = []
         self.blocks: list[str] = ["XBLOCK"]
         self.header: list[str] = []
         self.kind = "pointwise"
@@ -79,13 +109,13 @@ class _Gen:
         self.rblock = 0
 
     # -- shared pieces --------------------------------------------------------------------
-    def _outer_lanes(self, var: str, syms: Sequence[sympy.Symbol], sizes: Sequence[int], mask: str) -> None:
+    def _outer_lanes(self, var: str, syms: Sequence[sympy.Symbol], sizes: Sequence[Size], mask: str) -> None:
         self.header.extend(_decompose(var, syms, sizes))
         for s, n in zip(syms, sizes):
             self.k.symbol_masks[s] = mask
             self.k.ranges[s] = n
 
-    def _flat_x(self, sizes: Sequence[int], syms: Sequence[sympy.Symbol], shape: str) -> None:
+    def _flat_x(self, sizes: Sequence[Size], syms: Sequence[sympy.Symbol], shape: str) -> None:
         """All outer dims flattened into ``xindex``: ``XBLOCK`` consecutive elements per program
         (``shape``: ``""`` for a 1-D block, ``"[:, None]"`` for the rows of a reduction)."""
         self.numels = [("xnumel", _numel(sizes))]
@@ -110,15 +140,29 @@ class _Gen:
         if n.name in self.plan.stores:
             self.k.store(n.name, n.buffer.layout.index(idx), value)
 
-    def _int64(self) -> bool:
-        limit = 2**31 - 1
-        if any(v > limit for _, v in self.numels):
-            return True
+    def index_bounds(self) -> list[Size] | None:
+        """The largest element count and address of every access (None: one is unbounded,
+        so the kernel indexes with int64 at every size)."""
+        bounds: list[Size] = [v for _, v in self.numels]
         for e in self.k.addresses:
             bound = upper_bound(e, self.k.ranges)
-            if bound is None or bound > limit:
-                return True
-        return False
+            if bound is None:
+                return None
+            bounds.append(bound)
+        return bounds
+
+    def _int64(self) -> bool | list[Size]:
+        """Whether indices need int64: True, False, or the symbolic bounds that decide it
+        per call (the kernel then has an ``_i64`` variant)."""
+        limit = 2**31 - 1
+        bounds = self.index_bounds()
+        if bounds is None:
+            return True
+        static = [b for b in bounds if isinstance(b, int)]
+        symbolic = [b for b in bounds if not isinstance(b, int)]
+        if any(b > limit for b in static):
+            return True
+        return symbolic or False
 
     # -- pointwise ------------------------------------------------------------------------
     def _tiled(self) -> bool:
@@ -173,10 +217,14 @@ class _Gen:
                 groups.setdefault(loop.merged().sizes, len(groups))
         for g_sizes, g in groups.items():
             self.numels.append((f"r{g}numel", _numel(g_sizes)))
-        widest = max((_numel(s) for s in groups), default=1)
-        self.persistent = widest <= PERSISTENT_RNUMEL
-        if self.persistent:
-            self.rblock = max(16, 1 << (widest - 1).bit_length())
+        rnumels = [_numel(s) for s in groups]
+        if all(isinstance(n, int) for n in rnumels):
+            widest = max((int(n) for n in rnumels), default=1)
+            self.persistent = widest <= PERSISTENT_RNUMEL
+            if self.persistent:
+                self.rblock = max(16, 1 << (widest - 1).bit_length())
+        else:  # one variant per choice; RBLOCK of the persistent one is chosen per call
+            self.persistent = bool(self.force_persistent)
         self.blocks = ["XBLOCK", "RBLOCK"]
         outer_scope = k.scope
         group_scopes: dict[int, Scope] = {}
@@ -275,26 +323,54 @@ class _Gen:
             self._finish(n, code.result)
 
     # -- assembly --------------------------------------------------------------------------
-    def source(self) -> str:
-        if self._int64():
-            self.header = [
-                ln.replace("tl.program_id(0)", "tl.program_id(0).to(tl.int64)") for ln in self.header
-            ]
-            self.k.scope.lines[:] = [
+    def body(self, int64: bool) -> list[str]:
+        """The kernel's statements, indexing with int64 or int32 lanes."""
+        header, lines = list(self.header), list(self.k.scope.lines)
+        if int64:
+            header = [ln.replace("tl.program_id(0)", "tl.program_id(0).to(tl.int64)") for ln in header]
+            lines = [
                 ln.replace("+ tl.arange(0, RBLOCK)", "+ tl.arange(0, RBLOCK).to(tl.int64)")
-                for ln in self.k.scope.lines
+                for ln in lines
             ]
+        return header + lines
+
+    def function(self, name: str, int64: bool, sizes: Sequence[str]) -> list[str]:
+        """``@triton.jit def name(...)``: pointers, error flag, element counts, size
+        arguments, block sizes."""
         params = [ptr for ptr, _ in self.k.pointers.values()]
         if self.k.index_check:
             params.append("err_ptr")
         params += [name for name, _ in self.numels]
+        params += list(sizes)
         params += [f"{b}: tl.constexpr" for b in self.blocks]
-        lines = [_HEADER]
-        for helper in self.k.helpers.values():
-            lines += ["", "@triton.jit", helper]
-        lines += ["", "@triton.jit", f"def {self.name}({', '.join(params)}):"]
-        lines += ["    " + ln for ln in self.header + self.k.scope.lines]
-        return "\n".join(lines) + "\n"
+        lines = ["", "@triton.jit", f"def {name}({', '.join(params)}):"]
+        return lines + ["    " + ln for ln in self.body(int64)]
+
+
+def _module(gens: Sequence[tuple[str, _Gen, bool]], sizes: Sequence[str]) -> str:
+    """One module of ``@triton.jit`` functions: the helpers, then each (name, kernel, int64)."""
+    lines = [_HEADER]
+    helpers: dict[str, str] = {}
+    for _, gen, _ in gens:
+        helpers.update(gen.k.helpers)
+    for helper in helpers.values():
+        lines += ["", "@triton.jit", helper]
+    for name, gen, int64 in gens:
+        lines += gen.function(name, int64, sizes)
+    return "\n".join(lines) + "\n"
+
+
+def _size_args(plan: KernelPlan, gens: Sequence[_Gen]) -> list[str]:
+    """The size symbols the kernels' bodies read (kernel arguments after the counts)."""
+    text = "\n".join("\n".join(g.body(False)) for g in gens)
+    symbols = sorted(plan.size_symbols(), key=lambda sym: int(sym.name[1:]))
+    return [sym.name for sym in symbols if re.search(rf"\b{sym.name}\b", text)]
+
+
+def _bound_text(bounds: Sequence[Size]) -> str:
+    """The Python expression of the largest of ``bounds`` (the wrapper evaluates it per call)."""
+    texts = sorted({pyexpr(sympy.sympify(b)) for b in bounds})
+    return texts[0] if len(texts) == 1 else f"max({', '.join(texts)})"
 
 
 def generate_kernel(
@@ -305,23 +381,50 @@ def generate_kernel(
     ``device_asserts``: indirect indices are checked by ``tl.device_assert`` (compiled GPU
     kernels, launched with ``debug=True``) rather than an error flag read after the kernel
     (Triton's interpreter; a host sync on a GPU)."""
-    gen = _Gen(plan, dtypes, "kernel")
-    gen.k.device_asserts = device_asserts
-    if plan.is_pointwise:
-        gen.pointwise()
-    else:
-        gen.reduction()
-    src = gen.source()
-    meta = {
+    def emit(persistent: bool | None) -> _Gen:
+        gen = _Gen(plan, dtypes, "kernel", persistent)
+        gen.k.device_asserts = device_asserts
+        if plan.is_pointwise:
+            gen.pointwise()
+        else:
+            gen.reduction()
+        return gen
+
+    gen = emit(False)
+    numels = [v for _, v in gen.numels]
+    symbolic = not all(isinstance(v, int) for v in numels)
+    # looped and persistent variants where a symbolic inner range decides between them
+    gens = [("kernel", gen)]
+    if gen.kind == "reduction" and not all(isinstance(v, int) for v in numels[1:]):
+        gens.append(("kernel_persistent", emit(True)))
+    sizes = _size_args(plan, [g for _, g in gens])
+    int64 = gen._int64()
+    variants: list[tuple[str, _Gen, bool]] = []
+    for name, g in gens:
+        if isinstance(int64, list):  # decided per call from the sizes
+            variants += [(name, g, False), (f"{name}_i64", g, True)]
+        else:
+            variants.append((name, g, int64))
+    src = _module(variants, sizes)
+    meta: dict[str, Any] = {
         "kind": gen.kind,
-        "numels": [v for _, v in gen.numels],
+        "numels": [v if isinstance(v, int) else pyexpr(v) for v in numels],
         "n_tensors": len(plan.args),
         "persistent": gen.persistent,
         "rblock": gen.rblock,
         "index_check": gen.k.index_check,
         "asserts": gen.k.asserts,
     }
-    return KernelSource(src, plan.args, meta)
+    if symbolic or sizes:
+        meta["symbolic"] = True
+        meta["numel_hints"] = [plan.hints.hint(v) for v in numels]
+        by_name = {sym.name: v for sym, v in plan.hints.hints.items()}
+        meta["size_hints"] = [by_name.get(n, 2) for n in sizes]
+        meta["variants"] = [name for name, _, _ in variants]
+        if isinstance(int64, list):
+            meta["index_bound"] = _bound_text(int64)
+            meta["index_bound_hint"] = max(plan.hints.hint(b) for b in int64)
+    return KernelSource(src, plan.args, meta, sizes)
 
 
 __all__ = ["PERSISTENT_RNUMEL", "generate_kernel"]

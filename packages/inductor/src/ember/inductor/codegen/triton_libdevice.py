@@ -34,10 +34,21 @@ def _unary(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[Any], Any]:
     return call
 
 
+def _data(x: Any, like: Any) -> np.ndarray:
+    """A block's array, or a Python constant (``libdevice.pow(x, 6.0)``: a compiled kernel
+    converts it to a tensor) as an array of ``like``'s element type."""
+    handle = getattr(x, "handle", None)
+    if handle is not None:
+        return np.asarray(handle.data)
+    return np.asarray(x, dtype=like.handle.data.dtype)
+
+
 def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable[[Any, Any], Any]:
     def call(a: Any, b: Any) -> Any:
+        blocks = [x for x in (a, b) if getattr(x, "handle", None) is not None]
+        like = max(blocks, key=lambda x: len(x.type.shape) if x.type.is_block() else 0)
         with np.errstate(all="ignore"):
-            return _wrap(a, fn(a.handle.data, b.handle.data))
+            return _wrap(like, fn(_data(a, like), _data(b, like)))
 
     return call
 

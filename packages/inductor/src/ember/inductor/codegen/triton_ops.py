@@ -28,6 +28,7 @@ import torch
 
 from ..index import print_index
 from ..ops_handler import DefaultOps
+from ..sizes import is_size_symbol
 
 TL_DTYPES = {
     torch.float32: "tl.float32",
@@ -51,8 +52,39 @@ def register_dtype(dtype: torch.dtype) -> str:
 
 
 def texpr(expr: sympy.Expr) -> str:
-    """Print an integer index expression as Triton (Python) arithmetic."""
+    """Print an integer index expression as Triton (Python) arithmetic. Size symbols
+    (``s0``) print as their names: kernels take them as arguments."""
     return print_index(expr, div="//", mul=" * ")
+
+
+def _integral(expr: sympy.Expr) -> bool:
+    """Whether ``expr`` is integer arithmetic (an index), as opposed to a real-valued
+    expression of sizes (``1/(s0 - 1)``, batch norm's unbiased correction)."""
+    for a in sympy.preorder_traversal(expr):
+        if a.is_Float or (a.is_Rational and not a.is_Integer):
+            return False
+        if isinstance(a, sympy.Pow) and a.exp.is_negative:
+            return False
+    return True
+
+
+def tfloat(expr: sympy.Expr) -> str:
+    """A real-valued expression of sizes as float64 Triton arithmetic."""
+    if expr.is_Number:
+        return f"tl.full([1], {float(expr)!r}, tl.float64)"
+    if isinstance(expr, sympy.Symbol):
+        return f"({expr.name} + tl.zeros([1], tl.float64))"
+    if isinstance(expr, sympy.Add):
+        return "(" + " + ".join(tfloat(a) for a in expr.args) + ")"
+    if isinstance(expr, sympy.Mul):
+        return "(" + " * ".join(tfloat(a) for a in expr.args) + ")"
+    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer:
+        base, n = tfloat(expr.base), int(expr.exp)
+        body = " * ".join([base] * abs(n)) or "1.0"
+        return f"({body})" if n > 0 else f"(1.0 / ({body}))"
+    if isinstance(expr, sympy.Pow) and expr.exp == sympy.Rational(1, 2):
+        return f"tl.sqrt({tfloat(expr.base)})"
+    return f"({texpr(expr)} + tl.zeros([1], tl.float64))"
 
 
 def scalar_literal(value: bool | int | float, dtype: torch.dtype) -> str:
@@ -214,6 +246,8 @@ class TritonKernel:
         parts: list[str] = []
         for sym in sorted(index.free_symbols, key=str):
             m = self.symbol_masks.get(sym)
+            if m is None and is_size_symbol(sym):
+                continue  # a size argument: the same for every lane
             if m is None:
                 raise NotImplementedError(f"index symbol {sym} has no lanes in this kernel")
             for part in m.split(" & "):
@@ -231,7 +265,7 @@ class TritonKernel:
         self.addresses.append(index)
         mask = self.mask_for(index)
         text = f"{ptr} + ({texpr(index)})"
-        if not index.free_symbols:
+        if not any(s in self.symbol_masks for s in index.free_symbols):
             text += f" + tl.zeros_like({self.lane_index})"
             mask = " & ".join([self.lane_mask, *self.masked])
         return text, mask
@@ -274,8 +308,15 @@ class TritonOps(DefaultOps):
     def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> TVar:
         index = self.k.rewrite(expr)
         if not index.free_symbols:
-            return self.constant(int(index), dtype)
-        return self.k.emit(f"({texpr(index)}).to({register_dtype(dtype)})", dtype)
+            if index.is_Integer:
+                return self.constant(int(index), dtype)
+            return self.constant(float(index), dtype)
+        # a real-valued expression of size arguments (batch norm's ``1/(n-1)``), or an index
+        text = texpr(index) if _integral(index) else tfloat(index)
+        if not any(s in self.k.symbol_masks for s in index.free_symbols):
+            # only size arguments: a scalar, spread over the scope's lanes like a load
+            text = f"{text} + tl.zeros_like({self.k.lane_index})"
+        return self.k.emit(f"({text}).to({register_dtype(dtype)})", dtype)
 
     def to_dtype(self, x: TVar, dtype: torch.dtype) -> TVar:
         if x.dtype == dtype:
@@ -304,14 +345,15 @@ class TritonOps(DefaultOps):
         value = self.to_dtype(value, dtype)
         return self.k.emit(f"tl.where({mask}, {value}, {literal(other, dtype)})", dtype)
 
-    def indirect_indexing(self, x: TVar, size: int) -> sympy.Expr:
+    def indirect_indexing(self, x: TVar, size: Any) -> sympy.Expr:
         """The index ``x`` (negative counts from the end) as a symbol; out of range sets the
         kernel's error flag (``KernelIndexError`` after the kernel) or, in a compiled CUDA
         kernel, fails a device-side assertion (as eager's CUDA kernels do); reads element 0."""
         k = self.k
+        n = str(size) if isinstance(size, int) else texpr(sympy.sympify(size))
         v = k.emit(f"{x}.to(tl.int64)", torch.int64)
-        w = k.emit(f"tl.where({v} < 0, {v} + {size}, {v})", torch.int64)
-        bad = k.emit(f"({w} < 0) | ({w} >= {size})", torch.bool)
+        w = k.emit(f"tl.where({v} < 0, {v} + {n}, {v})", torch.int64)
+        bad = k.emit(f"({w} < 0) | ({w} >= {n})", torch.bool)
         flag = k.emit(" & ".join([str(bad), k.lane_mask, *k.masked]), torch.bool)
         if k.device_asserts:
             k.line(f'tl.device_assert({flag} == 0, "index out of range in an ember.inductor kernel")')

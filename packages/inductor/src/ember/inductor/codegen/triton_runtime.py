@@ -41,7 +41,7 @@ from ..errors import KernelIndexError
 from ..logs import log
 from . import triton_direct
 from .backend import BuildStats, KernelSource
-from .triton_configs import Config, candidate_configs, grid
+from .triton_configs import PERSISTENT_RNUMEL, Config, candidate_configs, grid
 from .triton_direct import DirectLaunches
 
 
@@ -116,7 +116,8 @@ def load_module(source: str, cache_dir: str, device: torch.device) -> tuple[type
 
 
 def _interpret(module: types.ModuleType) -> None:
-    """Rebind the module's kernels to Triton's interpreter and its ``libdevice`` to numpy."""
+    """Rebind the module's kernels to Triton's interpreter, its ``libdevice`` to numpy, and
+    its ``range`` to :func:`interpreted_range`."""
     from triton.runtime.interpreter import InterpretedFunction
 
     from . import triton_libdevice
@@ -126,11 +127,50 @@ def _interpret(module: types.ModuleType) -> None:
         if raw is not None and callable(raw) and type(value).__name__ in ("JITFunction", "InterpretedFunction"):
             setattr(module, name, InterpretedFunction(raw))
     module.libdevice = triton_libdevice  # type: ignore[attr-defined]
+    module.range = interpreted_range  # type: ignore[attr-defined]
+
+
+def _scalar(value: Any) -> Any:
+    """A scalar kernel argument as a Python int: Triton's interpreter holds each one as a
+    one-element numpy array (``tl.tensor`` around ``np.array([n])``)."""
+    handle = getattr(value, "handle", None)
+    data = getattr(handle, "data", None)
+    if data is not None and getattr(data, "size", 0) == 1:
+        return data.reshape(()).item()
+    return value
+
+
+def interpreted_range(*args: Any) -> range:
+    """``range`` in an interpreted kernel's body (a looped reduction's
+    ``for r0offset in range(0, r0numel, RBLOCK)``).
+
+    Python's ``range`` calls ``__index__`` on ``r0numel``, which Triton 3.6's interpreter
+    defines as ``int(self.handle.data)`` of a one-element 1-D array; NumPy deprecated that
+    conversion in 1.25 and refuses it from 2.4 (``TypeError: only 0-dimensional arrays can
+    be converted to Python scalars``), so every looped kernel failed with Triton 3.6 and
+    NumPy 2.4/2.5 (the GPU image's pair). Triton 3.8 squeezes the array first. The kernel
+    module's globals are what the interpreter runs its body in, so this name shadows the
+    builtin there only; a compiled kernel never sees it."""
+    return range(*(_scalar(a) for a in args))
+
+
+#: int32 indices hold up to here; a symbolic kernel's ``_i64`` variant runs beyond it
+INT32_MAX = 2**31 - 1
+
+
+def _pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
 @dataclass
 class Launcher:
-    """Calls one kernel: picks (or tunes) its configuration, computes the grid, checks indices."""
+    """Calls one kernel: picks (or tunes) its configuration, computes the grid, checks indices.
+
+    A kernel over symbolic sizes (``meta["symbolic"]``) is called with its element counts
+    and size arguments for this call; the configuration, and the variant of the kernel
+    (persistent or looped reduction, int32 or int64 indices; ``triton_kernel.py``), are
+    chosen once per *size bucket* (each count rounded up to a power of two) and kept, so
+    calls at a new size in a known bucket cost a dictionary lookup."""
 
     name: str
     fn: Any
@@ -145,14 +185,28 @@ class Launcher:
 
     #: compiled kernels launched without ``JITFunction.run`` (``triton_direct``), or None
     direct: DirectLaunches | None = field(default=None, repr=False)
+    #: symbolic kernels: the module's variants by name (``kernel``, ``kernel_persistent_i64``)
+    variants: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: symbolic kernels: (count buckets, int64) -> (variant, configuration)
+    buckets: dict[tuple[tuple[int, ...], bool], tuple[Any, Config]] = field(
+        default_factory=dict, repr=False
+    )
+    #: autotuning on (several candidates per bucket), and where winners are cached
+    autotune: bool = True
+    max_autotune: bool = False
+    cache_key: str = ""
+    cache_dir: str | None = None
 
     def __post_init__(self) -> None:
-        if len(self.configs) == 1:
+        self.symbolic = bool(self.meta.get("symbolic"))
+        self.n_numels = len(self.meta.get("numels", ()))
+        if len(self.configs) == 1 and not self.symbolic:
             self.chosen = self.configs[0]
         if self.meta.get("index_check"):
             self.err = torch.zeros(1, dtype=torch.int32, device=self.device)
         if (
             self.device.type == "cuda"
+            and not self.symbolic
             and not interpreted(self.device)
             and triton_direct.enabled()
             and triton_direct.supported()
@@ -160,19 +214,23 @@ class Launcher:
         ):
             self.direct = triton_direct.DirectLaunches(self.name, self.fn.arg_names)
 
-    def _launch(self, config: Config, tensors: Sequence[Any], numels: Sequence[int]) -> None:
+    def _launch(
+        self, config: Config, tensors: Sequence[Any], numels: Sequence[int], fn: Any = None,
+        sizes: Sequence[int] = (),
+    ) -> None:
         extra = (self.err,) if self.err is not None else ()
         g = grid(self.meta["kind"], numels, config)
         if g[0] == 0:
             return
         kwargs = self.kwargs(config)
+        fn = self.fn if fn is None else fn
         if self.device.type == "cuda" and self.device.index != torch.cuda.current_device():
             with torch.cuda.device(self.device):  # Triton launches on the current device's stream
-                self.fn[g](*tensors, *extra, *numels, **kwargs)
+                fn[g](*tensors, *extra, *numels, *sizes, **kwargs)
             return
         direct = self.direct
         if direct is None:
-            self.fn[g](*tensors, *extra, *numels, **kwargs)
+            fn[g](*tensors, *extra, *numels, *sizes, **kwargs)
             return
         args = (*tensors, *extra, *numels)
         key = triton_direct.spec_key(args)
@@ -200,11 +258,14 @@ class Launcher:
 
     def __call__(self, *args: Any) -> None:
         n = self.meta["n_tensors"]
-        tensors, numels = args[:n], args[n:]
-        config = self.chosen
-        if config is None:
-            config = self.chosen = self._tune(tensors, numels)
-        self._launch(config, tensors, numels)
+        if self.symbolic:
+            self._call_symbolic(args)
+        else:
+            tensors, numels = args[:n], args[n:]
+            config = self.chosen
+            if config is None:
+                config = self.chosen = self._tune(tensors, numels, self.configs, self.tune_path)
+            self._launch(config, tensors, numels)
         if self.err is not None and int(self.err.item()):
             self.err.zero_()
             raise KernelIndexError(
@@ -212,18 +273,66 @@ class Launcher:
                 "gather/index/index_select/embedding was outside its dimension)"
             )
 
-    def _tune(self, tensors: Sequence[Any], numels: Sequence[int]) -> Config:
+    def _call_symbolic(self, args: Sequence[Any]) -> None:
+        """``(tensors..., counts..., size arguments..., [largest index])`` for this call."""
+        n, k = self.meta["n_tensors"], self.n_numels
+        tensors, numels = args[:n], args[n : n + k]
+        n_sizes = len(self.meta.get("size_hints", ()))
+        sizes = args[n + k : n + k + n_sizes]
+        int64 = "index_bound" in self.meta and args[n + k + n_sizes] > INT32_MAX
+        bucket = (tuple(_pow2(v) for v in numels), int64)
+        hit = self.buckets.get(bucket)
+        if hit is None:
+            hit = self.buckets[bucket] = self.choose(bucket, tensors, numels, sizes)
+        fn, config = hit
+        self._launch(config, tensors, numels, fn, sizes)
+
+    def plan_bucket(self, bucket: tuple[tuple[int, ...], bool]) -> tuple[Any, list[Config], dict[str, Any]]:
+        """The variant and candidate configurations of a size bucket."""
+        counts, int64 = bucket
+        meta = dict(self.meta, numels=list(counts))
+        name = "kernel"
+        if "kernel_persistent" in self.meta.get("variants", ()):
+            widest = max(counts[1:], default=1)
+            if widest <= PERSISTENT_RNUMEL:
+                name = "kernel_persistent"
+                meta.update(persistent=True, rblock=max(16, widest))
+        if int64 and f"{name}_i64" in self.variants:
+            name = f"{name}_i64"
+        configs = candidate_configs(meta, self.device, max_autotune=self.max_autotune)
+        if not self.autotune:
+            configs = configs[:1]
+        return self.variants.get(name, self.fn), configs, meta
+
+    def choose(
+        self, bucket: tuple[tuple[int, ...], bool], tensors: Sequence[Any], numels: Sequence[int],
+        sizes: Sequence[int],
+    ) -> tuple[Any, Config]:
+        fn, configs, _ = self.plan_bucket(bucket)
+        if len(configs) == 1:
+            return fn, configs[0]
+        path = None
+        if self.cache_dir is not None:
+            path = _tune_path(self.cache_dir, self.cache_key, [*bucket[0], int(bucket[1])], configs)
+        return fn, self._tune(tensors, numels, configs, path, fn, sizes)
+
+    def _tune(
+        self, tensors: Sequence[Any], numels: Sequence[int], configs: Sequence[Config],
+        tune_path: Path | None, fn: Any = None, sizes: Sequence[int] = (),
+    ) -> Config:
         """Benchmark every candidate on these arguments (the kernel's stores never alias its
         loads, so running it repeatedly is harmless); the winner goes to the disk cache."""
-        if self.tune_path is not None:
-            hit = load_entry(self.tune_path, Config.from_json, log)
-            if hit is not None and hit in self.configs:
+        if tune_path is not None:
+            hit = load_entry(tune_path, Config.from_json, log)
+            if hit is not None and hit in configs:
                 return hit
         timings: list[tuple[float, Config]] = []
         start = time.perf_counter()
-        for config in self.configs:
+        for config in configs:
             try:
-                t = benchmark(functools.partial(self._launch, config, tensors, numels), self.device)
+                t = benchmark(
+                    functools.partial(self._launch, config, tensors, numels, fn, sizes), self.device
+                )
             except Exception as e:  # a configuration this kernel cannot run (resources)
                 log.debug("autotune %s: %s failed (%s: %s)", self.name, config, type(e).__name__, e)
                 continue
@@ -236,8 +345,8 @@ class Launcher:
             f"{len(timings)} configs in {time.perf_counter() - start:.2f}s, best {best} "
             f"{best_t * 1e3:.3f} ms\n"
         )
-        if self.tune_path is not None:
-            store_entry(self.tune_path, best.to_json(), Config.from_json, log)
+        if tune_path is not None:
+            store_entry(tune_path, best.to_json(), Config.from_json, log)
         return best
 
 
@@ -280,10 +389,18 @@ def build(
         module, cached = load_module(k.source, cache_dir, device)
         stats.cached += cached
         stats.compiled += not cached
+        key = kernel_key(k.source, device)
+        if k.meta.get("symbolic"):  # configurations are chosen per size bucket, at call time
+            variants = {v: getattr(module, v) for v in k.meta["variants"]}
+            launchers[name] = Launcher(
+                name, module.kernel, k.meta, [], device, None, variants=variants,
+                autotune=autotune, max_autotune=max_autotune, cache_key=key, cache_dir=cache_dir,
+            )
+            continue
         configs = candidate_configs(k.meta, device, max_autotune=max_autotune)
         if not autotune:
             configs = configs[:1]
-        path = _tune_path(cache_dir, kernel_key(k.source, device), k.meta["numels"], configs)
+        path = _tune_path(cache_dir, key, k.meta["numels"], configs)
         launchers[name] = Launcher(name, module.kernel, k.meta, configs, device, path)
     if device.type == "cuda":
         _precompile(launchers, kernels, threads)
@@ -299,12 +416,18 @@ def _precompile(launchers: Mapping[str, Launcher], kernels: Mapping[str, KernelS
         dummies = [torch.empty(16, dtype=getattr(torch, d), device=launcher.device) for d in dtypes]
         if launcher.err is not None:
             dummies.append(launcher.err)
-        numels = kernels[name].meta["numels"]
-        for config in launcher.configs:
+        meta = kernels[name].meta
+        fn, configs, numels = launcher.fn, launcher.configs, list(meta["numels"])
+        if launcher.symbolic:  # the bucket of the sizes compiled with
+            numels = list(meta["numel_hints"]) + list(meta.get("size_hints", ()))
+            bucket = (
+                tuple(_pow2(v) for v in meta["numel_hints"]),
+                meta.get("index_bound_hint", 0) > INT32_MAX,
+            )
+            fn, configs, _ = launcher.plan_bucket(bucket)
+        for config in configs:
             jobs.append(
-                functools.partial(
-                    launcher.fn.warmup, *dummies, *numels, grid=(1,), **launcher.kwargs(config)
-                )
+                functools.partial(fn.warmup, *dummies, *numels, grid=(1,), **launcher.kwargs(config))
             )
     with ThreadPoolExecutor(max(1, threads)) as pool:
         for fut in [pool.submit(job) for job in jobs]:

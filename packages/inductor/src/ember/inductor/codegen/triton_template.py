@@ -27,7 +27,7 @@ from ember.ir.cache_entry import entry_path, load_entry, store_entry
 
 from ..logs import log
 from .triton_configs import Config
-from .triton_runtime import benchmark, device_arch, triton_version
+from .triton_runtime import benchmark, device_arch, interpreted, interpreted_range, triton_version
 
 aten = torch.ops.aten
 
@@ -65,8 +65,11 @@ def _precision(dtype: torch.dtype, device: torch.device) -> str:
 
 def template_mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, config: Config) -> torch.Tensor:
     """``a @ b (+ bias)`` by the Triton template with this tile configuration."""
+    from . import triton_mm
     from .triton_mm import mm_kernel
 
+    if interpreted(a.device):  # the K loop's ``range`` of a scalar argument (triton_runtime)
+        triton_mm.range = interpreted_range  # type: ignore[attr-defined]
     m, k = a.shape
     n = b.shape[1]
     c = torch.empty((m, n), dtype=a.dtype, device=a.device)
