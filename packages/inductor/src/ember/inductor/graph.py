@@ -212,6 +212,8 @@ class GraphLowering:
                 )
             if isinstance(a, (list, tuple)):  # Tensor[] / Tensor?[] arguments (index_put)
                 return [to_ir(x) for x in a]
+            if isinstance(a, _SYM_TYPES):  # a size: its expression, computed per call
+                return as_size(a)
             return a
 
         args = tuple(to_ir(a) for a in fx_node.args)

@@ -11,7 +11,16 @@ import torch
 
 from ..index import FloorDiv, ModIndex, contiguous_strides
 from ..ir import Index, IRNode, Layout, ReinterpretView, View, as_strided_of_buffer
-from ..sizes import Size, SizeHints, as_size, as_sizes, is_static, product, provably
+from ..sizes import (
+    Size,
+    SizeHints,
+    as_size,
+    as_sizes,
+    exact_divisions,
+    is_static,
+    product,
+    provably,
+)
 from . import LoweringContext, as_int_list, normalize_dim, out_size, register_lowering
 
 aten = torch.ops.aten
@@ -31,7 +40,7 @@ def _numel_fact(old: Sequence[Size], new: Sequence[Size]) -> sympy.Expr | None:
 
 
 def _equal_products(a: Size, b: Size, fact: sympy.Expr | None) -> bool:
-    d = sympy.expand(sympy.sympify(a) - b)
+    d = sympy.expand(exact_divisions(sympy.sympify(a)) - exact_divisions(sympy.sympify(b)))
     return d == 0 or (fact is not None and (sympy.expand(d - fact) == 0 or sympy.expand(d + fact) == 0))
 
 
