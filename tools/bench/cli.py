@@ -24,8 +24,8 @@ from bench.report import (
     add_speedups,
     long_table,
     machine_info,
-    peak_matrix,
     machine_line,
+    peak_matrix,
     speedup_matrix,
     to_json,
 )

@@ -400,7 +400,6 @@ def test_command_line_end_to_end(plugin: str, tmp_path: Path, capsys: pytest.Cap
 
 def test_peak_bytes_counts_what_a_call_allocates_above_its_inputs() -> None:
     import torch
-
     from bench.measure import peak_bytes
 
     x = torch.randn(256, 256)  # 256 KiB, alive before the call: the baseline
