@@ -6,7 +6,10 @@
 #
 # Other environments, beside the default one:
 #   EMBER_VENV     the virtualenv's folder (default .venv)
-#   EMBER_TORCH    the torch release to install (default 2.13.0, the local CPU wheel)
+#   PYTHON         the interpreter (default python3)
+#   EMBER_TORCH    the torch release to install (default 2.13.0, the local CPU wheel;
+#                  tools/test_pythons.sh installs 2.15.0 for Python 3.13; releases above this
+#                  machine's pip cap need PIP_CONSTRAINT=/dev/null)
 #   EMBER_EXTRAS   "vision": also torchvision, timm and diffusers (tools/vision-requirements.txt),
 #                  for the vision-and-diffusion zoo; tools/setup_vision.sh sets all three.
 set -euo pipefail

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# The tests that depend on the Python version, on every other CPython ember supports:
-# ember.dynamo's tests (bytecode interpreter, resume functions, generated-code
-# verification, guards, the PEP 523 frame hook) and the integration tests, on 3.12 and
-# 3.13. `bash tools/test.sh` runs everything on 3.11; `.ci/run` runs both scripts.
-# By default only ember.dynamo's tests run on 3.12/3.13 (the version-dependent code),
-# so CI's default run stays well under 30 minutes on 2 cores; EMBER_PYTHONS_FULL=1 runs
-# the whole default suite (every package, the integration tests, tools' tests).
+# The suite on every other CPython and torch release ember supports. `bash tools/test.sh`
+# runs everything on Python 3.11 with torch 2.13.0 (the local CPU wheel); `.ci/run` runs
+# both scripts. By default this one runs the whole default suite on
+#   Python 3.12 with torch 2.13.0, and
+#   Python 3.13 with torch 2.15.0 (the newest release: package metadata accepts 2.11-2.15),
+# so every supported Python and both ends of the tested torch range run in CI.
+# EMBER_PYTHONS picks pairs ("3.12:2.13.0 3.13:2.15.0"; a version alone takes 2.13.0);
+# EMBER_PYTHONS_DYNAMO=1 runs only ember.dynamo's tests (the code that depends on the
+# Python version: bytecode interpreter, resume functions, the PEP 523 hook), for speed.
 #
-# Each version gets its own environment (.venv312, .venv313; tools/setup.sh with
-# PYTHON and EMBER_VENV): torch for these versions comes from the package registry
-# through pip (the CUDA build, which runs on CPU; ~2 minutes the first time).
-# EMBER_PYTHONS picks the versions ("3.12 3.13" by default); an interpreter is found
-# as pythonX.Y on PATH or under ~/.pyenv/versions. A version that cannot be found is
-# an error. Extra arguments go to pytest; slow tests run with EMBER_SLOW=1.
+# Each pair gets its own environment (.venv312, .venv313: tools/setup.sh with PYTHON,
+# EMBER_VENV and EMBER_TORCH); torch for these comes from the package registry through
+# pip (the CUDA build, which runs on CPU; a few minutes the first time). This machine's
+# pip caps torch at 2.14.1 through its constraints file: PIP_CONSTRAINT=/dev/null lifts
+# that for these environments only. An interpreter is found as pythonX.Y on PATH or
+# under ~/.pyenv/versions; one that cannot be found is an error. Extra arguments go to
+# pytest; slow tests run with EMBER_SLOW=1 (ADR 0015).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,17 +37,19 @@ marker="not slow"
 [ "${EMBER_SLOW:-0}" = 1 ] && marker=""
 export TRITON_INTERPRET=1  # as in tools/test.sh (ADR 0012)
 status=0
-for v in ${EMBER_PYTHONS:-3.12 3.13}; do
+for pair in ${EMBER_PYTHONS:-3.12:2.13.0 3.13:2.15.0}; do
+    v=${pair%%:*}
+    t=2.13.0
+    [ "$pair" != "$v" ] && t=${pair#*:}
     if ! py=$(find_python "$v"); then
         echo "[test_pythons] no Python $v found (pythonX.Y on PATH or ~/.pyenv/versions/$v.*)" >&2
         exit 2
     fi
     venv=".venv${v/./}"
-    echo "[test_pythons] Python $v ($py) in $venv"
-    PYTHON="$py" EMBER_VENV="$venv" bash tools/setup.sh --no-demo
-    paths=(packages/dynamo/tests)
-    # the whole default suite (pyproject's testpaths), as tools/test.sh runs it on 3.11
-    [ "${EMBER_PYTHONS_FULL:-0}" = 1 ] && paths=()
+    echo "[test_pythons] Python $v ($py), torch $t, in $venv"
+    PIP_CONSTRAINT=/dev/null PYTHON="$py" EMBER_VENV="$venv" EMBER_TORCH="$t" bash tools/setup.sh --no-demo
+    paths=()
+    [ "${EMBER_PYTHONS_DYNAMO:-0}" = 1 ] && paths=(packages/dynamo/tests)
     if ! "$venv/bin/python" -m pytest -n "${EMBER_TEST_WORKERS:-2}" -m "$marker" \
         ${paths[@]+"${paths[@]}"} "$@"; then
         status=1

@@ -425,3 +425,34 @@ def test_run_holds_for_resume_functions_too() -> None:
     torch.testing.assert_close(frozen(-torch.ones(3)), branchy(-torch.ones(3)))
     assert counter.frame_count == seen
     assert frozen.__name__ == "branchy"
+
+
+def test_torch_compiler_disable_runs_eagerly_from_compiled_code() -> None:
+    # torch.compiler.disable's function was traced into (its body reached the backend,
+    # is_compiling() was True inside it); now it runs eagerly, and its recursive=False
+    # form runs only its own frame eagerly, capturing what it calls
+    seen: list[Any] = []
+
+    def inner(t: torch.Tensor) -> torch.Tensor:
+        seen.append(("inner", torch.compiler.is_compiling()))
+        return t.cos()
+
+    @torch.compiler.disable
+    def helper(t: torch.Tensor) -> torch.Tensor:
+        seen.append(("helper", torch.compiler.is_compiling()))
+        return inner(t) * 2
+
+    @torch.compiler.disable(recursive=False)
+    def shallow(t: torch.Tensor) -> torch.Tensor:
+        seen.append(("shallow", torch.compiler.is_compiling()))
+        return inner(t) * 2
+
+    x = torch.randn(3)
+    for fn, want in ((helper, [("helper", False), ("inner", False)]),
+                     (shallow, [("shallow", False), ("inner", True)])):
+        seen.clear()
+        cnt = CompileCounter()
+        got = ember.dynamo.compile(lambda t, fn=fn: fn(t.sin()) + 1, backend=cnt)(x)
+        assert seen == want
+        torch.testing.assert_close(got, (x.sin().cos() * 2) + 1)
+        assert cnt.op_count == 2 + (1 if fn is shallow else 0)  # sin; + 1; (cos inside shallow)

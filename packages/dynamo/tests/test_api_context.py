@@ -216,3 +216,39 @@ def test_disable_not_recursive_runs_its_frame_eagerly_and_captures_its_callees()
         assert not any(n.target is operator.mul for g in cnt.graphs for n in g.graph.nodes)
         ember.dynamo.reset()
     assert api.STATE.hook_runtimes == []
+
+
+_CAPTURED_BEFORE_THE_HOOK = """
+import sys, torch
+import ember.dynamo
+from ember.dynamo import api, frame_hook
+
+def f(x):
+    y = x.sin()
+    print("a graph break", file=sys.stderr)
+    return y.cos()
+
+codes = []
+api.STATE.listeners.append(lambda e: codes.append(e.guarded.code) if e.kind == "capture" else None)
+ember.dynamo.compile(f, backend="eager")(torch.ones(3))
+assert frame_hook.loaded() is None, "the function path loaded the hook"
+hook = frame_hook.load()
+print(len(codes), all(hook.is_skipped(c) for c in codes))
+"""
+
+
+def test_code_captured_before_the_hook_loads_is_never_captured_again(tmp_path: Any) -> None:
+    # The function path captures without the PEP 523 hook, so marking its transformed
+    # code "skip" did nothing; once an eager fallback loaded the hook, it took that code
+    # (a resume function's, run by ember's own code) for a user frame and captured it:
+    # torchvision's efficientnet_b0 then passed `()` to a conv (issue 29's internal error).
+    import os
+    import subprocess
+
+    env = dict(os.environ, EMBER_CACHE_DIR=str(tmp_path))
+    run = subprocess.run(
+        [sys.executable, "-c", _CAPTURED_BEFORE_THE_HOOK],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["2", "True"], run.stdout

@@ -111,3 +111,44 @@ def test_explain_toy_example_counts_resume_graphs(capsys: pytest.CaptureFixture[
     woo = ember.dynamo.explain(toy_example_woo)(a, b)
     assert "woo" in capsys.readouterr().out
     assert (woo.graph_count, woo.graph_break_count) == (3, 2)
+
+
+def _passthrough(fn: Any) -> Any:
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+class _Decorated(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    @_passthrough
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x).relu()
+
+
+def test_explain_of_a_decorated_bound_method_keeps_self() -> None:
+    # explain unwrapped `__wrapped__`, which through a bound method is the plain function:
+    # `self` was dropped (TypeError: missing 1 required positional argument)
+    m, x = _Decorated(), torch.randn(2, 4)
+    out = ember.dynamo.explain(m.forward)(x)
+    assert out.graph_count == 1 and out.graph_break_count == 0
+    torch.testing.assert_close(out.result, m(x))
+
+
+def test_explain_of_an_optimizer_step_reports_its_graph() -> None:
+    # explain(opt.step)() raised IndexError (the unwrapped step had no optimizer)
+    m = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    m(torch.randn(2, 4)).sum().backward()
+    want = [p.detach() - 0.1 * p.grad for p in m.parameters()]
+    out = ember.dynamo.explain(opt.step)()
+    assert out.graph_count == 1 and out.op_count > 0
+    for p, w in zip(m.parameters(), want, strict=True):
+        torch.testing.assert_close(p.detach(), w)

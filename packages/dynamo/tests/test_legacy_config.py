@@ -50,6 +50,39 @@ def test_names_without_meaning_warn_once(name: str) -> None:
     assert getattr(config, name) is True
 
 
+def test_dynamic_shapes_reads_what_is_in_force() -> None:
+    # automatic dynamic (the default) is dynamic shapes on: it read False, and writing
+    # that back turned automatic dynamic off
+    assert config.dynamic is None and config.dynamic_shapes is True
+    config.dynamic_shapes = config.dynamic_shapes
+    assert config.dynamic is not False
+    config.dynamic = False
+    assert config.dynamic_shapes is False
+
+
+@pytest.mark.parametrize(("name", "value", "dynamic"), [
+    ("TORCHDYNAMO_DYNAMIC_SHAPES", "1", True),
+    ("TORCHDYNAMO_DYNAMIC_SHAPES", "0", False),
+    ("EMBER_DYNAMIC_SHAPES", "0", False),
+])
+def test_dynamic_shapes_environment_variable(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, dynamic: bool
+) -> None:
+    monkeypatch.setenv(name, value)
+    config.reset()
+    assert config.dynamic is dynamic
+    counter = ember.dynamo.testing.CompileCounter()
+    compiled = ember.dynamo.compile(lambda x: x * 2, backend=counter)
+    for n in (4, 5, 6):
+        x = torch.randn(n)
+        torch.testing.assert_close(compiled(x), x * 2)
+    assert counter.frame_count == (1 if dynamic else 3)
+    monkeypatch.setenv(name, "yes")
+    with pytest.raises(ValueError, match=name):
+        config.reset()
+    monkeypatch.delenv(name)
+
+
 def test_dynamic_shapes_is_dynamic_and_reaches_compile() -> None:
     config.dynamic_shapes = True
     assert config.dynamic is True

@@ -125,7 +125,7 @@ class Config:
     """
 
     def __init__(self) -> None:
-        object.__setattr__(self, "_values", {f.name: f.default for f in fields(DynamoOptions)})
+        object.__setattr__(self, "_values", _defaults())
         object.__setattr__(self, "_legacy", {k: s.default for k, s in LEGACY_SETTINGS.items()})
         object.__setattr__(self, "_warned", set())
 
@@ -171,7 +171,7 @@ class Config:
         """Restore every setting to its default, and say the one-time warnings again
         (loggers set through ``debug`` / ``log_level`` keep their levels: ``set_logs``
         changes those)."""
-        object.__setattr__(self, "_values", {f.name: f.default for f in fields(DynamoOptions)})
+        object.__setattr__(self, "_values", _defaults())
         object.__setattr__(self, "_legacy", {k: s.default for k, s in LEGACY_SETTINGS.items()})
         object.__setattr__(self, "_warned", set())
 
@@ -179,6 +179,26 @@ class Config:
         values: dict[str, Any] = object.__getattribute__(self, "_values")
         body = ", ".join(f"{k}={v!r}" for k, v in values.items())
         return f"ember.dynamo.config({body})"
+
+
+#: The environment variables that switch dynamic shapes (TorchDynamo's name, ember's).
+DYNAMIC_SHAPES_ENV: tuple[str, ...] = ("EMBER_DYNAMIC_SHAPES", "TORCHDYNAMO_DYNAMIC_SHAPES")
+
+
+def _defaults() -> dict[str, Any]:
+    """``DynamoOptions``' defaults, with the environment's dynamic-shapes switch applied
+    (``1``: ``dynamic=True``, the seeds' "won't recompile on shape changes"; ``0``:
+    ``dynamic=False``; unset: automatic dynamic)."""
+    values: dict[str, Any] = {f.name: f.default for f in fields(DynamoOptions)}
+    for name in DYNAMIC_SHAPES_ENV:
+        raw = os.environ.get(name)
+        if raw is None or raw == "":
+            continue
+        if raw not in ("0", "1"):
+            raise ValueError(f"{name} must be 1 (dynamic shapes on) or 0 (off), got {raw!r}")
+        values["dynamic"] = raw == "1"
+        break
+    return values
 
 
 def _unknown(name: str) -> str:

@@ -25,6 +25,7 @@ from .api import new_runtime, snapshot_options, wrap_target
 from .backends import lookup_backend
 from .frame import CompilerFn
 from .function_entry import CaptureEvent
+from .optimizer import CompiledOptimizerStep, is_optimizer_step
 from .testing import count_ops
 
 
@@ -141,12 +142,24 @@ def explain(
     """
     if args or kwargs:
         return legacy_explanation(explain(fn, backend=backend)(*args, **kwargs))
-    target = getattr(fn, "__wrapped__", fn)
+    # ``wrap_target`` unwraps ember's own wrappers; a ``functools.wraps`` decorator's
+    # ``__wrapped__`` is not unwrapped (through a bound method it drops ``self``)
+    target = fn
     compiler = lookup_backend(backend)
 
     def run(*args: Any, **kwargs: Any) -> ExplainOutput:
         out = ExplainOutput()
-        runtime = new_runtime(compiler, snapshot_options())
+        backend_fn = compiler
+        if is_optimizer_step(target) or isinstance(target, CompiledOptimizerStep):
+            # an optimizer step is traced whole (no frame capture to listen to): its
+            # graphs are the ones handed to the backend
+            def backend_fn(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+                out.graphs.append(gm)
+                out.ops_per_graph.append(_ops(gm))
+                out.op_count += count_ops(gm)
+                return compiler(gm, example_inputs)
+
+        runtime = new_runtime(backend_fn, snapshot_options())
 
         def listen(event: CaptureEvent) -> None:
             if event.kind == "capture":

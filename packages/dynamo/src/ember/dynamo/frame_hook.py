@@ -26,6 +26,7 @@ import subprocess
 import sys
 import sysconfig
 import types
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -81,10 +82,23 @@ def _build() -> types.ModuleType:
     return module
 
 
+#: Code objects marked "skip" before the hook was loaded (the function-level path captures
+#: without it): applied when it loads, so an eager fallback's hook later never takes
+#: ember's transformed code for a user frame and captures it again.
+#: By id: code objects hash by value, and some hold unhashable constants (slices).
+_PENDING_SKIPS: dict[int, weakref.ref[types.CodeType]] = {}
+
+
 @functools.cache
 def _load_once() -> tuple[types.ModuleType | None, str | None]:
     try:
-        return _build(), None
+        module = _build()
+        for ref in list(_PENDING_SKIPS.values()):
+            code = ref()
+            if code is not None:
+                module.mark_skip(code)
+        _PENDING_SKIPS.clear()
+        return module, None
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
         log.info("PEP 523 frame hook unavailable: %s", error)
@@ -130,10 +144,13 @@ def suspended() -> Iterator[None]:
 
 
 def mark_skip(code: types.CodeType) -> None:
-    """Never intercept frames of ``code`` (no-op when the hook is not built)."""
+    """Never intercept frames of ``code`` (remembered until the hook is loaded)."""
     hook = loaded()
     if hook is not None:
         hook.mark_skip(code)
+    else:
+        key = id(code)
+        _PENDING_SKIPS[key] = weakref.ref(code, lambda _: _PENDING_SKIPS.pop(key, None))
 
 
 def run_uncaptured(compiled: Callable[..., Any]) -> Callable[..., Any]:

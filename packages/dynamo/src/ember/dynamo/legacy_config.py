@@ -7,7 +7,10 @@ ember's own settings, or is accepted with a one-time warning saying why it has
 no meaning in ember -- never an ``AttributeError``, never silently (ADR 0016):
 
 ========================  =============================================================
-``dynamic_shapes``        ``dynamic`` (the old name of the same switch)
+``dynamic_shapes``        ``dynamic``: reads True unless it is ``False``; setting True is
+                          ``dynamic=True``, False is ``dynamic=False``. The environment's
+                          ``TORCHDYNAMO_DYNAMIC_SHAPES``/``EMBER_DYNAMIC_SHAPES`` (1 or 0)
+                          set the same at import and ``reset()``
 ``debug``                 logs each compiled frame's graph, bytecode and guards
 ``log_level``             a ``logging`` level: which areas log (TorchDynamo's levels)
 ``suppress_errors``       ``not strict``: a capture that fails inside ember runs eagerly
@@ -83,10 +86,13 @@ class LegacySetting:
 
 
 LEGACY_SETTINGS: dict[str, LegacySetting] = {
+    # Reads True unless dynamic shapes are off (``dynamic=False``): the default, automatic
+    # dynamic, is dynamic shapes on, as in torch 2.x. Setting True is the seed documents'
+    # "disable size specialization" (``dynamic=True``: symbolic from the first compile).
     "dynamic_shapes": LegacySetting(
-        default=False,
+        default=True,
         apply=_apply_dynamic_shapes,
-        read=lambda options: options["dynamic"] is True,
+        read=lambda options: options["dynamic"] is not False,
     ),
     "debug": LegacySetting(default=False, apply=_apply_debug),
     # TorchDynamo's switch for running a frame eagerly when capture fails: ember's `strict`, inverted

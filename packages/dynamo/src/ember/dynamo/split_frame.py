@@ -27,6 +27,7 @@ from .codegen import PyCodegen
 from .errors import Unsupported
 from .frame import CapturedGraph, CompilerFn, FrameHooks
 from .frame_cache import has_hooks
+from .frame_hook import run_uncaptured
 from .instructions import (
     COND_JUMPS,
     EXACT_BOOL_JUMPS,
@@ -35,7 +36,7 @@ from .instructions import (
     replay_arg,
 )
 from .resume import live_locals
-from .trace_rules import is_frame_disabled
+from .trace_rules import is_frame_disabled, is_torch_disabled
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable
 from .variables.functions import UserFunctionVariable, UserMethodVariable
@@ -285,6 +286,9 @@ def rewrite_call(
         value = callee.value if isinstance(callee, ControlFunctionVariable) else None
         if callable(value) and is_frame_disabled(value):
             return [*head, *call_pair(ConstantVariable(hooks.run_hooked(value))), *args], n
+        if callable(value) and is_torch_disabled(value):
+            # its wrapper switches TorchDynamo off, not ember's hook: run it with that off
+            return [*head, *call_pair(ConstantVariable(run_uncaptured(value))), *args], n
         return stack, n
     fn, bound_self = target
 

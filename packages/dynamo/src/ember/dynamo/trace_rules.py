@@ -72,14 +72,30 @@ def disable_code(code: types.CodeType) -> None:
     DISABLED_CODES[id(code)] = code
 
 
+def _torch_disabled(fn: Any) -> str | None:
+    """``torch.compiler.disable``'s mark on its wrapper: ``"frame"`` for
+    ``recursive=False``, ``"all"`` otherwise, ``None`` for other callables."""
+    if getattr(fn, "_torchdynamo_disable", False) is not True:
+        return None
+    return "frame" if getattr(fn, "_torchdynamo_disable_recursive", True) is False else "all"
+
+
 def is_frame_disabled(fn: Any) -> bool:
-    """Whether ``fn`` is ``disable(recursive=False)``'s: only its own frame runs eagerly."""
-    return getattr(fn, "_ember_disabled", None) == "frame"
+    """Whether ``fn`` is ``disable(recursive=False)``'s (ember's or torch.compiler's):
+    only its own frame runs eagerly."""
+    return getattr(fn, "_ember_disabled", None) == "frame" or _torch_disabled(fn) == "frame"
+
+
+def is_torch_disabled(fn: Any) -> bool:
+    """Whether ``fn`` is ``torch.compiler.disable(fn)``'s wrapper (recursive): it runs
+    eagerly with every frame below it, which its wrapper does not tell ember's hook."""
+    return _torch_disabled(fn) == "all"
 
 
 def is_disabled(fn: Any) -> bool:
-    """Whether capture must leave ``fn`` alone (``disable`` was applied to it)."""
-    return bool(getattr(fn, "_ember_disabled", False))
+    """Whether capture must leave ``fn`` alone (``ember.dynamo.disable`` or
+    ``torch.compiler.disable`` was applied to it)."""
+    return bool(getattr(fn, "_ember_disabled", False)) or _torch_disabled(fn) is not None
 
 
 def is_allowed_in_graph(fn: Any) -> bool:
@@ -101,6 +117,11 @@ def control_kind(value: Any) -> str | None:
         return hit[1]
     try:
         if is_disabled(value):
+            code = getattr(getattr(value, "_torchdynamo_orig_callable", None), "__code__", None)
+            if isinstance(code, types.CodeType):
+                # torch.compiler.disable's function: its own frame is never captured,
+                # however it is reached (its wrapper switches off TorchDynamo only)
+                disable_code(code)
             return "disabled"
         if is_allowed_in_graph(value):
             return "allowed"

@@ -77,7 +77,8 @@ class ControlFunctionVariable(VariableTracker):
         if self.kind == "graph_break":
             raise Unsupported("explicit `ember.dynamo.graph_break()` call")
         if self.kind == "disabled":
-            raise Unsupported(f"{self.describe()} is marked with ember.dynamo.disable")
+            which = "torch.compiler" if hasattr(self.value, "_torchdynamo_disable") else "ember.dynamo"
+            raise Unsupported(f"{self.describe()} is marked with {which}.disable")
         if self.kind == "allowed":
             target = as_graph_target(self.value)
             return tx.output.create_op("call_function", target, args, kwargs)
