@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import sympy
@@ -162,3 +163,65 @@ def test_bool_buffers_are_bytes_and_match_eager(check: Check, backend: str) -> N
     src = "\n".join(c.report.kernel_sources.values())
     if backend == "cpp":
         assert "const uint8_t* __restrict__ in_arg1" in src and "bool*" not in src
+
+
+class _GroupNormConv(torch.nn.Module):
+    """diffusers' ResnetBlock2D step: GroupNorm, SiLU, a 3x3 convolution, twice."""
+
+    def __init__(self, c: int = 16) -> None:
+        super().__init__()
+        self.n1, self.c1 = torch.nn.GroupNorm(4, c), torch.nn.Conv2d(c, c, 3, padding=1)
+        self.n2, self.c2 = torch.nn.GroupNorm(4, c), torch.nn.Conv2d(c, c, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.c1(torch.nn.functional.silu(self.n1(x)))
+        return x + self.c2(torch.nn.functional.silu(self.n2(h)))
+
+
+def test_no_layout_copies_around_extern_convolutions(check: Check, backend: str) -> None:
+    """A convolution's output layout follows its input's as this graph realized it, not as
+    traced. On a channels-last activation the GroupNorm's traced result is channels-last
+    while the kernel writing it is contiguous; ATen's convolution (contiguous weights)
+    then returns a contiguous result, which the wrapper copied into the traced
+    channels-last layout: one copy per convolution (issue 29, diffusers' VAE decode)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    torch.manual_seed(0)
+    model = _GroupNormConv().eval()
+    x = torch.randn(2, 16, 12, 12).to(memory_format=torch.channels_last)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return model(x)
+
+    c = check(f, x, atol=1e-5, rtol=1e-5)  # values and (channels-last) strides equal eager's
+    copies: list[tuple[int, ...]] = []
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            # (Triton's interpreter copies one-element tensors of its own)
+            if func is torch.ops.aten.copy_.default and args[0].shape == x.shape:
+                copies.append(args[0].stride())
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        c(x)
+    assert not copies, copies
+
+
+def test_convolution_read_through_as_strided_keeps_the_traced_layout(check: Check) -> None:
+    """``as_strided`` reads its input's storage through the traced strides (aotgrad emits
+    it for adaptive_avg_pool2d's channels-last restride): a convolution it reads keeps its
+    traced layout instead of following its input's realized one."""
+    torch.manual_seed(0)
+    model = _GroupNormConv().eval()
+    x = torch.randn(2, 16, 12, 12).to(memory_format=torch.channels_last)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            h = model.c1(torch.nn.functional.silu(model.n1(x)))
+            return torch.as_strided(h, (2, 16, 6, 12), h.stride()) * 2
+
+    check(f, x, atol=1e-5, rtol=1e-5)

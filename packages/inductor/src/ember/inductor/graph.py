@@ -224,6 +224,10 @@ class GraphLowering:
             if k < len(args) and isinstance(args[k], IRNode)
         )
         val = fx_node.meta["val"]
+        if op in _LAYOUT_FOLLOWS_INPUT and not any(
+            u.target in _READS_STRIDES for u in _consumers(fx_node)
+        ):
+            val = self._rerun_on_layouts(op, args, kwargs, val)
         if isinstance(val, torch.Tensor):
             layout = Layout(as_sizes(val.shape), as_sizes(val.stride()), val.dtype)
             return self.register(
@@ -262,6 +266,37 @@ class GraphLowering:
         from torch.utils._pytree import tree_unflatten
 
         return tree_unflatten(outs, spec)
+
+    def _rerun_on_layouts(self, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                          val: Any) -> Any:
+        """``op``'s fake result for its arguments as realized here, when their layouts
+        differ from the traced ones. A convolution's output memory format follows its
+        input's: a traced channels-last input (a GroupNorm's fake result) that this graph
+        realized contiguous makes ATen return a contiguous output, which the wrapper then
+        copied into the traced layout (``_restride``: one copy per convolution of
+        diffusers' VAE). Static layouts only; on any failure the traced value stands."""
+        def fake(a: Any) -> Any:
+            if isinstance(a, (Buffer, ReinterpretView)):
+                lay = a.layout
+                if not all(isinstance(v, int) for v in (*lay.size, *lay.stride)):
+                    raise _Symbolic
+                return torch.empty_strided(lay.size, lay.stride, dtype=lay.dtype,
+                                           device=self.device)
+            if isinstance(a, IRNode):
+                raise _Symbolic
+            return a
+
+        try:
+            with self.fake_mode:
+                fargs, fkwargs = tree_map(fake, (args, kwargs))
+                got = op(*fargs, **fkwargs)
+        except Exception:  # symbolic layouts, or the fake kernel refuses: keep the traced one
+            return val
+        if not isinstance(got, torch.Tensor) or not isinstance(val, torch.Tensor):
+            return val
+        if tuple(got.shape) != tuple(val.shape) or got.dtype != val.dtype:
+            return val
+        return got
 
     def _realize_pending(self) -> None:
         for n, v in list(self.env.items()):
@@ -472,6 +507,21 @@ class GraphLowering:
         buf = self.realize(value, stride if dense else None)
         assert isinstance(buf, Buffer)
         return OutputSpec("buffer", name=buf.name, layout=buf.layout)
+
+
+class _Symbolic(Exception):
+    """A layout with symbolic sizes: ``_rerun_on_layouts`` keeps the traced value."""
+
+
+#: extern ops whose output layout follows their input's (re-derived from the layouts the
+#: graph realized, ``GraphLowering._rerun_on_layouts``)
+_LAYOUT_FOLLOWS_INPUT = frozenset({aten.convolution.default})
+
+#: ops that read their input's storage through the traced strides: a value they use keeps
+#: its traced layout
+_READS_STRIDES = frozenset(
+    {aten.as_strided.default, aten.as_strided_.default, aten.as_strided_scatter.default}
+)
 
 
 # Ops that only reinterpret their input: looked through when asking where a value goes.
