@@ -225,3 +225,39 @@ def test_convolution_read_through_as_strided_keeps_the_traced_layout(check: Chec
             return torch.as_strided(h, (2, 16, 6, 12), h.stride()) * 2
 
     check(f, x, atol=1e-5, rtol=1e-5)
+
+
+def test_as_strided_reads_its_argument_in_the_traced_layout(check: Check) -> None:
+    """``as_strided``'s strides assume its argument's traced layout; a value ember stores in
+    another order (a pointwise result of a channels-last input, stored contiguous) is
+    stored in the traced layout first. (Before: wrong values, silently.)"""
+    x = torch.randn(2, 16, 6, 5).to(memory_format=torch.channels_last)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = (x * 2).sigmoid()
+        return torch.as_strided(y, (2, 16, 3, 5), y.stride()) + 1
+
+    check(f, x)
+
+
+@pytest.mark.parametrize("how", ["contiguous", "to"])
+def test_copy_to_a_memory_format_is_written_by_the_producing_kernel(
+    check: Check, backend: str, how: str
+) -> None:
+    """``x.contiguous(memory_format=torch.channels_last)`` / ``x.to(memory_format=...)`` of
+    a computed value (diffusers' Upsample2D after an interpolation) is stored in that layout
+    by the kernel computing the value: no ATen call copying a buffer ember wrote."""
+    x = torch.randn(2, 8, 5, 6)
+    w = torch.randn(4, 8, 3, 3)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        up = torch.nn.functional.interpolate(x.sigmoid(), scale_factor=2.0, mode="nearest")
+        if how == "contiguous":
+            cl = up.contiguous(memory_format=torch.channels_last)
+        else:
+            cl = up.to(memory_format=torch.channels_last)
+        return torch.nn.functional.conv2d(cl, w, padding=1) + cl.mean()
+
+    c = check(f, x, atol=1e-4, rtol=1e-4)
+    assert not any("clone" in k or "_to_copy" in k for k in c.report.fallbacks), c.report.fallbacks
+    assert any("convolution" in k for k in c.report.fallbacks), c.report.fallbacks
