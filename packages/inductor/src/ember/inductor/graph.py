@@ -21,6 +21,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from ember.ir.fake_mode import EagerLayoutFakeMode
 from ember.ir.updates import input_updates_of
 
+from .conv_layout import channels_last_strides, prefers_channels_last
 from .decompositions import NEVER_DECOMPOSE, decompose_node
 from .errors import LoweringError
 from .fx_util import attr_value, graph_device, op_name
@@ -124,6 +125,8 @@ class GraphLowering:
         self._updates = _update_nodes(gm)
         self._depth = 0
         self._shared: dict[IRNode, Buffer] = {}  # IR nodes hash by identity; _realize_shared
+        #: convolutions read channels-last inputs (``conv_layout``, ADR 0056)
+        self._channels_last_convs = prefers_channels_last(gm)
 
     # -- naming and realization -------------------------------------------------
     def _name(self) -> str:
@@ -216,7 +219,15 @@ class GraphLowering:
                 return as_size(a)
             return a
 
-        args = tuple(to_ir(a) for a in fx_node.args)
+        if (
+            op in _LAYOUT_FOLLOWS_INPUT
+            and self._channels_last_convs
+            and isinstance(fx_node.args[0], torch.fx.Node)
+        ):
+            first = self._realize_channels_last(fx_node.args[0])
+            args = (first, *(to_ir(a) for a in fx_node.args[1:]))
+        else:
+            args = tuple(to_ir(a) for a in fx_node.args)
         kwargs = {k: to_ir(v) for k, v in fx_node.kwargs.items()}
         mutated = tuple(
             _buffer_name(args[k])
@@ -297,6 +308,25 @@ class GraphLowering:
         if tuple(got.shape) != tuple(val.shape) or got.dtype != val.dtype:
             return val
         return got
+
+    def _realize_channels_last(self, arg: torch.fx.Node) -> Any:
+        """A convolution's input stored channels-last (a copy where it is stored otherwise);
+        later readers of ``arg`` read the same buffer."""
+        value = self.env[arg]
+        if not isinstance(value, IRNode):
+            return value
+        size = value.get_size()
+        if len(size) != 4 or not all(isinstance(s, int) for s in size):
+            return self.realize_for_extern(value)
+        want = channels_last_strides(tuple(int(s) for s in size))
+        if isinstance(value, (Buffer, ReinterpretView)) and _significant(
+            value.layout.size, value.layout.stride
+        ) == _significant(value.layout.size, want):
+            return value
+        buf = self.realize(value, want)
+        if not isinstance(value, (Buffer, ReinterpretView)):
+            self.env[arg] = buf  # computed once, in this layout, for every reader
+        return buf
 
     def _realize_pending(self) -> None:
         for n, v in list(self.env.items()):
