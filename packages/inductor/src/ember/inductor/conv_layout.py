@@ -8,8 +8,10 @@ stored NCHW, which ATen converts to channels-last on every call, while a 1x1 or 
 weight is already both (its size-1 dims make the two layouts the same) and a grouped
 convolution's NCHW path is the slow one. So a graph runs its convolutions channels-last
 when most of its convolution work (multiply-adds) is in 1x1, depthwise or grouped
-convolutions; others keep the layout their inputs have. Training graphs (a
-``convolution_backward`` in the graph) are left as they are.
+convolutions; others keep the layout their inputs have. A backward graph (a
+``convolution_backward`` in it) is left as it is; a training step's forward graph is decided
+as an inference graph is (what it returns, saved activations included, is copied to eager's
+strides where it is stored otherwise; not measured for speed).
 """
 
 from __future__ import annotations
