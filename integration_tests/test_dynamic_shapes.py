@@ -262,6 +262,53 @@ def test_padding_does_not_specialize_the_sizes(backend: str) -> None:
     assert cnt.frame_count == 2
 
 
+class WindowPartition(nn.Module):
+    """torchvision's Swin ``shifted_window_attention`` layout steps: pad H and W to a multiple
+    of the window with ``(w - W % w) % w``, view the padded map as windows, permute them to
+    rows, and back. The padded size is ``W + Mod(6*W, 7)`` and the window count
+    ``floor((W + Mod(6*W, 7)) / 7)``: the view's element counts are equal only once
+    ``Mod(W + Mod(6*W, 7), 7)`` is known to be 0 (issue 29: "cannot view size")."""
+
+    def __init__(self, window: int = 7) -> None:
+        super().__init__()
+        self.window = window
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, h, w, c = x.shape
+        ws = self.window
+        x = nn.functional.pad(x, (0, 0, 0, (ws - w % ws) % ws, 0, (ws - h % ws) % ws))
+        _, ph, pw, _ = x.shape
+        x = x.view(b, ph // ws, ws, pw // ws, ws, c).permute(0, 1, 3, 2, 4, 5)
+        x = self.proj(x.reshape(-1, ws * ws, c)).relu()
+        x = x.view(b, ph // ws, pw // ws, ws, ws, c).permute(0, 1, 3, 2, 4, 5)
+        return x.reshape(b, ph, pw, c)[:, :h, :w, :].contiguous()
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_window_partition_of_a_padded_map_compiles_symbolically(grad: bool) -> None:
+    torch.manual_seed(0)
+    model = WindowPartition()
+    cnt = CompileCounterWithBackend("inductor")
+    compiled = ed.compile(model, backend=cnt, dynamic=True)
+    handler = _Fallbacks()
+    logging.getLogger("ember").addHandler(handler)
+    try:
+        for n in (9, 12, 16):
+            x = torch.randn(2, n, n, 8, requires_grad=grad)
+            with torch.set_grad_enabled(grad):
+                got, want = compiled(x), model(x)
+            torch.testing.assert_close(got, want)
+            if grad:
+                (gx,) = torch.autograd.grad(got.pow(2).sum(), x)
+                (wx,) = torch.autograd.grad(want.pow(2).sum(), x)
+                torch.testing.assert_close(gx, wx)
+    finally:
+        logging.getLogger("ember").removeHandler(handler)
+    assert not handler.messages, handler.messages
+    assert cnt.frame_count == 1
+
+
 def columns_of_a_larger_tensor(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return (x * 2 + y.sum(-1, keepdim=True)).relu(), x.t() @ y
 

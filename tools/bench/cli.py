@@ -25,6 +25,7 @@ from bench.report import (
     long_table,
     machine_info,
     machine_line,
+    peak_matrix,
     speedup_matrix,
     to_json,
 )
@@ -45,7 +46,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         description="Benchmark ember's compilers against torch.compile and eager PyTorch. "
         "Each (workload, compiler) cell runs in a fresh process with fresh caches.",
     )
-    p.add_argument("--workloads", help="comma-separated workload names (default: all; --quick: the quick set; zoo: the transformers zoo)")
+    p.add_argument("--workloads", help="comma-separated workload names (default: all; --quick: the quick set; zoo: the transformers zoo; vision: the vision zoo)")
     p.add_argument("--compilers", help="comma-separated compiler names (default: all; eager is always added)")
     p.add_argument("--json", type=Path, help="write every raw figure and machine info here")
     p.add_argument("--plot", type=Path, help="write a speedup bar chart (PNG) here")
@@ -67,9 +68,10 @@ def _names(text: str | None, known: dict[str, Any], what: str) -> list[str] | No
     if text is None:
         return None
     names = [n.strip() for n in text.split(",") if n.strip()]
-    if what == "workload" and "zoo" in names:  # the whole transformers zoo
-        i = names.index("zoo")
-        names[i : i + 1] = [n for n in known if n.startswith("zoo_")]
+    for group, prefix in (("zoo", "zoo_"), ("vision", "vision_")):
+        if what == "workload" and group in names:  # a whole zoo: transformers, vision
+            i = names.index(group)
+            names[i : i + 1] = [n for n in known if n.startswith(prefix)]
     unknown = [n for n in names if n not in known]
     if unknown:
         raise SystemExit(f"unknown {what} {', '.join(unknown)}; known: {', '.join(known)}")
@@ -185,6 +187,9 @@ def show(results: list[dict[str, Any]], info: dict[str, Any], command: str, plot
     print()
     print(speedup_matrix(results))
     print()
+    if any(r.get("peak_bytes") is not None for r in results):
+        print(peak_matrix(results))
+        print()
     wall = info.get("run_wall_s")
     print(f"{machine_line(info)}\ncommand: {command}" + (f"  ({wall:.0f} s)" if wall else ""))
     if plot:

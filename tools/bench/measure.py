@@ -161,3 +161,43 @@ def saved_bytes(run: Callable[[], Any], exclude: Iterable[torch.Tensor]) -> int:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         run()
     return sum(seen.values())
+
+
+def peak_bytes(run: Callable[[], Any], device: str, sync: Callable[[], None]) -> int:
+    """Peak bytes allocated while ``run()`` runs, above what was allocated before it.
+
+    CUDA: ``torch.cuda.max_memory_allocated()`` after a reset of the peak, minus
+    ``memory_allocated()`` at the start. CPU: torch's profiler memory events (every
+    allocation and free of torch's CPU allocator, in order, with ``profile_memory``):
+    the highest running sum. Both count tensors only (what ATen, an inductor's
+    wrapper or autograd allocate), not the process's other memory (compiled code,
+    Python objects, a kernel's own scratch arrays); tensors alive before the call
+    (weights, inputs) are the baseline, not counted.
+    """
+    if device.startswith("cuda"):
+        sync()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        run()
+        sync()
+        return int(torch.cuda.max_memory_allocated() - base)
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        run()
+    # every allocation event of the run, nested in the ops that made it: their sizes (frees
+    # negative) in time order
+    sizes: list[tuple[int, int]] = []
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        event = stack.pop()
+        stack.extend(event.children)
+        if event.tag == _EventType.Allocation and event.extra_fields.device.type == "cpu":
+            sizes.append((event.start_time_ns, int(event.extra_fields.alloc_size)))
+    sizes.sort(key=lambda p: p[0])
+    level = peak = 0
+    for _, size in sizes:
+        level += size
+        peak = max(peak, level)
+    return peak

@@ -133,7 +133,13 @@ def register_compiler(c: Compiler) -> Compiler:
 
 def load_builtins() -> None:
     """Import the built-in workloads and compilers (idempotent)."""
-    from bench import compilers, workloads, workloads_hf, workloads_zoo  # noqa: F401
+    from bench import (  # noqa: F401
+        compilers,
+        workloads,
+        workloads_hf,
+        workloads_vision,
+        workloads_zoo,
+    )
 
 
 def load_plugins(paths: Sequence[str]) -> None:

@@ -120,7 +120,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("workload", "<"), ("compiler", "<"), ("status", "<"), ("cold s", ">"), ("warm s", ">"),
     ("ms/call", ">"), ("IQR ms", ">"), ("speedup", ">"), ("beside", ">"), ("amort ms", ">"),
     ("max err", ">"),
-    ("graphs", ">"), ("breaks", ">"), ("recomp", ">"), ("saved KB", ">"),
+    ("graphs", ">"), ("breaks", ">"), ("recomp", ">"), ("saved KB", ">"), ("peak MB", ">"),
 )
 
 
@@ -155,6 +155,7 @@ def cell_row(r: dict[str, Any]) -> list[str]:
         _fmt(r.get("breaks"), "d"),
         _fmt(r.get("recompiles"), "d"),
         "-" if saved is None else f"{saved / 1024:.0f}",
+        _fmt(r.get("peak_bytes"), ".3g", 1 / 2**20),
     ]
 
 
@@ -198,6 +199,22 @@ def speedup_matrix(results: list[dict[str, Any]]) -> str:
     if any(_ran_eagerly(r) for r in results if r.get("status") == "ok"):
         text += "\n* compiled no graph: the compiler ran the workload eagerly (see its log)"
     return text
+
+
+def peak_matrix(results: list[dict[str, Any]]) -> str:
+    """Workloads x compilers, each cell the peak MB one call allocates above its inputs
+    (``measure.peak_bytes``), or "" where the cell has none."""
+    workloads = list(dict.fromkeys(r["workload"] for r in results))
+    compilers = list(dict.fromkeys(r["compiler"] for r in results))
+    by = {(r["workload"], r["compiler"]): r for r in results}
+    rows = []
+    for w in workloads:
+        row = [w]
+        for c in compilers:
+            r = by.get((w, c)) or {}
+            row.append(_fmt(r.get("peak_bytes"), ".3g", 1 / 2**20) if r.get("status") == "ok" else "")
+        rows.append(row)
+    return align(["peak MB", *compilers], rows, ["<", *([">"] * len(compilers))])
 
 
 def _ran_eagerly(r: dict[str, Any]) -> bool:

@@ -23,7 +23,14 @@ from typing import Any
 
 import torch
 
-from bench.measure import TimingOptions, compare, saved_bytes, synchronizer, time_calls
+from bench.measure import (
+    TimingOptions,
+    compare,
+    peak_bytes,
+    saved_bytes,
+    synchronizer,
+    time_calls,
+)
 from bench.registry import (
     COMPILERS,
     WORKLOADS,
@@ -222,12 +229,10 @@ def _measure(
             if not acc.ok:
                 result.update(status="wrong", error=f"WRONG after warm-up: {acc.reason}")
                 return
-        if spec.device.startswith("cuda"):
-            stage[0] = "peak memory"
-            torch.cuda.reset_peak_memory_stats()
-            case.step(fn, inputs[0])
-            sync()
-            result["cuda_peak_bytes"] = torch.cuda.max_memory_allocated()
+        stage[0] = "peak memory"
+        # one more step, its allocations counted (measure.peak_bytes): what a call adds at
+        # its peak over the weights and inputs; the column "peak MB"
+        result["peak_bytes"] = peak_bytes(lambda: case.step(fn, inputs[0]), spec.device, sync)
         if workload.training:
             stage[0] = "saved bytes"
             result["saved_bytes"] = saved_bytes(lambda: case.step(fn, inputs[0]), case.params)

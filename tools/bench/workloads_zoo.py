@@ -36,28 +36,34 @@ def load_zoo() -> ModuleType:
     return sys.modules[name]
 
 
+def case_of(case: Any, device: str) -> Case:
+    """A zoo entry (``ZooCase``: model, args, kwargs, mode, outputs) as a benchmark case on
+    ``device``: inference under ``no_grad`` comparing the picked outputs; training a
+    backward from the first output (the loss), comparing outputs and every gradient."""
+    model = case.model.to(device)
+    args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in case.args)
+    kwargs = {
+        k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in case.kwargs.items()
+    }
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def step(fn: Callable[..., Any], call_args: tuple[Any, ...]) -> list[torch.Tensor]:
+        if case.mode == "inference":
+            with torch.no_grad():
+                return [t.detach() for t in case.outputs(fn(*call_args, **kwargs))]
+        for p in params:
+            p.grad = None
+        outs = case.outputs(fn(*call_args, **kwargs))
+        outs[0].backward()
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        return [t.detach() for t in outs] + grads
+
+    return Case(model, [args], step, params=params, kwargs=kwargs)
+
+
 def _builder(name: str) -> Callable[[str], Case]:
     def build(device: str) -> Case:
-        case = load_zoo().build(name)
-        model = case.model.to(device)
-        args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in case.args)
-        kwargs = {
-            k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in case.kwargs.items()
-        }
-        params = [p for p in model.parameters() if p.requires_grad]
-
-        def step(fn: Callable[..., Any], call_args: tuple[Any, ...]) -> list[torch.Tensor]:
-            if case.mode == "inference":
-                with torch.no_grad():
-                    return [t.detach() for t in case.outputs(fn(*call_args, **kwargs))]
-            for p in params:
-                p.grad = None
-            outs = case.outputs(fn(*call_args, **kwargs))
-            outs[0].backward()
-            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-            return [t.detach() for t in outs] + grads
-
-        return Case(model, [args], step, params=params, kwargs=kwargs)
+        return case_of(load_zoo().build(name), device)
 
     return build
 

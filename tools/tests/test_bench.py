@@ -396,3 +396,34 @@ def test_command_line_end_to_end(plugin: str, tmp_path: Path, capsys: pytest.Cap
     assert cells["fake_train", "eager"]["saved_bytes"] > 0
     assert "WRONG" in text and "n/a" in text
     assert out_png.is_file()
+
+
+def test_peak_bytes_counts_what_a_call_allocates_above_its_inputs() -> None:
+    import torch
+    from bench.measure import peak_bytes
+
+    x = torch.randn(256, 256)  # 256 KiB, alive before the call: the baseline
+
+    def step() -> None:
+        a = x * 2  # +256 KiB
+        b = a.sin()  # +256 KiB: the peak, 512 KiB
+        del a
+        c = b + 1  # a's memory freed first: back to 512 KiB
+        del b, c
+
+    peak = peak_bytes(step, "cpu", lambda: None)
+    # plus a few bytes: the Python scalars become 0-d tensors
+    assert 2 * 256 * 256 * 4 <= peak < 2 * 256 * 256 * 4 + 1024
+
+
+def test_vision_rows_are_the_vision_zoo() -> None:
+    from bench.registry import WORKLOADS, load_builtins
+    from bench.workloads_vision import vision_names
+
+    load_builtins()
+    names = vision_names()
+    assert len(names) == 31 and ("timm_deit_train", True) in names and ("tv_vit", False) in names
+    for name, training in names:
+        w = WORKLOADS["vision_" + name]
+        assert w.training == training and not w.suite and len(w.requires) == 1
+    assert cli._names("vision", WORKLOADS, "workload") == ["vision_" + n for n, _ in names]

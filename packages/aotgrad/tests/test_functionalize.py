@@ -190,3 +190,83 @@ def test_random_inplace_on_transposed_tensor_draws_like_eager() -> None:
     torch.manual_seed(3)
     got = compiled(x)
     torch.testing.assert_close(got, want)
+
+
+# -- issue 29: writes and restrides that eager makes on fresh-but-aliased tensors ------------
+
+
+def _compiled_matches_eager(fn: Callable[..., Any], args: list[torch.Tensor]) -> None:
+    """``fn`` through aot_function (functionalized, no eager fallback) equals eager: outputs
+    and, for inputs that require grad, their gradients; the traced graph writes nothing."""
+    eager_args, comp_args = _clone_all(args), _clone_all(args)
+    out_e = fn(*eager_args)
+    out_c = aot_function(fn, nop_compiler)(*comp_args)
+    torch.testing.assert_close(out_c, out_e)
+    assert out_c.stride() == out_e.stride()
+    if any(a.requires_grad for a in args):
+        out_e.pow(2).sum().backward()
+        out_c.pow(2).sum().backward()
+        for a_c, a_e in zip(comp_args, eager_args):
+            if a_e.requires_grad:
+                torch.testing.assert_close(a_c.grad, a_e.grad)
+    _assert_no_mutation(fn, [a.detach() for a in args])
+
+
+def pool_channels_last(x: torch.Tensor) -> torch.Tensor:
+    """ATen's ``adaptive_avg_pool2d`` to one pixel of a channels-last tensor: ``mean``, then
+    ``as_strided_`` to keep the memory format (timm's and torchvision's ConvNeXt heads)."""
+    y = (x * 2).contiguous(memory_format=torch.channels_last)
+    return torch.nn.functional.adaptive_avg_pool2d(y, 1) + 1
+
+
+def matmul_then_add_(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """A 3-d ``matmul`` result written in place (MobileBERT's ``h = h.matmul(w); h += b``):
+    ATen returns ``mm``'s result through ``_unsafe_view``, which shares its memory."""
+    h = h.matmul(w)
+    h += b
+    return h * 2
+
+
+def chunk_after_write(x: torch.Tensor, wq: torch.Tensor) -> torch.Tensor:
+    """Longformer's sliding-window ``_chunk``: a projection scaled in place, transposed and
+    reshaped, then ``as_strided`` into overlapping chunks of its storage."""
+    q = x.transpose(0, 1).matmul(wq)  # (seq, batch, d)
+    q /= 4.0
+    s, b, d = q.shape
+    q = q.view(s, b, 2, d // 2).transpose(0, 1).transpose(1, 2).reshape(b * 2, s, d // 2)
+    q = q.view(q.size(0), s // 4, 4, q.size(2))
+    size = list(q.size())
+    size[1] = size[1] * 2 - 1
+    stride = list(q.stride())
+    stride[1] = stride[1] // 2
+    chunks = q.as_strided(size=size, stride=stride)
+    return chunks.sum(-1)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_as_strided_inplace_restride_of_a_fresh_result(grad: bool) -> None:
+    x = torch.randn(2, 8, 4, 4, requires_grad=grad)
+    _compiled_matches_eager(pool_channels_last, [x])
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_inplace_write_to_a_3d_matmul_result(grad: bool) -> None:
+    args = [torch.randn(2, 3, 4, requires_grad=grad), torch.randn(4, 5, requires_grad=grad),
+            torch.randn(5, requires_grad=grad)]
+    _compiled_matches_eager(matmul_then_add_, args)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_as_strided_of_a_view_written_in_place(grad: bool) -> None:
+    args = [torch.randn(2, 16, 8, requires_grad=grad), torch.randn(8, 8, requires_grad=grad)]
+    _compiled_matches_eager(chunk_after_write, args)
+
+
+def test_as_strided_inplace_on_an_input_is_still_refused() -> None:
+    """An input's storage is the caller's: restriding it in place is not functionalized."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        x.as_strided_((2, 2), (1, 2))
+        return x + 1
+
+    with pytest.raises(FunctionalizationError, match="metadata mutations are not supported"):
+        aot_function(f, nop_compiler)(torch.randn(2, 2))

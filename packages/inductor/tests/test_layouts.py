@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import sympy
@@ -162,3 +163,172 @@ def test_bool_buffers_are_bytes_and_match_eager(check: Check, backend: str) -> N
     src = "\n".join(c.report.kernel_sources.values())
     if backend == "cpp":
         assert "const uint8_t* __restrict__ in_arg1" in src and "bool*" not in src
+
+
+class _GroupNormConv(torch.nn.Module):
+    """diffusers' ResnetBlock2D step: GroupNorm, SiLU, a 3x3 convolution, twice."""
+
+    def __init__(self, c: int = 16) -> None:
+        super().__init__()
+        self.n1, self.c1 = torch.nn.GroupNorm(4, c), torch.nn.Conv2d(c, c, 3, padding=1)
+        self.n2, self.c2 = torch.nn.GroupNorm(4, c), torch.nn.Conv2d(c, c, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.c1(torch.nn.functional.silu(self.n1(x)))
+        return x + self.c2(torch.nn.functional.silu(self.n2(h)))
+
+
+def test_no_layout_copies_around_extern_convolutions(check: Check, backend: str) -> None:
+    """A convolution's output layout follows its input's as this graph realized it, not as
+    traced. On a channels-last activation the GroupNorm's traced result is channels-last
+    while the kernel writing it is contiguous; ATen's convolution (contiguous weights)
+    then returns a contiguous result, which the wrapper copied into the traced
+    channels-last layout: one copy per convolution (issue 29, diffusers' VAE decode)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    torch.manual_seed(0)
+    model = _GroupNormConv().eval()
+    x = torch.randn(2, 16, 12, 12).to(memory_format=torch.channels_last)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return model(x)
+
+    c = check(f, x, atol=1e-5, rtol=1e-5)  # values and (channels-last) strides equal eager's
+    copies: list[tuple[int, ...]] = []
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            # (Triton's interpreter copies one-element tensors of its own)
+            if func is torch.ops.aten.copy_.default and args[0].shape == x.shape:
+                copies.append(args[0].stride())
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        c(x)
+    assert not copies, copies
+
+
+def test_convolution_read_through_as_strided_keeps_the_traced_layout(check: Check) -> None:
+    """``as_strided`` reads its input's storage through the traced strides (aotgrad emits
+    it for adaptive_avg_pool2d's channels-last restride): a convolution it reads keeps its
+    traced layout instead of following its input's realized one."""
+    torch.manual_seed(0)
+    model = _GroupNormConv().eval()
+    x = torch.randn(2, 16, 12, 12).to(memory_format=torch.channels_last)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            h = model.c1(torch.nn.functional.silu(model.n1(x)))
+            return torch.as_strided(h, (2, 16, 6, 12), h.stride()) * 2
+
+    check(f, x, atol=1e-5, rtol=1e-5)
+
+
+def test_as_strided_reads_its_argument_in_the_traced_layout(check: Check) -> None:
+    """``as_strided``'s strides assume its argument's traced layout; a value ember stores in
+    another order (a pointwise result of a channels-last input, stored contiguous) is
+    stored in the traced layout first. (Before: wrong values, silently.)"""
+    x = torch.randn(2, 16, 6, 5).to(memory_format=torch.channels_last)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = (x * 2).sigmoid()
+        return torch.as_strided(y, (2, 16, 3, 5), y.stride()) + 1
+
+    check(f, x)
+
+
+@pytest.mark.parametrize("how", ["contiguous", "to"])
+def test_copy_to_a_memory_format_is_written_by_the_producing_kernel(
+    check: Check, backend: str, how: str
+) -> None:
+    """``x.contiguous(memory_format=torch.channels_last)`` / ``x.to(memory_format=...)`` of
+    a computed value (diffusers' Upsample2D after an interpolation) is stored in that layout
+    by the kernel computing the value: no ATen call copying a buffer ember wrote."""
+    x = torch.randn(2, 8, 5, 6)
+    w = torch.randn(4, 8, 3, 3)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        up = torch.nn.functional.interpolate(x.sigmoid(), scale_factor=2.0, mode="nearest")
+        if how == "contiguous":
+            cl = up.contiguous(memory_format=torch.channels_last)
+        else:
+            cl = up.to(memory_format=torch.channels_last)
+        return torch.nn.functional.conv2d(cl, w, padding=1) + cl.mean()
+
+    c = check(f, x, atol=1e-4, rtol=1e-4)
+    assert not any("clone" in k or "_to_copy" in k for k in c.report.fallbacks), c.report.fallbacks
+    assert any("convolution" in k for k in c.report.fallbacks), c.report.fallbacks
+
+
+@pytest.mark.backends("cpp")
+def test_pointwise_kernel_iterates_in_its_stores_memory_order(check: Check) -> None:
+    """A pointwise kernel writing a channels-last buffer iterates N, H, W, C (C innermost, the
+    store's stride-1 dim), so reads and writes of channels-last tensors are one contiguous
+    sweep (one merged loop here) instead of W innermost with stride C."""
+    x = torch.randn(2, 16, 6, 5).to(memory_format=torch.channels_last)
+    c = check(lambda x: (x * 2).sigmoid(), x)
+    src = "\n".join(c.report.kernel_sources.values())
+    assert src.count("for (") == 1, src
+
+
+def _conv_input_formats(c: CompiledGraph, x: torch.Tensor) -> list[bool]:
+    """Whether each ATen convolution the compiled graph calls gets a channels-last input."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list[bool] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            if func is torch.ops.aten.convolution.default:
+                seen.append(args[0].is_contiguous(memory_format=torch.channels_last))
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        c(x)
+    return seen
+
+
+def _inverted_residual(c: int = 16) -> nn.Module:
+    """MobileNetV2's block: 1x1 expand, 3x3 depthwise, 1x1 project, batch norms, ReLU6."""
+    e = 4 * c
+    return nn.Sequential(
+        nn.Conv2d(c, e, 1, bias=False), nn.BatchNorm2d(e), nn.ReLU6(),
+        nn.Conv2d(e, e, 3, padding=1, groups=e, bias=False), nn.BatchNorm2d(e), nn.ReLU6(),
+        nn.Conv2d(e, c, 1, bias=False), nn.BatchNorm2d(c),
+    ).eval()
+
+
+def test_pointwise_and_depthwise_convolutions_run_channels_last(check: Check, backend: str) -> None:
+    """Inference graphs whose convolution work is mostly 1x1/depthwise/grouped feed their
+    convolutions channels-last inputs (ATen's CPU kernels are faster so: mobilenetv2 1.44x
+    in eager); a graph of full 3x3 convolutions keeps NCHW (channels-last makes ATen
+    convert their weights every call: resnet18 3x slower). Values and output strides are
+    eager's either way (``check``)."""
+    torch.manual_seed(0)
+    block = _inverted_residual()
+    for m in block.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            nn.init.uniform_(m.running_var, 0.5, 2.0)
+            nn.init.normal_(m.running_mean)
+    x = torch.randn(2, 16, 10, 10)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return x + block(x)
+
+    c = check(f, x, atol=1e-4, rtol=1e-4)
+    assert _conv_input_formats(c, x) == [True, True, True]
+
+    full = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3)).eval()
+
+    def g(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return full(x)
+
+    c = check(g, x, atol=1e-4, rtol=1e-4)
+    assert _conv_input_formats(c, x) == [False, False]

@@ -121,3 +121,36 @@ def test_ember_dynamo_inductor_backend(reports: list[Any]) -> None:
     assert reports and all(isinstance(r, CompiledGraph) for r in reports), [
         r.report.eager_reason for r in reports
     ]
+
+
+class SDPABlock(nn.Module):
+    """Attention through ``F.scaled_dot_product_attention`` (on CPU ATen's
+    ``_scaled_dot_product_flash_attention_for_cpu``), a projection before and after."""
+
+    def __init__(self, d: int = 32, heads: int = 2) -> None:
+        super().__init__()
+        self.qkv, self.proj, self.heads = nn.Linear(d, 3 * d), nn.Linear(d, d), heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+                   for z in self.qkv(x).split(d, dim=2))
+        y = nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d)).relu()
+
+
+def test_inference_attention_stays_one_fused_aten_call(reports: list[Any]) -> None:
+    """Inference keeps ATen's fused CPU attention whole (an extern call, not bmm + softmax +
+    bmm kernels: measured slower at every shape, ADR 0049), and equals eager."""
+    torch.manual_seed(0)
+    model, x = SDPABlock().eval(), torch.randn(2, 24, 32)
+    compiled = torch.compile(model, backend=make_backend(InductorOptions()))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+    fallbacks: dict[str, int] = {}
+    for r in reports:
+        assert isinstance(r, CompiledGraph), r.report.eager_reason
+        for op, n in r.report.fallbacks.items():
+            fallbacks[op] = fallbacks.get(op, 0) + n
+    assert fallbacks.get("aten::_scaled_dot_product_flash_attention_for_cpu") == 1, fallbacks
+    assert "aten::bmm" not in fallbacks, fallbacks

@@ -148,6 +148,10 @@ class _Functionalizer:
         self.multi_view_src: dict[fx.Node, fx.Node] = {}
         #: storages whose base's elements share memory (an ``expand``ed input)
         self.overlapping: set[int] = set()
+        #: storage -> (size, stride, offset) of the tensor that made it (its first node,
+        #: when made: an ``as_strided_`` later changes the traced value's own metadata), by
+        #: which an ``as_strided`` of any alias of it addresses elements
+        self.base_layout: dict[int, Any] = {}
         #: the checkpoint region of the node being rewritten: the nodes emitted for it keep it
         self.region: int | None = None
 
@@ -217,6 +221,8 @@ class _Functionalizer:
         self.chain[old] = ()
         self.seen_version[old] = 0
         val = old.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            self.base_layout[s] = old.meta.get("layout") or _layout3(val)
         if isinstance(val, torch.Tensor) and _overlaps(val):
             self.overlapping.add(s)
 
@@ -400,12 +406,21 @@ class _Functionalizer:
             self.bind_view(node, args[0], first, ViewStep(op, (), ()))
             return
         as_strided = op is aten.as_strided.default and isinstance(first, fx.Node)
+        if as_strided and isinstance(first, fx.Node) and self.as_strided_of_base(node, first):
+            return
         if (as_strided and isinstance(first, fx.Node)
                 and self.version.get(self.storage(first), 0) > 0):
             # the source's storage was written: its value now is a functional result
             self.check_as_strided(first.meta["val"], args[0], node.args[1:], dict(node.kwargs),
                                   node)
         new = self.emit(op, args, kwargs, like=node.meta.get("val"))
+        step = _fresh_alias_step(op, node, first)
+        if step is not None and isinstance(first, fx.Node) and self.chain.get(first) is not None:
+            # an op whose result shares its input's memory without its schema saying so
+            # (``_unsafe_view`` of matmul's ``mm`` result): a view of it, so writes to the
+            # result are writes to that memory, which later reads of either see
+            self.bind_view(node, new, first, step)
+            return
         if isinstance(op, torch._ops.OpOverload) and op.is_view and isinstance(first, fx.Node):
             src = first
             if isinstance(node.meta.get("val"), (tuple, list)):
@@ -425,6 +440,8 @@ class _Functionalizer:
         op: Any = node.target
         name = op.overloadpacket.__name__
         if name in _METADATA_MUTATIONS or torch.Tag.inplace_view in op.tags:
+            if self.metadata_mutation(node):
+                return
             raise FunctionalizationError(
                 f"node '{node.name}' ({op}) changes the shape or strides of a tensor in "
                 "place; metadata mutations are not supported. Use the out-of-place op "
@@ -473,6 +490,59 @@ class _Functionalizer:
                 value = self.emit(aten._to_copy.default, (value,), {"dtype": target_val.dtype})
         self.write(target, value, node)
         self.bind_written(node, target, value)
+
+    def as_strided_of_base(self, node: fx.Node, src: fx.Node, *, of_base: bool = False) -> bool:
+        """``as_strided(src, size, stride[, offset])`` bound as the same ``as_strided`` of
+        ``src``'s storage base, when ``src`` is a view of it (a view chain, not the base;
+        ``of_base``: the base too) and the base's layout allows it (True: done).
+
+        ``as_strided`` addresses its argument's *storage* (from its storage offset unless
+        one is given), so it means the same on any alias of that storage: taken of the
+        base, its replay after writes (and the inverse of a write through it,
+        ``as_strided_scatter``) needs only the base's layout to match eager's, dense from
+        offset 0 (checked on every replay), not the view's (Longformer's ``_chunk``: an
+        ``as_strided`` of a transposed, reshaped projection scaled in place before)."""
+        s = self.storage(src)
+        steps = self.chain.get(src)
+        base_layout = self.base_layout.get(s)
+        if steps is None or (not steps and not of_base) or base_layout is None:
+            return False
+        if s in self.overlapping:
+            return False
+        args = list(node.args[1:])
+        kwargs = dict(node.kwargs)
+        offset = args[2] if len(args) > 2 else kwargs.get("storage_offset")
+        if offset is None:
+            offset = tuple(src.meta.get("layout") or _layout3(src.meta["val"]))[2]
+            if len(args) >= 2:
+                args = [*args[:2], offset]
+            else:
+                kwargs["storage_offset"] = offset
+        if not _as_strided_replayable(base_layout, self.cur_base[s].meta["val"], tuple(args),
+                                      kwargs):
+            return False
+        step = ViewStep(aten.as_strided.default, tuple(args), tuple(kwargs.items()),
+                        traced=base_layout)
+        new = self.emit(aten.as_strided.default, (self.cur_base[s], *args), kwargs,
+                        like=node.meta.get("val"))
+        self.env[node] = new
+        self.chain[node] = (step,)
+        self.seen_version[node] = self.version[s]
+        return True
+
+    def metadata_mutation(self, node: fx.Node) -> bool:
+        """``x.as_strided_(size, stride[, offset])``: from here on the tensor is that
+        ``as_strided`` of its storage (the trace binds the tensor to this node, so every
+        later read names it); True when done. ATen's ``adaptive_avg_pool2d`` to one pixel
+        of a channels-last input restrides its ``mean`` result this way, to keep the
+        memory format. Other metadata mutations (``t_``, ``resize_``, ``set_``) and an
+        ``as_strided_`` whose storage is not laid out as eager's are refused."""
+        target = node.args[0] if node.args else None
+        if node.target is not aten.as_strided_.default or not isinstance(target, fx.Node):
+            return False
+        if self.storage(target) in self.input_storage:
+            return False  # the caller's tensor would keep its old metadata
+        return self.as_strided_of_base(node, target, of_base=True)
 
     def check_as_strided(self, traced: Any, value: fx.Node, args: Any, kwargs: dict[str, Any],
                          where: fx.Node) -> None:
@@ -606,19 +676,69 @@ class _Functionalizer:
         return self.emit(aten.permute.default, (value, inv))
 
 
+#: ops returning a tensor that may share their input's memory while their schema does not
+#: say so (no alias annotation): ``matmul`` of a 3-d by a 2-d tensor returns its ``mm``
+#: result through ``_unsafe_view``
+_FRESH_ALIAS_OPS = frozenset({aten._unsafe_view.default})
+
+
+def _fresh_alias_step(op: Any, node: fx.Node, src: Any) -> ViewStep | None:
+    """The view step equal to ``node`` (a fresh-but-aliased op's result) read from ``src``:
+    a ``view`` to its shape, when it shares ``src``'s storage and both are contiguous from
+    the same offset (a reshape of the same elements); else None."""
+    if op not in _FRESH_ALIAS_OPS or not isinstance(src, fx.Node):
+        return None
+    val, src_val = node.meta.get("val"), src.meta.get("val")
+    if not (isinstance(val, torch.Tensor) and isinstance(src_val, torch.Tensor)):
+        return None
+    if node.meta.get("storage") != src.meta.get("storage"):
+        return None
+    try:
+        same = (val.is_contiguous() and src_val.is_contiguous()
+                and val.storage_offset() == src_val.storage_offset()
+                and val.numel() == src_val.numel())
+    except Exception:  # sizes that cannot be decided here: not a view
+        return None
+    if not same:
+        return None
+    return ViewStep(aten.view.default, (list(val.shape),), ())
+
+
 #: above this many elements, two views of one storage are taken to overlap
 _MAX_POSITIONS = 1 << 16
 
 
+def _layout3(t: torch.Tensor) -> tuple[tuple[Any, ...], tuple[Any, ...], Any]:
+    return tuple(t.shape), tuple(t.stride()), t.storage_offset()
+
+
+def _is_contiguous(size: Any, stride: Any) -> bool:
+    expected = 1
+    for n, st in reversed(list(zip(size, stride))):
+        if int(n) != 1 and int(st) != expected:
+            return False
+        expected *= int(n)
+    return True
+
+
 def _as_strided_replayable(traced: Any, val: Any, args: Any, kwargs: dict[str, Any]) -> bool:
     """Whether ``as_strided(val, *args)`` reads the elements ``as_strided(traced, *args)``
-    does: both dense and laid out alike from storage offset 0, the view within them."""
+    does: both dense and laid out alike from storage offset 0, the view within them.
+    ``traced``: the traced tensor, or its (size, stride, storage offset)."""
     try:
-        if not (isinstance(traced, torch.Tensor) and isinstance(val, torch.Tensor)):
+        if not isinstance(val, torch.Tensor):
             return False
-        if (tuple(traced.shape) != tuple(val.shape) or traced.stride() != val.stride()
-                or traced.storage_offset() != 0 or val.storage_offset() != 0
-                or not traced.is_contiguous()):
+        if isinstance(traced, torch.Tensor):
+            traced = _layout3(traced)
+        if not isinstance(traced, tuple) or len(traced) != 3:
+            return False
+        t_size, t_stride, t_offset = traced
+        numel = 1
+        for n in t_size:
+            numel *= int(n)
+        if (tuple(int(n) for n in t_size) != tuple(val.shape)
+                or not _is_contiguous(t_size, t_stride) or not val.is_contiguous()
+                or int(t_offset) != 0 or val.storage_offset() != 0):
             return False
         size = list(args[0] if args else kwargs["size"])
         stride = list(args[1] if len(args) > 1 else kwargs["stride"])
@@ -627,7 +747,7 @@ def _as_strided_replayable(traced: Any, val: Any, args: Any, kwargs: dict[str, A
         if any(int(n) == 0 for n in size):
             return True
         last = int(offset) + sum((int(n) - 1) * int(st) for n, st in zip(size, stride))
-        return int(offset) >= 0 and all(int(st) >= 0 for st in stride) and last < traced.numel()
+        return int(offset) >= 0 and all(int(st) >= 0 for st in stride) and last < numel
     except Exception:  # symbolic sizes that cannot be decided here: refuse
         return False
 

@@ -446,7 +446,7 @@ def shape_expr_part(b: GuardBuilder, g: Guard) -> Part:
         )
     reads = tuple(bindings[s.name] for s in free)
     local = {s: sympy.Symbol(b.var(bindings[s.name])) for s in free}
-    code = pycode(relation.xreplace(local), fully_qualified_modules=True)
+    code = pycode(_integer_floors(relation).xreplace(local), fully_qualified_modules=True)
     if "math." in code:
         b.consts["math"] = __import__("math")
 
@@ -459,6 +459,57 @@ def shape_expr_part(b: GuardBuilder, g: Guard) -> Part:
         return f"{got}; the graph assumed {readable}{why}"
 
     return Part(g, reads, f"({code})", explain, 20)
+
+
+def _integer_floors(expr: sympy.Basic) -> sympy.Basic:
+    """``expr`` with each ``floor(a)`` of a rational function of sizes written as the integer
+    division ``num // den`` (``sympy.floor`` prints as ``math.floor`` of a float quotient:
+    ``floor(W/7 + Mod(6*W, 7)/7)`` at ``W = 12`` is ``math.floor(1.714... + 0.285...)``,
+    1 instead of 2, so a true guard failed and every size recompiled)."""
+    import sympy
+
+    if not expr.has(sympy.floor):
+        return expr
+
+    def rewrite(e: sympy.Basic) -> sympy.Basic:
+        if isinstance(e, sympy.floor):
+            arg = rewrite(e.args[0])
+            num, den = sympy.fraction(sympy.together(arg))
+            if den != 1 and (num.is_integer and den.is_integer):
+                return _FloorDiv(num, den)
+            return sympy.floor(arg)
+        if not e.args:
+            return e
+        return e.func(*[rewrite(a) for a in e.args])
+
+    return rewrite(expr)
+
+
+def _floordiv_class() -> Any:
+    import sympy
+
+    class FloorDiv(sympy.Function):  # type: ignore[misc]
+        """``a // b`` of integers, printed so (``_print_FloorDiv`` below)."""
+
+        is_integer = True
+
+        def _pythoncode(self, printer: Any) -> str:
+            a, b = self.args
+            return f"(({printer._print(a)}) // ({printer._print(b)}))"
+
+    return FloorDiv
+
+
+class _LazyFloorDiv:
+    cls: Any = None
+
+    def __call__(self, a: Any, b: Any) -> Any:
+        if self.cls is None:
+            self.cls = _floordiv_class()
+        return self.cls(a, b)
+
+
+_FloorDiv = _LazyFloorDiv()
 
 
 _REL_OPS = {"Equality": "==", "Unequality": "!=", "StrictLessThan": "<", "LessThan": "<=",

@@ -40,6 +40,13 @@ NEVER_DECOMPOSE = frozenset(
         aten.baddbmm.default,
         aten.addmv.default,
         aten.mv.default,
+        # ATen's fused CPU attention (one pass over key blocks, online softmax) against its
+        # decomposition (bmm, softmax, bmm) compiled by ember, single-threaded, issue 29
+        # (docs/decisions/0049): the fused kernel was faster at every shape measured,
+        # 1.7x at 2x2x17x32 (ViT-sized), 3x at 2x8x256x8, 3.3x at 2x2x256x32; so the
+        # forward is an extern call of it. (Training already kept it: the decomposition
+        # returns the attention weights where the op returns the logsumexp its backward reads.)
+        aten._scaled_dot_product_flash_attention_for_cpu.default,
     }
 )
 

@@ -21,6 +21,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from ember.ir.fake_mode import EagerLayoutFakeMode
 from ember.ir.updates import input_updates_of
 
+from .conv_layout import channels_last_strides, prefers_channels_last
 from .decompositions import NEVER_DECOMPOSE, decompose_node
 from .errors import LoweringError
 from .fx_util import attr_value, graph_device, op_name
@@ -124,6 +125,8 @@ class GraphLowering:
         self._updates = _update_nodes(gm)
         self._depth = 0
         self._shared: dict[IRNode, Buffer] = {}  # IR nodes hash by identity; _realize_shared
+        #: convolutions read channels-last inputs (``conv_layout``, ADR 0056)
+        self._channels_last_convs = prefers_channels_last(gm)
 
     # -- naming and realization -------------------------------------------------
     def _name(self) -> str:
@@ -219,7 +222,15 @@ class GraphLowering:
                 return as_size(a)
             return a
 
-        args = tuple(to_ir(a) for a in fx_node.args)
+        if (
+            op in _LAYOUT_FOLLOWS_INPUT
+            and self._channels_last_convs
+            and isinstance(fx_node.args[0], torch.fx.Node)
+        ):
+            first = self._realize_channels_last(fx_node.args[0])
+            args = (first, *(to_ir(a) for a in fx_node.args[1:]))
+        else:
+            args = tuple(to_ir(a) for a in fx_node.args)
         kwargs = {k: to_ir(v) for k, v in fx_node.kwargs.items()}
         mutated = tuple(
             _buffer_name(args[k])
@@ -227,6 +238,10 @@ class GraphLowering:
             if k < len(args) and isinstance(args[k], IRNode)
         )
         val = fx_node.meta["val"]
+        if op in _LAYOUT_FOLLOWS_INPUT and not any(
+            u.target in _READS_STRIDES for u in _consumers(fx_node)
+        ):
+            val = self._rerun_on_layouts(op, args, kwargs, val)
         if isinstance(val, torch.Tensor):
             layout = Layout(as_sizes(val.shape), as_sizes(val.stride()), val.dtype)
             return self.register(
@@ -265,6 +280,56 @@ class GraphLowering:
         from torch.utils._pytree import tree_unflatten
 
         return tree_unflatten(outs, spec)
+
+    def _rerun_on_layouts(self, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                          val: Any) -> Any:
+        """``op``'s fake result for its arguments as realized here, when their layouts
+        differ from the traced ones. A convolution's output memory format follows its
+        input's: a traced channels-last input (a GroupNorm's fake result) that this graph
+        realized contiguous makes ATen return a contiguous output, which the wrapper then
+        copied into the traced layout (``_restride``: one copy per convolution of
+        diffusers' VAE). Static layouts only; on any failure the traced value stands."""
+        def fake(a: Any) -> Any:
+            if isinstance(a, (Buffer, ReinterpretView)):
+                lay = a.layout
+                if not all(isinstance(v, int) for v in (*lay.size, *lay.stride)):
+                    raise _Symbolic
+                return torch.empty_strided(lay.size, lay.stride, dtype=lay.dtype,
+                                           device=self.device)
+            if isinstance(a, IRNode):
+                raise _Symbolic
+            return a
+
+        try:
+            with self.fake_mode:
+                fargs, fkwargs = tree_map(fake, (args, kwargs))
+                got = op(*fargs, **fkwargs)
+        except Exception:  # symbolic layouts, or the fake kernel refuses: keep the traced one
+            return val
+        if not isinstance(got, torch.Tensor) or not isinstance(val, torch.Tensor):
+            return val
+        if tuple(got.shape) != tuple(val.shape) or got.dtype != val.dtype:
+            return val
+        return got
+
+    def _realize_channels_last(self, arg: torch.fx.Node) -> Any:
+        """A convolution's input stored channels-last (a copy where it is stored otherwise);
+        later readers of ``arg`` read the same buffer."""
+        value = self.env[arg]
+        if not isinstance(value, IRNode):
+            return value
+        size = value.get_size()
+        if len(size) != 4 or not all(isinstance(s, int) for s in size):
+            return self.realize_for_extern(value)
+        want = channels_last_strides(tuple(int(s) for s in size))
+        if isinstance(value, (Buffer, ReinterpretView)) and _significant(
+            value.layout.size, value.layout.stride
+        ) == _significant(value.layout.size, want):
+            return value
+        buf = self.realize(value, want)
+        if not isinstance(value, (Buffer, ReinterpretView)):
+            self.env[arg] = buf  # computed once, in this layout, for every reader
+        return buf
 
     def _realize_pending(self) -> None:
         for n, v in list(self.env.items()):
@@ -475,6 +540,21 @@ class GraphLowering:
         buf = self.realize(value, stride if dense else None)
         assert isinstance(buf, Buffer)
         return OutputSpec("buffer", name=buf.name, layout=buf.layout)
+
+
+class _Symbolic(Exception):
+    """A layout with symbolic sizes: ``_rerun_on_layouts`` keeps the traced value."""
+
+
+#: extern ops whose output layout follows their input's (re-derived from the layouts the
+#: graph realized, ``GraphLowering._rerun_on_layouts``)
+_LAYOUT_FOLLOWS_INPUT = frozenset({aten.convolution.default})
+
+#: ops that read their input's storage through the traced strides: a value they use keeps
+#: its traced layout
+_READS_STRIDES = frozenset(
+    {aten.as_strided.default, aten.as_strided_.default, aten.as_strided_scatter.default}
+)
 
 
 # Ops that only reinterpret their input: looked through when asking where a value goes.

@@ -18,6 +18,7 @@ import sympy
 from .fusion import fuse
 from .graph import LoweredGraph
 from .horizontal import fuse_horizontal
+from .index import affine_coefficients
 from .inplace import add_update_deps, ordered_updates
 from .ir import ComputedBuffer, ExternKernel, MultiOutput
 from .kernel_plan import (
@@ -151,7 +152,15 @@ def lay_out_loops(plan: KernelPlan) -> None:
         loads, store = n.accesses(n_outer)
         accesses.extend(e for _, e in loads)
         accesses.append(store)
-    outer = merge_loops(plan.outer, outer_syms, accesses)
+    if plan.is_pointwise:
+        # any loop order computes a pointwise kernel: iterate in its stores' memory order
+        # (a channels-last store walks C innermost, not W with stride C)
+        perm = _store_order(plan, outer_syms)
+        outer = merge_loops(
+            [plan.outer[i] for i in perm], [outer_syms[i] for i in perm], accesses
+        )
+    else:
+        outer = merge_loops(plan.outer, outer_syms, accesses)
     plan.outer_loops = outer
     if plan.is_pointwise:  # no inner dims anywhere: indices are rewritten by ``outer`` alone
         for loop in plan.loops:
@@ -165,6 +174,25 @@ def lay_out_loops(plan: KernelPlan) -> None:
             if not n.is_reduction:
                 inner_accesses.append(outer.rewrite(store))
         loop.ranges = merge_loops(loop.inner, loop.symbols, inner_accesses, outer.ranges)
+
+
+def _store_order(plan: KernelPlan, syms: list[sympy.Symbol]) -> list[int]:
+    """The outer dims ordered by the stride every store of ``plan`` gives them (largest
+    first), where the stores agree and their strides are integers; else the logical order."""
+    order: list[int] | None = None
+    for n in plan.nodes:
+        _, store = n.accesses(len(syms))
+        fit = affine_coefficients(store, syms)
+        if fit is None:
+            return list(range(len(syms)))
+        coeffs = [fit[0].get(s, 0) for s in syms]
+        if not all(isinstance(c, (int, sympy.Integer)) for c in coeffs):
+            return list(range(len(syms)))
+        mine = sorted(range(len(syms)), key=lambda i: -int(coeffs[i]))  # stable: ties stay
+        if order is not None and mine != order:
+            return list(range(len(syms)))
+        order = mine
+    return order if order is not None else list(range(len(syms)))
 
 
 def g_members_other(groups: list[list[int]], g: int, members: set[int]) -> bool:

@@ -23,10 +23,49 @@ from ember.ir.shape_env import size_relation
 Size: TypeAlias = int | sympy.Expr
 
 
+def exact_divisions(expr: sympy.Expr) -> sympy.Expr:
+    """``expr`` with every ``floor(a / b)`` whose ``b`` divides ``a`` for all sizes replaced
+    by the quotient ``a / b`` (innermost first).
+
+    Whether ``b`` divides ``a`` is sympy's own ``Mod(a, b) == 0`` over the size symbols
+    (integers >= 1): padding to a multiple, ``p = w + (7 - w % 7) % 7`` (torchvision's
+    Swin windows), is ``w + Mod(6*w, 7)``, and ``Mod(p, 7)`` evaluates to 0. So
+    ``floor(p / 7)`` is ``p / 7`` and ``floor(p / floor(p / 7))`` is ``7``: a reshape of
+    ``p`` into ``(p // 7, 7)`` then has equal element counts as expressions.
+    """
+    if not expr.has(sympy.floor):
+        return expr
+    if isinstance(expr, sympy.floor):
+        arg = exact_divisions(expr.args[0])
+        num, den = sympy.fraction(sympy.cancel(sympy.together(arg)))
+        if den == 1 or sympy.Mod(num, den) == 0:
+            return sympy.cancel(num / den)
+        return sympy.floor(arg)
+    if not expr.args:
+        return expr
+    return expr.func(*[exact_divisions(a) for a in expr.args])
+
+
+def simplify_size(expr: sympy.Expr) -> sympy.Expr:
+    """``expr`` with exact divisions resolved (``exact_divisions``) where that leaves no
+    fraction (``floor(p / floor(p / 7))`` -> ``7``); otherwise ``expr`` as is
+    (``floor(p / 7)`` stays a floor division, which the code printers know)."""
+    if not expr.has(sympy.floor):
+        return expr
+    exact = exact_divisions(expr)
+    if exact == expr:
+        return expr
+    if all(r.is_Integer for r in exact.atoms(sympy.Rational)):
+        return exact
+    return expr
+
+
 def as_size(value: Any) -> Size:
     """An int, or the sympy expression of a symbolic size (``SymInt`` or sympy)."""
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         value = value.node.expr
+    if isinstance(value, sympy.Basic) and value.has(sympy.floor):
+        value = simplify_size(value)
     if isinstance(value, sympy.Basic):
         if value.is_Integer:
             return int(value)
@@ -118,5 +157,5 @@ class SizeHints:
         return SizeHints(found)
 
 
-__all__ = ["Size", "SizeHints", "as_size", "as_sizes", "is_size_symbol", "is_static", "product",
-           "provably", "size_symbols"]
+__all__ = ["Size", "SizeHints", "as_size", "as_sizes", "exact_divisions", "is_size_symbol",
+           "is_static", "product", "provably", "simplify_size", "size_symbols"]

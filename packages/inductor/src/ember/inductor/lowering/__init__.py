@@ -40,7 +40,9 @@ class LoweringContext(Protocol):
     #: each size symbol's value for the inputs at hand (heuristics only)
     hints: SizeHints
 
-    def realize(self, node: IRNode) -> Buffer | ReinterpretView: ...
+    def realize(
+        self, node: IRNode, stride: tuple[Size, ...] | None = None
+    ) -> Buffer | ReinterpretView: ...
 
     def fallback(self, fx_node: torch.fx.Node, reason: str) -> Any: ...
 

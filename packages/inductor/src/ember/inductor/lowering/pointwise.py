@@ -298,21 +298,33 @@ def _silu(ctx: LoweringContext, node: torch.fx.Node, x: Any) -> Pointwise:
 @register_lowering(aten._to_copy.default)
 def _to_copy(ctx: LoweringContext, node: torch.fx.Node, x: Any, **kwargs: Any) -> Any:
     val = meta_of(node)
-    if (
-        not isinstance(x, IRNode)
-        or val.device.type != "cpu"
-        or kwargs.get("memory_format") not in (None, torch.preserve_format, torch.contiguous_format)
-    ):
-        return ctx.fallback(node, "_to_copy changing device or memory format")
-    return make_pointwise(node, [x], lambda ops, v: v, compute_dtype=val.dtype)
+    if not isinstance(x, IRNode) or val.device.type != "cpu":
+        return ctx.fallback(node, "_to_copy changing device")
+    copied = make_pointwise(node, [x], lambda ops, v: v, compute_dtype=val.dtype)
+    if kwargs.get("memory_format") in (None, torch.preserve_format, torch.contiguous_format):
+        return copied
+    return _in_memory_format(ctx, node, copied, "_to_copy")
 
 
 @register_lowering(aten.clone.default, aten.copy.default, aten.lift_fresh_copy.default)
 def _clone(ctx: LoweringContext, node: torch.fx.Node, x: Any, *rest: Any, **kwargs: Any) -> Any:
     src = rest[0] if node.target is aten.copy.default else x
-    if kwargs.get("memory_format") not in (None, torch.preserve_format, torch.contiguous_format):
-        return ctx.fallback(node, "clone to a non-contiguous memory format")
-    return make_pointwise(node, [src], lambda ops, v: v, compute_dtype=out_dtype(node))
+    copied = make_pointwise(node, [src], lambda ops, v: v, compute_dtype=out_dtype(node))
+    if kwargs.get("memory_format") in (None, torch.preserve_format, torch.contiguous_format):
+        return copied
+    return _in_memory_format(ctx, node, copied, "clone")
+
+
+def _in_memory_format(ctx: LoweringContext, node: torch.fx.Node, value: Pointwise, op: str) -> Any:
+    """``value`` (a copy to another memory format: ``x.contiguous(memory_format=
+    torch.channels_last)``, ``x.to(memory_format=...)``) stored in the traced layout by the
+    kernel computing it, fused with whatever produces ``x`` (an upsample, a norm), instead
+    of an ATen call copying a buffer ember wrote contiguous."""
+    val = meta_of(node)
+    stride = tuple(val.stride())
+    if not all(isinstance(v, int) for v in (*val.shape, *stride)):
+        return ctx.fallback(node, f"{op} to a memory format, with symbolic sizes")
+    return ctx.realize(value, stride)
 
 
 @register_lowering(aten.alias.default, aten.detach.default)

@@ -11,7 +11,16 @@ import torch
 
 from ..index import FloorDiv, ModIndex, contiguous_strides
 from ..ir import Index, IRNode, Layout, ReinterpretView, View, as_strided_of_buffer
-from ..sizes import Size, SizeHints, as_size, as_sizes, is_static, product, provably
+from ..sizes import (
+    Size,
+    SizeHints,
+    as_size,
+    as_sizes,
+    exact_divisions,
+    is_static,
+    product,
+    provably,
+)
 from . import LoweringContext, as_int_list, normalize_dim, out_size, register_lowering
 
 aten = torch.ops.aten
@@ -31,7 +40,7 @@ def _numel_fact(old: Sequence[Size], new: Sequence[Size]) -> sympy.Expr | None:
 
 
 def _equal_products(a: Size, b: Size, fact: sympy.Expr | None) -> bool:
-    d = sympy.expand(sympy.sympify(a) - b)
+    d = sympy.expand(exact_divisions(sympy.sympify(a)) - exact_divisions(sympy.sympify(b)))
     return d == 0 or (fact is not None and (sympy.expand(d - fact) == 0 or sympy.expand(d + fact) == 0))
 
 
@@ -332,7 +341,7 @@ def _as_strided(
 ) -> IRNode:
     from ..ir import InputBuffer
 
-    base = ctx.realize(x)
+    base = ctx.realize(x, _traced_dense_stride(node.args[0], x))
     root = base.base if isinstance(base, ReinterpretView) else base
     if isinstance(root, InputBuffer):
         # Storage offsets of caller tensors are not known when compiling.
@@ -340,3 +349,30 @@ def _as_strided(
     offset = base.layout.offset if storage_offset is None else as_size(storage_offset)
     layout = Layout(tuple(as_int_list(size)), tuple(as_int_list(stride)), x.get_dtype(), offset)
     return ReinterpretView(root, layout)
+
+
+def _traced_dense_stride(arg: Any, x: IRNode) -> tuple[int, ...] | None:
+    """The strides ``as_strided``'s argument had when traced, where ``x`` (its lowered value,
+    not a view) must be stored in them: ``as_strided`` reads storage through strides that
+    assume that layout, and ember realizes values in its own order (contiguous, or a
+    convolution's output following its input). ``None`` where nothing needs changing."""
+    if isinstance(x, (View, ReinterpretView)) or not isinstance(arg, torch.fx.Node):
+        return None
+    val = arg.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.storage_offset() != 0:
+        return None
+    size, stride = tuple(val.shape), tuple(val.stride())
+    if not all(isinstance(v, int) for v in (*size, *stride)):
+        return None
+    dims = sorted((st, sz) for sz, st in zip(size, stride) if sz != 1)
+    expected = 1
+    for st, sz in dims:  # dense: a permutation of contiguous strides
+        if st != expected:
+            return None
+        expected *= sz
+    layout = getattr(x, "layout", None)
+    if layout is not None and all(
+        st == want for sz, st, want in zip(size, layout.stride, stride) if sz != 1
+    ):
+        return None  # already stored so
+    return stride
