@@ -1,7 +1,8 @@
 """Golden files: every later ember-ir must keep loading and running them.
 
 The files under integration_tests/contracts/ were written once: format 1.0 by
-contracts/make_format_1_0.py, guard format 2.0 by contracts/make_guards_2_0.py.
+contracts/make_format_1_0.py, graph format 1.1 by contracts/make_graph_1_1.py, guard
+format 2.0 by contracts/make_guards_2_0.py.
 If this test fails, the reader broke the contract; fix the reader, never the files.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -38,6 +40,10 @@ def test_reader_majors_have_golden_files() -> None:
     # A new MAJOR means new golden files beside these, and a reader that still reads these.
     assert GRAPH_VERSION[0] == 1 and GUARDS_VERSION[0] == 2
     assert (CONTRACTS / "guards_1.0.json").exists() and (CONTRACTS / "guards_2.0.json").exists()
+    # and the newest version each writes has its golden file
+    newest_graph = f"{GRAPH_VERSION[0]}.{GRAPH_VERSION[1]}"
+    assert list(CONTRACTS.glob(f"graph_*_{newest_graph}")), f"no golden file for graph format {newest_graph}"
+    assert (CONTRACTS / f"guards_{GUARDS_VERSION[0]}.{GUARDS_VERSION[1]}.json").exists()
 
 
 def test_guards_2_0_golden() -> None:
@@ -102,7 +108,24 @@ def test_aten_level_graph_1_0_golden_runs_at_any_size() -> None:
     torch.testing.assert_close(got1, h.view(-1)[:3])
 
 
+def test_aten_level_graph_1_1_golden_runs_and_compiles(tmp_path: Path) -> None:
+    # 1.1: a node's optional ``recompute`` region. Every later reader loads it, and
+    # ember.inductor compiles it at the size it was written at and at another.
+    directory = CONTRACTS / "graph_aten_1.1"
+    graph = load(directory)
+    assert graph.version == (1, 1) and graph.dialect == "aten"
+    assert {n.name: n.recompute for n in graph.nodes if n.recompute is not None} == {"mm": 1, "gelu": 1}
+    io = load_file(str(directory / "io.safetensors"))
+    torch.testing.assert_close(to_fx(graph)(io["x"], io["w"]), io["out"])
+    inductor = pytest.importorskip("ember.inductor")
+    options = inductor.InductorOptions(cache_dir=str(tmp_path / "cache"), fallback_on_error=False)
+    for x, w in ((io["x"], io["w"]), (torch.randn(7, 3), torch.randn(3, 2))):
+        compiled = inductor.compile_graph(graph, [x, w], options)
+        h = torch.nn.functional.gelu(x @ w)
+        torch.testing.assert_close(compiled(x, w), (h * torch.sigmoid(h)).sum(-1))
+
+
 def test_golden_text_reads_the_same_through_loads() -> None:
-    for name in ("graph_torch_1.0", "graph_aten_1.0"):
+    for name in ("graph_torch_1.0", "graph_aten_1.0", "graph_aten_1.1"):
         text = (CONTRACTS / name / "graph.json").read_text()
         assert loads(text) == load(CONTRACTS / name)
