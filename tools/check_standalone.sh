@@ -5,6 +5,11 @@
 # ```python example of the package's README in a directory outside the repo.
 #
 #   bash tools/check_standalone.sh [NAME ...]     (default: all six)
+#   bash tools/check_standalone.sh --wheels DIR [NAME ...]
+#
+# With --wheels, each package is installed from its built wheel in DIR
+# (`python tools/release.py build --out DIR`), pip resolving the ember packages it
+# declares from DIR and nothing else, so the wheels' metadata is what is tested.
 #
 # Slow (a virtualenv and a torch install per package), so it is not part of
 # tools/test.sh; run it before a release or after changing dependencies.
@@ -14,6 +19,11 @@ ROOT=$PWD
 PY="${PYTHON:-python3}"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
+WHEELS=""
+if [ "${1:-}" = "--wheels" ]; then
+    WHEELS=$(cd "$2" && pwd)
+    shift 2
+fi
 pkgs=("$@")
 [ ${#pkgs[@]} -eq 0 ] && pkgs=(ir guards dynamo aotgrad inductor minifier)
 
@@ -28,7 +38,12 @@ for name in "${pkgs[@]}"; do
     "$PY" -m venv "$venv"
     "$venv/bin/python" -m pip install -q "torch==2.13.0" 2>&1 | grep -v "is ignored: it is neither" || true
     args=()
-    for dep in ${needs[$name]}; do args+=("$ROOT/packages/$dep"); done
+    if [ -n "$WHEELS" ]; then
+        wheel=$(ls "$WHEELS"/ember_"$name"-*-py3-none-any.whl | sort -V | tail -1)
+        args=(--find-links "$WHEELS" "$wheel")
+    else
+        for dep in ${needs[$name]}; do args+=("$ROOT/packages/$dep"); done
+    fi
     "$venv/bin/python" -m pip install -q "${args[@]}" 2>&1 | grep -v "is ignored: it is neither" || true
     example="$WORK/example_$name.py"
     "$venv/bin/python" - "$ROOT/packages/$name/README.md" "$example" <<'PYEOF'
