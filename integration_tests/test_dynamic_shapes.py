@@ -328,3 +328,17 @@ def test_slices_of_a_growing_tensor_do_not_recompile(backend: str) -> None:
         for got, want in zip(compiled(x, y), columns_of_a_larger_tensor(x, y), strict=True):
             torch.testing.assert_close(got, want)
     assert cnt.frame_count == 2
+
+
+def test_buffer_of_a_rounded_up_half_length_at_odd_and_even_sizes() -> None:
+    # the user program behind fuzz seed 843 (a pair-pooling with index_add, then
+    # repeat_interleave back): a zero buffer of (T + 1) // 2 rows, at T odd and even
+    def pool_pairs(h: torch.Tensor) -> torch.Tensor:
+        pairs = torch.arange(h.shape[1], device=h.device) // 2
+        z = h.new_zeros(h.shape[0], (h.shape[1] + 1) // 2, h.shape[2]).index_add(1, pairs, h)
+        return h + z.repeat_interleave(2, 1)[:, : h.shape[1]]
+
+    compiled = ed.compile(pool_pairs, backend="inductor")
+    for length in (6, 9, 12, 7, 13, 16):
+        x = torch.randn(2, length, 8)
+        torch.testing.assert_close(compiled(x), pool_pairs(x))

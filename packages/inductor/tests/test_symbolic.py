@@ -188,3 +188,33 @@ def test_a_dense_input_reaches_a_graph_compiled_for_an_expanded_layout(tmp_path:
         base = torch.randn(n, 1, 2)
         for t in (base.expand(n, 4, 2), base.expand(n, 4, 2).contiguous()):
             torch.testing.assert_close(compiled(t)[0], t * 3)
+
+
+def test_floor_divisions_are_only_dropped_when_exact_for_every_size() -> None:
+    # Buffer sizes and strides go through exact_divisions/simplify_size: a floor division
+    # dropped where it is not exact allocates one number of elements and fills another
+    # (fuzz seed 843: 8*((s0 + 1)//2) became 4*s0 + 4, a heap overflow at even s0).
+    import random
+
+    import sympy
+
+    from ember.inductor.sizes import exact_divisions, simplify_size
+
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    rng = random.Random(0)
+    for _ in range(300):
+        a, b, c = rng.randint(0, 6), rng.randint(-3, 7), rng.randint(1, 6)
+        k = rng.randint(1, 9)
+        num = a * s0 + b * s1 + rng.randint(0, 5) + sympy.Mod(rng.randint(1, 5) * s0, c)
+        expr = k * sympy.floor(num / c)
+        for f in (exact_divisions, simplify_size):
+            got = f(expr)
+            for v0 in range(1, 14):
+                for v1 in (1, 2, 5):
+                    env = {s0: v0, s1: v1}
+                    assert got.subs(env) == expr.subs(env), (expr, got, env)
+    # and where the division is exact it is dropped (the reason the rewrite exists)
+    p = s0 + sympy.Mod(6 * s0, 7)
+    assert simplify_size(sympy.floor(p / sympy.floor(p / 7))) == 7
+    assert simplify_size(3 * sympy.floor((4 * s0 + 2) / 2)) == 6 * s0 + 3
+

@@ -60,8 +60,8 @@ class FloorDiv(sympy.Function):  # type: ignore[misc]
 def _exact_quotient(term: sympy.Expr, divisor: sympy.Expr) -> sympy.Expr | None:
     """``term / divisor`` when it is a polynomial (an exact multiple), else None."""
     q = sympy.cancel(term / divisor)
-    num, den = sympy.fraction(q)
-    return q if den == 1 else None
+    num, den = sympy.fraction(sympy.together(q))  # cancel may leave s0/2 + 1/2: not exact
+    return q if den == 1 and all(r.is_Integer for r in num.atoms(sympy.Rational)) else None
 
 
 def _floordiv_symbolic(base: sympy.Expr, divisor: sympy.Expr) -> sympy.Expr | None:

@@ -37,8 +37,13 @@ def exact_divisions(expr: sympy.Expr) -> sympy.Expr:
         return expr
     if isinstance(expr, sympy.floor):
         arg = exact_divisions(expr.args[0])
-        num, den = sympy.fraction(sympy.cancel(sympy.together(arg)))
-        if den == 1 or sympy.Mod(num, den) == 0:
+        # together, not cancel: cancel writes (s0 + 1)/2 as s0/2 + 1/2, an Add whose
+        # "denominator" is 1, which read as exact (fuzz seed 843: the 8*((s0 + 1)//2)
+        # elements of a buffer became 4*s0 + 4, four too many at even s0)
+        num, den = sympy.fraction(sympy.together(arg))
+        if den == 1 and all(r.is_Integer for r in num.atoms(sympy.Rational)):
+            return num
+        if den != 1 and sympy.Mod(num, den) == 0:
             return sympy.cancel(num / den)
         return sympy.floor(arg)
     if not expr.args:
