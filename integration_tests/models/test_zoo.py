@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import torch
@@ -31,6 +30,7 @@ import ember.dynamo as ed
 from ember.dynamo.testing import CompileCounter, CompileCounterWithBackend
 
 from . import zoo
+from .zoo_harness import assert_same, case_param, run, torch_fullgraph_graphs
 
 #: models ember cannot yet compile with fullgraph=True where torch.compile can, and why
 CAPTURE_GAPS: dict[str, str] = {
@@ -58,48 +58,7 @@ def _reset() -> Iterator[None]:
     torch._dynamo.reset()
 
 
-def run(case: zoo.ZooCase, fn: Any) -> list[torch.Tensor]:
-    """Outputs of one call of ``fn`` (and, for training, the parameter grads)."""
-    model = case.model
-    if case.mode == "inference":
-        with torch.no_grad():
-            return [t.detach() for t in case.outputs(fn(*case.args, **case.kwargs))]
-    model.zero_grad(set_to_none=True)
-    outs = case.outputs(fn(*case.args, **case.kwargs))
-    outs[0].backward()
-    grads = [
-        p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
-        for p in model.parameters()
-    ]
-    return [t.detach() for t in outs] + grads
-
-
-def assert_same(got: list[torch.Tensor], want: list[torch.Tensor]) -> None:
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
-
-
-def torch_fullgraph_graphs(case: zoo.ZooCase) -> int | None:
-    """torch.compile's graph count with fullgraph=True, or None if it fails."""
-    cnt = torch._dynamo.testing.CompileCounter()
-    try:
-        run(case, torch.compile(case.model, backend=cnt, fullgraph=True))
-    except Exception:
-        return None
-    finally:
-        torch._dynamo.reset()
-    return cnt.frame_count
-
-
-def _gap(name: str, gaps: dict[str, str]) -> Any:
-    marks: list[Any] = [pytest.mark.slow] if name in SLOW else []
-    if name in gaps:
-        marks.append(pytest.mark.xfail(strict=True, reason=gaps[name]))
-    return pytest.param(name, marks=marks)
-
-
-@pytest.mark.parametrize("name", [_gap(n, CAPTURE_GAPS) for n in NAMES])
+@pytest.mark.parametrize("name", [case_param(n, CAPTURE_GAPS, SLOW) for n in NAMES])
 def test_fullgraph_wherever_torch_compile(name: str) -> None:
     case = zoo.build(name)
     want = run(case, case.model)
@@ -127,7 +86,7 @@ def torch_graphs(case: zoo.ZooCase) -> int:
 SPLIT = [n for n in NAMES if n in ("longt5",)]
 
 
-@pytest.mark.parametrize("name", [_gap(n, {}) for n in SPLIT])
+@pytest.mark.parametrize("name", [case_param(n, {}, SLOW) for n in SPLIT])
 def test_graphs_where_torch_compile_splits(name: str) -> None:
     """Where torch.compile runs a frame eagerly and captures the frames it calls,
     ember captures them too (never 0 graphs), in no more graphs, matching eager."""
@@ -142,7 +101,7 @@ def test_graphs_where_torch_compile_splits(name: str) -> None:
     assert_same(run(case, compiled), want)
 
 
-@pytest.mark.parametrize("name", [_gap(n, INDUCTOR_GAPS) for n in NAMES])
+@pytest.mark.parametrize("name", [case_param(n, INDUCTOR_GAPS, SLOW) for n in NAMES])
 def test_inductor_matches_eager(name: str) -> None:
     case = zoo.build(name)
     want = run(case, case.model)
