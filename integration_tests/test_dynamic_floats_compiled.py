@@ -22,6 +22,7 @@ import ember.dynamo as ed
 import ember.inductor.backends as backends
 from ember.dynamo.testing import CompileCounterWithBackend
 from ember.inductor import CompiledGraph, InductorOptions, make_backend
+from ember.inductor.testing import recording
 
 VALUES = (0.5, 0.7, 0.9, 1.3, -2.25, 0.1, 3.0)
 
@@ -30,13 +31,8 @@ def _setup(backend: str, monkeypatch: pytest.MonkeyPatch) -> tuple[CompileCounte
     if backend == "triton":
         pytest.importorskip("triton")
     seen: list[Any] = []
-    real = backends.compile_graph
 
-    def spy(gm: Any, inputs: Any, options: Any = None, **kw: Any) -> Any:
-        seen.append(real(gm, inputs, options, **kw))
-        return seen[-1]
-
-    monkeypatch.setattr(backends, "compile_graph", spy)
+    monkeypatch.setattr(backends, "compile_graph", recording(backends.compile_graph, seen))
     ed.reset()
     opts = InductorOptions(cpu_backend=backend, fallback_on_error=False)
     return CompileCounterWithBackend(make_backend(opts)), seen

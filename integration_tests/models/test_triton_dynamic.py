@@ -23,6 +23,7 @@ import ember.dynamo as ed
 import ember.inductor.backends as backends
 from ember.dynamo.testing import CompileCounterWithBackend
 from ember.inductor import CompiledGraph, InductorOptions, make_backend
+from ember.inductor.testing import recording
 
 from . import zoo
 
@@ -30,14 +31,8 @@ from . import zoo
 def _counted(monkeypatch: pytest.MonkeyPatch) -> tuple[CompileCounterWithBackend, list[Any]]:
     """A Triton-backend counter, and every graph ember.inductor compiles under it."""
     seen: list[Any] = []
-    real = backends.compile_graph
 
-    def spy(gm: Any, inputs: Any, options: Any = None, **kw: Any) -> Any:
-        compiled = real(gm, inputs, options, **kw)
-        seen.append(compiled)
-        return compiled
-
-    monkeypatch.setattr(backends, "compile_graph", spy)
+    monkeypatch.setattr(backends, "compile_graph", recording(backends.compile_graph, seen))
     ed.reset()
     opts = InductorOptions(cpu_backend="triton", fallback_on_error=False)
     return CompileCounterWithBackend(make_backend(opts)), seen

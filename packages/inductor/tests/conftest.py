@@ -24,6 +24,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._pytree import tree_flatten
 
 from ember.inductor import CompiledGraph, InductorOptions, compile_graph
+from ember.inductor.testing import recording
 
 CACHE = os.environ.get(
     "EMBER_TEST_CACHE", str(Path(tempfile.gettempdir()) / f"ember-inductor-tests-{os.getuid()}")
@@ -116,12 +117,6 @@ def reports(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
     torch._dynamo.reset()  # each test's torch.compile starts fresh (recompile limits are per process)
     seen: list[Any] = []
-    real = backends.compile_graph
 
-    def spy(gm: Any, inputs: Any, options: Any = None, **kw: Any) -> Any:
-        compiled = real(gm, inputs, options, **kw)
-        seen.append(compiled)
-        return compiled
-
-    monkeypatch.setattr(backends, "compile_graph", spy)
+    monkeypatch.setattr(backends, "compile_graph", recording(backends.compile_graph, seen))
     return seen

@@ -133,3 +133,17 @@ def test_torch_profiler_sees_the_graph_and_each_kernel(
     assert sum(n.startswith("ember_graph_") for n in names) == 1
     # outside the profiler the plain wrapper runs, with the same result
     torch.testing.assert_close(c(x, w), want)
+
+
+def test_recorded_graphs_sees_what_a_frontend_compiles() -> None:
+    # ember.inductor.testing: the graphs behind a frontend, for tests that check kernels
+    import ember.inductor.backends as backends
+    from ember.inductor.testing import recorded_graphs
+
+    real = backends.compile_graph
+    x = torch.randn(8, 8)
+    with recorded_graphs() as graphs:
+        compiled = torch.compile(lambda t: (t.sin() + 1).relu(), backend=backends.inductor)
+        torch.testing.assert_close(compiled(x), (x.sin() + 1).relu())
+    assert backends.compile_graph is real
+    assert len(graphs) == 1 and graphs[0].report.kernels == 1

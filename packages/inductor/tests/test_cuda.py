@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ember.inductor import CompiledGraph, InductorOptions, make_backend
+from ember.inductor.testing import recording
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 pytest.importorskip("triton")
@@ -93,13 +94,8 @@ def _six_lengths(model: nn.Module, lengths: tuple[int, ...], train: bool, monkey
     from ember.dynamo.testing import CompileCounterWithBackend
 
     seen: list[Any] = []
-    real = backends.compile_graph
 
-    def spy(gm: Any, inputs: Any, options: Any = None, **kw: Any) -> Any:
-        seen.append(real(gm, inputs, options, **kw))
-        return seen[-1]
-
-    monkeypatch.setattr(backends, "compile_graph", spy)
+    monkeypatch.setattr(backends, "compile_graph", recording(backends.compile_graph, seen))
     ed.reset()
     ref = copy.deepcopy(model)
     cnt = CompileCounterWithBackend(make_backend(InductorOptions(fallback_on_error=False)))

@@ -37,6 +37,7 @@ from torch.testing._internal.opinfo.core import (
 from torch.utils._pytree import tree_flatten
 
 from ember.inductor import CompiledGraph, InductorOptions, compile_graph
+from ember.inductor.testing import recording
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from opinfo_graphs import dynamo_graph_fn, graph_fn
@@ -255,15 +256,10 @@ def sweep_symbolic(
     seen: list[Any] = []
     real = backends.compile_graph
 
-    def spy(gm: Any, inputs: Any, options: Any = None, **kw: Any) -> Any:
-        compiled = real(gm, inputs, options, **kw)
-        seen.append(compiled)
-        return compiled
-
     ed.reset()
     opts = InductorOptions(cache_dir=CACHE, fallback_on_error=False, cpu_backend=backend)
     compiled_fn = ed.compile(fn, backend=backends.make_backend(opts), dynamic=True)
-    backends.compile_graph = spy
+    backends.compile_graph = recording(real, seen)
     try:
         got = [compiled_fn(*tensors), compiled_fn(*grown)]
     finally:

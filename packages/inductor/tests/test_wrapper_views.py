@@ -15,26 +15,24 @@ from torch import nn
 
 import ember.inductor.backends as backends
 from ember.inductor.codegen.wrapper_runtime import _const_view
+from ember.inductor.testing import recording
 
 dynamo = pytest.importorskip("ember.dynamo")
 
 
 @pytest.fixture
-def sources(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The wrapper source of every graph compiled in the test."""
-    seen: list[str] = []
-    real = backends.compile_graph
-
-    def spy(gm: Any, inputs: Any, options: Any = None, **kw: Any) -> Any:
-        compiled = real(gm, inputs, options, **kw)
-        seen.append(compiled.report.wrapper_source or "")
-        return compiled
-
-    monkeypatch.setattr(backends, "compile_graph", spy)
+def graphs(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every graph compiled in the test (its wrapper source: ``.report.wrapper_source``)."""
+    seen: list[Any] = []
+    monkeypatch.setattr(backends, "compile_graph", recording(backends.compile_graph, seen))
     return seen
 
 
-def test_weight_views_follow_the_weights(sources: list[str]) -> None:
+def _sources(graphs: list[Any]) -> list[str]:
+    return [c.report.wrapper_source or "" for c in graphs]
+
+
+def test_weight_views_follow_the_weights(graphs: list[Any]) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)).eval()
     x = torch.randn(4, 16)
@@ -42,7 +40,7 @@ def test_weight_views_follow_the_weights(sources: list[str]) -> None:
     with torch.no_grad():
         for _ in range(2):  # the second call reuses the views made by the first
             torch.testing.assert_close(compiled(x), model(x))
-        assert any("_const_view(" in s for s in sources), sources
+        assert any("_const_view(" in s for s in _sources(graphs)), _sources(graphs)
         model[0].weight.mul_(2.0)  # in place: the cached view shares the storage
         torch.testing.assert_close(compiled(x), model(x))
     # with grad: the view of a weight that requires grad is made afresh, so grads flow
@@ -65,7 +63,7 @@ def test_a_weight_given_new_storage_is_viewed_again() -> None:
     torch.testing.assert_close(again, w.t())
 
 
-def test_outputs_viewing_a_weight_are_fresh_tensors(sources: list[str]) -> None:
+def test_outputs_viewing_a_weight_are_fresh_tensors(graphs: list[Any]) -> None:
     class Head(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -99,7 +97,7 @@ class Attention(nn.Module):
         return x + self.proj(torch.relu(y) * 2.0)
 
 
-def test_reused_buffers_read_by_extern_ops(sources: list[str]) -> None:
+def test_reused_buffers_read_by_extern_ops(graphs: list[Any]) -> None:
     torch.manual_seed(0)
     layer = Attention().eval()
     x = torch.randn(2, 6, 32)
@@ -107,4 +105,4 @@ def test_reused_buffers_read_by_extern_ops(sources: list[str]) -> None:
     with torch.no_grad():
         for _ in range(2):
             torch.testing.assert_close(compiled(x), layer(x), atol=1e-5, rtol=1e-5)
-    assert any("(viewed where read)" in s for s in sources), sources
+    assert any("(viewed where read)" in s for s in _sources(graphs)), _sources(graphs)
