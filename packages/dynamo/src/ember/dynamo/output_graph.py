@@ -405,7 +405,10 @@ class OutputGraph:
         state = {n: self._fake(t) for n, t in module.named_parameters()}
         state.update({n: self._fake(t) for n, t in module.named_buffers()})
         try:
-            with self.fake_mode:
+            # symbolic sizes through the Python dispatcher, as in create_op: a leaf module's
+            # composite C++ kernel would read them as ints (torch 2.11's 3-d ``linear`` calls
+            # ``sizes()``), pinning the length of every call (a recompile per length)
+            with self.fake_mode, symbolic_dispatch(self.shapes.is_symbolic):
                 example = torch.func.functional_call(module, state, tuple(fake_args), fake_kwargs)
         except Exception as e:
             raise Unsupported(
