@@ -1,6 +1,6 @@
 """Training-step benchmark: eager, ember and torch.compile side by side (issue 18).
 
-    .venv/bin/python tools/bench_training.py [--steps 30] [--rows optimizer,model,model+optimizer,ddp]
+    .venv/bin/python tools/bench_training.py [--steps 30] [--rows optimizer,model,model+optimizer,ddp,fsdp2]
                                               [--model mlp|blog]
 
 Rows, on a 6-layer MLP (width 512), or with ``--model blog`` on the seed blog's
@@ -14,7 +14,13 @@ padded to 16, the blog's loop: ``model(**batch).loss``), trained with Adam
 - ``ddp``: two gloo processes, ``compile(DDP(model))``, SGD eager (the MLP under a
   forward in user code, so that torch.compile, which starts tracing only in user
   frames, has a frame to compile after DDP's forward breaks; each process gets
-  ``cpu_count // 2`` OpenMP threads, as torchrun gives).
+  ``cpu_count // 2`` OpenMP threads, as torchrun gives);
+- ``fsdp2``: two gloo processes, a GPT of 4 blocks sharded with FSDP2 (every block, then
+  the root) and compiled whole, Adam eager.
+
+The distributed rows (``tools/bench_distributed.py``) build every column's model in the
+same two processes and time them step by step in turn, like the other rows; their
+``cpu`` is the whole process's CPU time of a step (gloo's threads included).
 
 Columns: ``eager``, ``ember`` (backend ``inductor``) and ``torch.compile``
 (inductor). The columns of a row are timed step by step in turn (a drifting load
@@ -240,23 +246,28 @@ def run_row(row: str, columns: tuple[str, ...], steps: int, warmup: int, which: 
     return {c: cell.result() for c, cell in cells.items()}
 
 
-def run_ddp(column: str, steps: int) -> dict[str, Any]:
-    """Two gloo processes (``integration_tests/distributed/ddp_worker.py``'s bench mode)."""
-    worker = Path(__file__).resolve().parents[1] / "integration_tests" / "distributed" / "ddp_worker.py"
+def run_distributed(setup: str, steps: int, warmup: int) -> dict[str, Any]:
+    """Two gloo processes, every column in them, interleaved step by step
+    (``tools/bench_distributed.py``)."""
+    worker = Path(__file__).resolve().with_name("bench_distributed.py")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.json"
-        port = random.randrange(20000, 40000)
         # one OpenMP thread per process per core, as torchrun sets it (OMP_NUM_THREADS=1 for
         # 2 processes on 2 cores): more threads than cores make every parallel region of
         # either process wait for the other's spinning threads
         threads = max(1, (os.cpu_count() or 2) // 2)
         env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-        done = subprocess.run(
-            [sys.executable, str(worker), "bench", column, str(port), str(out), str(steps)],
-            capture_output=True, text=True, check=False, env=env,
-        )
+        for _attempt in range(3):  # another process may hold the port we drew
+            port = random.randrange(20000, 40000)
+            done = subprocess.run(
+                [sys.executable, str(worker), setup, str(port), str(out), str(steps), str(warmup)],
+                capture_output=True, text=True, check=False, env=env,
+            )
+            if done.returncode == 0 or "address already in use" not in done.stderr.lower():
+                break
         if done.returncode != 0:
-            return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"}
+            error = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
+            return {c: {"error": error} for c in ("eager", "ember", "torch.compile")}
         result: dict[str, Any] = json.loads(out.read_text())
         return result
 
@@ -265,7 +276,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--rows", default="optimizer,model,model+optimizer,ddp")
+    parser.add_argument("--rows", default="optimizer,model,model+optimizer,ddp,fsdp2")
     parser.add_argument("--model", choices=("mlp", "blog"), default="mlp",
                         help="the model of the single-process rows (DDP always runs the MLP)")
     args = parser.parse_args()
@@ -276,8 +287,8 @@ def main() -> int:
     print(f"{'row':18} " + " ".join(f"{c:>42}" for c in columns))
     for row in args.rows.split(","):
         cells = []
-        if row == "ddp":
-            results = {c: run_ddp(c, args.steps) for c in columns}
+        if row in ("ddp", "fsdp2"):
+            results = run_distributed(row, args.steps, args.warmup)
             base = results["eager"].get("seconds")
             for c in columns:
                 r = results[c]
@@ -287,7 +298,9 @@ def main() -> int:
                 ok = "" if close(results["eager"]["losses"], r["losses"]) else " WRONG"
                 speed = f"{base / r['seconds']:.2f}x" if base else "-"
                 graphs = "-" if r["graphs_per_step"] is None else f"{r['graphs_per_step']:g} g/step"
-                cells.append(f"{r['seconds'] * 1e3:8.2f} ms {speed:>6} {graphs}{ok}")
+                cells.append(
+                    f"{r['seconds'] * 1e3:8.2f} ms {speed:>6} cpu {r['cpu_seconds'] * 1e3:7.2f} {graphs}{ok}"
+                )
         else:
             results = run_row(row, columns, args.steps, args.warmup, args.model)
             base = results["eager"]["seconds"]

@@ -19,6 +19,7 @@ here, at the public entry, and handed to every runtime.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 import sys
@@ -404,7 +405,11 @@ class OptimizedModule(torch.nn.Module):
             return getattr(self.__dict__["_orig_mod"], name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "training":
+        if hasattr(inspect.getattr_static(type(self), name, None), "__set__"):
+            # a data descriptor of this object's own class (``__class__``, which FSDP2's
+            # ``fully_shard`` sets to make the module an FSDPModule; a property)
+            object.__setattr__(self, name, value)
+        elif name == "training":
             self.__dict__["training"] = value
             self.__dict__["_orig_mod"].training = value
         elif isinstance(value, torch.nn.Parameter | torch.nn.Module) or name in self.__dict__:

@@ -28,6 +28,7 @@ from .errors import Unsupported
 from .frame import CapturedGraph, CompilerFn, FrameHooks
 from .frame_cache import has_hooks
 from .frame_hook import run_uncaptured
+from .hooked_call import HooksEagerForwardCompiled
 from .instructions import (
     COND_JUMPS,
     EXACT_BOOL_JUMPS,
@@ -295,8 +296,11 @@ def rewrite_call(
     if bound_self is None:
         return [*head, *call_pair(CalleeThroughRuntime(callee, hooks.wrap_function)), *args], n
     # a function read from the object's class, which its guards pin
-    wrapped = ConstantVariable(hooks.wrap_function(fn))
-    return [*head, *call_pair(wrapped), bound_self, *args], n + 1
+    compiled: Any = hooks.wrap_function(fn)
+    if isinstance(bound_self, NNModuleVariable) and has_hooks(bound_self.value):
+        # the hooks run eagerly by Module.__call__, the forward through the runtime
+        compiled = HooksEagerForwardCompiled(compiled)
+    return [*head, *call_pair(ConstantVariable(compiled)), bound_self, *args], n + 1
 
 
 class CalleeThroughRuntime(VariableTracker):
@@ -344,8 +348,10 @@ def callee_function(
         return None
     if isinstance(callee, NNModuleVariable) and rebuildable(callee):
         m = callee.value
-        if has_hooks(m) or is_leaf_module(m, tx.options.inline_inbuilt_nn_modules):
-            return None
+        if is_leaf_module(m, tx.options.inline_inbuilt_nn_modules):
+            return None  # torch.nn's own forward: nothing of ours to capture
+        if has_hooks(m) and "forward" in m.__dict__:
+            return None  # its own forward attribute, which the call would replace
         fwd = type(m).forward
         return (fwd, callee) if isinstance(fwd, types.FunctionType) else None
     if isinstance(callee, ObjectVariable) and rebuildable(callee):
