@@ -356,7 +356,11 @@ def test_tiering_compiles_after_the_threshold(monkeypatch: pytest.MonkeyPatch) -
     for _ in range(3):
         assert fn({"x": x}, {}) is True
         assert fn.native_fn is None
-    assert fn({"x": x}, {}) is True  # the 4th call compiles it
+    assert fn({"x": x}, {}) is True  # the 4th call starts the build, in a thread
+    assert fn._builder_thread is not None
+    fn._builder_thread.join()
+    assert fn.native_fn is None  # built, not used before a call compares it with Python
+    assert fn({"x": x}, {}) is True
     assert fn.native_fn is not None and fn.fn is fn.native_fn
     assert fn({"x": torch.randn(4)}, {}) is False
 

@@ -53,7 +53,7 @@ def native_after() -> int | None:
 
 
 _unavailable_logged = False
-_build_lock = threading.Lock()
+_build_lock = threading.Lock()  # one build at a time (the machine is shared)
 
 
 def _emit_reads(source: Source, b: GuardBuilder, done: set[Source], lines: list[str]) -> None:
@@ -111,6 +111,8 @@ class CheckFn:
         after = native_after()
         self._calls_left = after if after is not None else -1
         self.fn: CheckFunction = self._counting if after is not None else self.py_fn
+        self._pending: CheckFunction | None = None
+        self._builder_thread: threading.Thread | None = None
         if after is None:
             self.native_error = "EMBER_NATIVE_GUARDS=0"
 
@@ -118,12 +120,70 @@ class CheckFn:
         return self.fn(f_locals, f_globals)
 
     def _counting(self, f_locals: dict[str, Any], f_globals: dict[str, Any]) -> bool:
-        """The Python check, counting calls until the check is worth compiling."""
+        """The Python check, counting calls until the check is worth compiling; the build
+        runs in a thread (the compiler is a subprocess), and the first call after it is
+        done runs both checks and switches only if they agree."""
         result = self.py_fn(f_locals, f_globals)
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            self._adopt(pending, f_locals, f_globals, result)
+            return result
         self._calls_left -= 1
-        if self._calls_left < 0 and self.fn is not self.py_fn:
-            self.compile_native(f_locals, f_globals, result)
+        if self._calls_left < 0 and self._builder_thread is None and self.native_error is None:
+            if os.environ.get("EMBER_NATIVE_GUARDS", "").strip().lower() == "eager":
+                self.compile_native(f_locals, f_globals, result)
+            else:
+                self._builder_thread = threading.Thread(
+                    target=self._build_in_background, name="ember-native-guards", daemon=True
+                )
+                self._builder_thread.start()
         return result
+
+    def _build_in_background(self) -> None:
+        try:
+            fn = self._build()
+        except Exception as exc:
+            self._give_up(exc)
+            return
+        self._pending = fn
+
+    def _build(self) -> CheckFunction:
+        with _build_lock:
+            fn: CheckFunction = native.build(
+                self.native_source(), self._builder.consts if self._builder.weakrefs else None
+            )
+        return fn
+
+    def _adopt(
+        self, fn: CheckFunction, f_locals: Mapping[str, Any] | None, f_globals: Mapping[str, Any] | None,
+        expected: bool | None,
+    ) -> CheckFunction | None:
+        if f_locals is not None and expected is not None:
+            try:
+                got = fn(f_locals, f_globals)  # type: ignore[arg-type]
+                if got is not expected:
+                    raise AssertionError(
+                        f"the native check said {got}, the Python check {expected} on the same call"
+                    )
+            except Exception as exc:
+                self._give_up(exc)
+                return None
+        self.native_fn = fn
+        self.fn = fn
+        return fn
+
+    def _give_up(self, exc: Exception) -> None:
+        global _unavailable_logged
+        self.native_error = f"{type(exc).__name__}: {str(exc)[:500]}"
+        self.fn = self.py_fn
+        if os.environ.get("EMBER_STRICT") == "1" and not isinstance(exc, native.NativeBuildError):
+            raise exc
+        if not _unavailable_logged:
+            _unavailable_logged = True
+            log.warning("ember.guards: guards stay Python checks (%s)", self.native_error)
+        else:
+            log.debug("ember.guards: guards stay Python checks (%s)", self.native_error)
 
     def native_source(self) -> native.NativeSource:
         """The C source of this check and the values it is bound to (``native.py``)."""
@@ -136,37 +196,19 @@ class CheckFn:
         f_globals: Mapping[str, Any] | None = None,
         expected: bool | None = None,
     ) -> CheckFunction | None:
-        """Compile this check to C and use it from now on; returns it, or ``None`` (the
+        """Compile this check to C now and use it from now on; returns it, or ``None`` (the
         Python check stays, ``native_error`` says why, logged once per process).
 
         Given a call's ``f_locals``/``f_globals`` and the Python check's verdict on them,
         the native check must agree before it is used."""
-        global _unavailable_logged
         if self.native_fn is not None:
             return self.native_fn
-        self.fn = self.py_fn  # decided once, whatever happens below
         try:
-            with _build_lock:
-                fn = native.build(self.native_source(), self._builder.consts if self._builder.weakrefs else None)
-            if f_locals is not None and expected is not None:
-                got = fn(f_locals, f_globals)
-                if got is not expected:
-                    raise AssertionError(
-                        f"the native check said {got}, the Python check {expected} on the same call"
-                    )
+            fn = self._build()
         except Exception as exc:
-            self.native_error = f"{type(exc).__name__}: {str(exc)[:500]}"
-            if os.environ.get("EMBER_STRICT") == "1" and not isinstance(exc, native.NativeBuildError):
-                raise
-            if not _unavailable_logged:
-                _unavailable_logged = True
-                log.warning("ember.guards: guards stay Python checks (%s)", self.native_error)
-            else:
-                log.debug("ember.guards: guards stay Python checks (%s)", self.native_error)
+            self._give_up(exc)
             return None
-        self.native_fn = fn
-        self.fn = fn
-        return fn
+        return self._adopt(fn, f_locals, f_globals, expected)
 
     def _part_predicates(self) -> list[Callable[..., bool]]:
         """One small function per part, ``(values of its reads) -> bool`` (built on first explain)."""

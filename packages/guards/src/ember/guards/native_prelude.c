@@ -31,7 +31,7 @@ typedef struct {
 static PyObject *S[NS > 0 ? NS : 1];
 
 /* d[k] as Python's ``d[k]``: an exact dict without calling __getitem__ */
-static inline PyObject *
+static __attribute__((noinline)) PyObject *
 get_key(PyObject *d, PyObject *k)
 {
     if (PyDict_CheckExact(d)) {
@@ -49,7 +49,7 @@ get_key(PyObject *d, PyObject *k)
 }
 
 /* ``dict.__getitem__(d, k)`` (getitem is that slot wrapper) */
-static inline PyObject *
+static __attribute__((noinline)) PyObject *
 dict_item(PyObject *d, PyObject *k, PyObject *getitem)
 {
     if (PyDict_CheckExact(d)) {
@@ -60,7 +60,7 @@ dict_item(PyObject *d, PyObject *k, PyObject *getitem)
 }
 
 /* ``v.size()[d]`` / ``v.stride()[d]`` */
-static inline PyObject *
+static __attribute__((noinline)) PyObject *
 dim_of(PyObject *v, PyObject *method, PyObject *d)
 {
     PyObject *all = PyObject_CallMethodNoArgs(v, method);
@@ -73,7 +73,7 @@ dim_of(PyObject *v, PyObject *method, PyObject *d)
 }
 
 /* ``(v.<dict>[m] if m not in v.__dict__ else v.m)`` (reads.py) */
-static inline PyObject *
+static __attribute__((noinline)) PyObject *
 module_attr(PyObject *v, PyObject *dict_name, PyObject *m, PyObject *dict_attr)
 {
     PyObject *d = PyObject_GetAttr(v, dict_attr);
@@ -98,7 +98,7 @@ module_attr(PyObject *v, PyObject *dict_name, PyObject *m, PyObject *dict_attr)
 }
 
 /* ``v._modules[key]`` */
-static inline PyObject *
+static __attribute__((noinline)) PyObject *
 module_item(PyObject *v, PyObject *key, PyObject *modules)
 {
     PyObject *holder = PyObject_GetAttr(v, modules);
@@ -111,7 +111,7 @@ module_item(PyObject *v, PyObject *key, PyObject *modules)
 }
 
 /* truth of ``a == b`` (1, 0, -1 on error); steals nothing */
-static inline int
+static __attribute__((noinline)) int
 eq(PyObject *a, PyObject *b)
 {
     PyObject *r = PyObject_RichCompare(a, b, Py_EQ);
@@ -124,7 +124,7 @@ eq(PyObject *a, PyObject *b)
 }
 
 /* the result ``r`` (a new reference, or NULL) compared: identity with ``want`` */
-static inline int
+static __attribute__((noinline)) int
 is_obj(PyObject *r, PyObject *want)
 {
     if (r == NULL) {
@@ -136,7 +136,7 @@ is_obj(PyObject *r, PyObject *want)
 }
 
 /* the result ``r`` (a new reference, or NULL): truth of ``r == want`` */
-static inline int
+static __attribute__((noinline)) int
 eq_obj(PyObject *r, PyObject *want)
 {
     if (r == NULL) {
@@ -148,7 +148,7 @@ eq_obj(PyObject *r, PyObject *want)
 }
 
 /* ``type(v) is T and v == C`` */
-static inline int
+static __attribute__((noinline)) int
 eq_typed(PyObject *v, PyObject *type, PyObject *want)
 {
     if ((PyObject *)Py_TYPE(v) != type) {
@@ -158,7 +158,7 @@ eq_typed(PyObject *v, PyObject *type, PyObject *want)
 }
 
 /* ``len(v) == n`` */
-static inline int
+static __attribute__((noinline)) int
 len_is(PyObject *v, Py_ssize_t n)
 {
     Py_ssize_t got = PyObject_Length(v);
@@ -168,12 +168,37 @@ len_is(PyObject *v, Py_ssize_t n)
     return got == n;
 }
 
-/* ``list(v.keys()) == want`` */
-static inline int
+/* ``list(v.keys()) == want`` (want: a list nobody changes) */
+static __attribute__((noinline)) int
 keys_are(PyObject *v, PyObject *want, PyObject *keys_name)
 {
     PyObject *list;
     if (PyDict_CheckExact(v)) {
+        /* the list compare without the list: lengths, then items in order; exact str keys
+         * compare without running Python code (anything else takes the list path below) */
+        if (PyDict_GET_SIZE(v) != PyList_GET_SIZE(want)) {
+            return 0;
+        }
+        Py_ssize_t pos = 0, i = 0;
+        PyObject *k, *value;
+        int simple = 1;
+        while (PyDict_Next(v, &pos, &k, &value)) {
+            PyObject *w = PyList_GET_ITEM(want, i++);
+            if (k == w) {
+                continue;
+            }
+            if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(w)) {
+                simple = 0;
+                break;
+            }
+            int same = PyObject_RichCompareBool(k, w, Py_EQ);
+            if (same <= 0) {
+                return same;
+            }
+        }
+        if (simple) {
+            return 1;
+        }
         list = PyDict_Keys(v);
     }
     else {
@@ -188,7 +213,7 @@ keys_are(PyObject *v, PyObject *want, PyObject *keys_name)
 }
 
 /* ``v.name(*args)``: args is a tuple */
-static inline PyObject *
+static __attribute__((noinline)) PyObject *
 call_method(PyObject *v, PyObject *name, PyObject *args)
 {
     Py_ssize_t n = PyTuple_GET_SIZE(args);
@@ -210,14 +235,14 @@ call_method(PyObject *v, PyObject *name, PyObject *args)
 }
 
 /* ``fn(*args)``: args is a tuple */
-static inline PyObject *
+static __attribute__((noinline)) PyObject *
 call_fn(PyObject *fn, PyObject *args)
 {
     return PyObject_Call(fn, args, NULL);
 }
 
 /* truth of ``not fn()`` */
-static inline int
+static __attribute__((noinline)) int
 call_not(PyObject *fn)
 {
     PyObject *r = PyObject_CallNoArgs(fn);
@@ -230,7 +255,7 @@ call_not(PyObject *fn)
 }
 
 /* ``str(fn(v)) == text`` */
-static inline int
+static __attribute__((noinline)) int
 fn_str_eq(PyObject *fn, PyObject *v, PyObject *text)
 {
     PyObject *r = PyObject_CallOneArg(fn, v);
@@ -243,7 +268,7 @@ fn_str_eq(PyObject *fn, PyObject *v, PyObject *text)
 }
 
 /* a Python leaf: ``bool(pred(*values))`` */
-static inline int
+static __attribute__((noinline)) int
 leaf(PyObject *pred, PyObject *const *args, size_t n)
 {
     PyObject *r = PyObject_Vectorcall(pred, args, n, NULL);
