@@ -641,3 +641,64 @@ def test_random_guard_ir(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
         with contextlib.suppress(TypeError, KeyError, AttributeError, RuntimeError):
             _mutate(rng, L)
         verdict(fn, L, G)
+
+
+# -- the tensor helper (native_tensor.cpp) against the getters ------------------------------
+
+
+def test_tensor_helper_is_used_and_agrees() -> None:
+    from ember.guards import native
+
+    assert native.tensor_helper(wait=True) is not None, native.tensor_helper_error()
+    x = torch.randn(3, 2)
+    w = torch.nn.Parameter(torch.randn(3, 2))
+    payload = {**tensor_payload(w), "weight": True}
+    fn = compiled([tguard("x", x), Guard(Local("w"), GuardKind.TENSOR_MATCH, payload)], {"x": x, "w": w})
+    assert "TENSOR(" in fn.native_source(native.tensor_helper()).source
+    cases = [x, torch.randn(3, 2), torch.randn(2, 3).t(), torch.randn(3, 2, dtype=torch.float64),
+             torch.randn(3, 2, requires_grad=True), torch.randn(3, 2, device="meta"), torch.randn(3, 2)[:, :1],
+             torch.randn(3, 2, dtype=torch.complex64).conj(), torch.randn(3, 2).to_sparse(),
+             torch.nn.Parameter(torch.randn(3, 2)), torch.randn(6).view(3, 2)]
+    with torch.inference_mode():
+        cases.append(torch.randn(3, 2))
+    for value in cases:
+        verdict(fn, {"x": value, "w": w})
+        verdict(fn, {"x": x, "w": value})
+    assert verdict(fn, {"x": x, "w": w}) is True
+
+
+def test_tensor_helper_steps_aside_for_modes_and_changed_classes() -> None:
+    from torch.overrides import TorchFunctionMode
+
+    class Float64Everywhere(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if getattr(func, "__self__", None) is torch.Tensor.dtype:  # the dtype getter
+                return torch.float64
+            return func(*args, **(kwargs or {}))
+
+    x = torch.randn(3)
+    fn = compiled([tguard("x", x)], {"x": x})
+    assert verdict(fn, {"x": x}) is True
+    with Float64Everywhere():
+        assert verdict(fn, {"x": x}) is False  # the mode answers dtype: the getter path
+    torch.Tensor._ember_probe = property(lambda self: 1)  # type: ignore[attr-defined]
+    try:
+        assert verdict(fn, {"x": x}) is True  # a changed class: the getter path, same verdict
+        assert verdict(fn, {"x": torch.randn(4)}) is False
+    finally:
+        del torch.Tensor._ember_probe  # type: ignore[attr-defined]
+    assert verdict(fn, {"x": x}) is True
+
+
+class _Sub(torch.Tensor):
+    pass
+
+
+def test_tensor_helper_and_subclasses() -> None:
+    x = torch.randn(3)
+    s = x.as_subclass(_Sub)
+    fn = compiled([tguard("s", s)], {"s": s})
+    assert verdict(fn, {"s": s}) is True
+    assert verdict(fn, {"s": torch.randn(3).as_subclass(_Sub)}) is True
+    assert verdict(fn, {"s": torch.randn(4).as_subclass(_Sub)}) is False
+    assert verdict(fn, {"s": x}) is False

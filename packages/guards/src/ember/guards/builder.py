@@ -17,6 +17,7 @@ objects alive.
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -71,6 +72,9 @@ class Part:
     explain: Explain
     cost: int
     terms: tuple[Term, ...] | None = None
+    #: a TENSOR_MATCH's fields for the native check's direct read (``native.py``):
+    #: ``terms[tensor["first"]:]`` are what it covers
+    tensor: dict[str, Any] | None = None
 
 
 def joined(terms: Sequence[Term]) -> tuple[str, tuple[Term, ...] | None]:
@@ -373,12 +377,22 @@ def tensor_part(b: GuardBuilder, g: Guard) -> Part:
     else:
         terms += [Term(f"{v}.stride({d}) == {s}", ("method_eq", v, "stride", (d,), s))
                   for d, s in enumerate(strides) if s is not None]
+    fast: dict[str, Any] | None = {
+        "first": 0 if weight else 1, "dtype": dtype, "device": device, "requires_grad": requires_grad,
+        "ndim": ndim, "sizes": sizes, "strides": strides, "keys": None if weight else keys,
+        "device_mode": 0,
+    }
+    if weight and device.type in ("cpu", "cuda") and device.index is None:
+        fast["device_mode"] = 2  # type: ignore[index]
+    elif weight or device.index is not None or keys is None:
+        fast["device_mode"] = 1  # type: ignore[index]
     if weight:
         pass
     elif keys is not None:
         terms.append(Term(f"{dk}({v}) == {b.const(keys)}", ("fn_eq", torch._C._dispatch_keys, v, keys)))
     else:
         terms.append(Term(f"str({dk}({v})) == {keys_text!r}", ("fn_str_eq", torch._C._dispatch_keys, v, keys_text)))
+        fast = None
     want_cls = str(p["cls"])
 
     def explain(values: Sequence[Any]) -> str:
@@ -407,7 +421,8 @@ def tensor_part(b: GuardBuilder, g: Guard) -> Part:
             return f"{e} dispatch keys were {got_keys}, the graph assumed {keys_text}"
         return f"{e} was a different class object of the same name {want_cls}"
 
-    return b._part(g, terms, explain, 10)
+    part = b._part(g, terms, explain, 10)
+    return part if fast is None or part.terms is None else dataclasses.replace(part, tensor=fast)
 
 
 # -- GLOBAL_STATE ------------------------------------------------------------------

@@ -149,9 +149,11 @@ class CheckFn:
         self._pending = fn
 
     def _build(self) -> CheckFunction:
+        helper = native.tensor_helper(wait=True)  # built once per torch build and cache
         with _build_lock:
             fn: CheckFunction = native.build(
-                self.native_source(), self._builder.consts if self._builder.weakrefs else None
+                self.native_source(helper), self._builder.consts if self._builder.weakrefs else None,
+                helper[1] if helper is not None else None,
             )
         return fn
 
@@ -185,10 +187,11 @@ class CheckFn:
         else:
             log.debug("ember.guards: guards stay Python checks (%s)", self.native_error)
 
-    def native_source(self) -> native.NativeSource:
+    def native_source(self, helper: Any = None) -> native.NativeSource:
         """The C source of this check and the values it is bound to (``native.py``)."""
         leaves = any(part.terms is None for part in self.parts)
-        return native.generate_c(self.parts, self._builder, self._part_predicates() if leaves else None)
+        codes = helper[0] if helper is not None else None
+        return native.generate_c(self.parts, self._builder, self._part_predicates() if leaves else None, codes)
 
     def compile_native(
         self,

@@ -20,7 +20,9 @@ the source (``ember.ir.native_build``) and a warm start loads it without compili
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,8 +77,8 @@ static PyTypeObject CheckerType = {
 static PyObject *
 make(PyObject *module, PyObject *args)
 {
-    PyObject *objs, *ids, *flags;
-    if (!PyArg_ParseTuple(args, "O!O!O", &PyTuple_Type, &objs, &PyTuple_Type, &ids, &flags)) {
+    PyObject *objs, *ids, *flags, *tensor = Py_None;
+    if (!PyArg_ParseTuple(args, "O!O!O|O", &PyTuple_Type, &objs, &PyTuple_Type, &ids, &flags, &tensor)) {
         return NULL;
     }
     if (PyTuple_GET_SIZE(objs) != NO || PyTuple_GET_SIZE(ids) != NI) {
@@ -93,6 +95,14 @@ make(PyObject *module, PyObject *args)
     self->objs = objs;
     self->flags = NULL;
     self->dead_key = NULL;
+    self->tm = NULL;
+    if (tensor != Py_None) {
+        self->tm = (int (*)(PyObject *, const int64_t *))PyCapsule_GetPointer(tensor, "ember_guards.tensor_match");
+        if (self->tm == NULL) {
+            Py_DECREF(self);
+            return NULL;
+        }
+    }
     if (self->ids == NULL) {
         Py_DECREF(self);
         return PyErr_NoMemory();
@@ -117,7 +127,7 @@ make(PyObject *module, PyObject *args)
 }
 
 static PyMethodDef methods[] = {
-    {"make", make, METH_VARARGS, "make(objs, ids, flags) -> a check function"},
+    {"make", make, METH_VARARGS, "make(objs, ids, flags[, tensor_match capsule]) -> a check function"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -250,16 +260,39 @@ def _term(op: tuple[Any, ...], slot: dict[str, int], t: _Tables) -> str:
     raise ValueError(f"no native term {kind!r}")
 
 
+def _tensor_spec(fields: dict[str, Any], codes: Any) -> list[int] | None:
+    """``native_tensor.cpp``'s spec of a TENSOR_MATCH (see there), or ``None``."""
+    try:
+        dtype = int(codes.dtype_code(fields["dtype"]))
+        dev_type, dev_index = codes.device_code(fields["device"])
+    except Exception:
+        return None
+    keys = fields["keys"]
+    ndim = int(fields["ndim"])
+    sizes = [-1 if x is None else int(x) for x in fields["sizes"]]
+    strides = [-1 if x is None else int(x) for x in fields["strides"]]
+    if len(sizes) != ndim or len(strides) != ndim or any(x < -1 for x in sizes + strides):
+        return None
+    raw = int(keys.raw_repr()) if keys is not None else 0
+    if raw >= 2**63:
+        return None
+    return [dtype, int(fields["device_mode"]), int(dev_type), int(dev_index), int(bool(fields["requires_grad"])),
+            ndim, 1 if keys is not None else 0, raw, *sizes, *strides]
+
+
 def generate_c(
-    parts: Sequence[Part], builder: GuardBuilder, predicates: Sequence[Any] | None
+    parts: Sequence[Part], builder: GuardBuilder, predicates: Sequence[Any] | None, codes: Any = None
 ) -> NativeSource:
     """The C source of the check of ``parts`` (compiled by ``builder``), and its values.
 
     ``predicates`` are the parts' Python predicates (``CheckFn._part_predicates``), used
-    for the parts without a native form; ``None`` if every part has one."""
+    for the parts without a native form; ``None`` if every part has one. ``codes`` is the
+    tensor helper (:func:`tensor_helper`): with it, each TENSOR_MATCH reads the tensor's
+    fields directly where that gives what the getters give."""
     t = _Tables()
     slot: dict[str, int] = {}
     lines: list[str] = []
+    specs: list[str] = []
     for step in builder.program:
         if step[0] == "read":
             name, op = step[1], step[2]
@@ -278,9 +311,19 @@ def generate_c(
             else:
                 lines.append(f"    TEST(leaf({pred}, NULL, 0));")
             continue
-        for term in part.terms:
-            assert term.op is not None
-            lines.append(f"    TEST({_term(term.op, slot, t)});")
+        terms = [_term(term.op, slot, t) for term in part.terms if term.op is not None]
+        spec = _tensor_spec(part.tensor, codes) if part.tensor is not None and codes is not None else None
+        if spec is None:
+            lines += [f"    TEST({term});" for term in terms]
+            continue
+        first = part.tensor["first"]  # type: ignore[index]
+        lines += [f"    TEST({term});" for term in terms[:first]]
+        name = f"TS{len(specs)}"
+        specs.append(f"static const int64_t {name}[] = {{{', '.join(str(x) for x in spec)}}};")
+        v = f"V[{slot[builder.names[part.reads[0]]]}]"
+        lines.append(f"    {{ int r_ = TENSOR({v}, {name}); if (r_ != -2) TEST(r_); else {{")
+        lines += [f"        TEST({term});" for term in terms[first:]]
+        lines.append("    } }")
     head = [
         f"#define NS {len(t.strings)}",
         f"#define NO {len(t.objs)}",
@@ -288,6 +331,7 @@ def generate_c(
         _PRELUDE.read_text(),
         "static const char *S_TEXT[NS > 0 ? NS : 1] = {"
         + ", ".join(_c_string(s) for s in t.strings) + ("" if t.strings else "NULL") + "};",
+        *specs,
         "",
         "static int",
         "body(Checker *self, PyObject *L, PyObject *G)",
@@ -326,12 +370,71 @@ def generate_c(
     return NativeSource(source, tuple(t.objs), tuple(t.ids))
 
 
-def build(native: NativeSource, flags: dict[str, Any] | None) -> Any:
+def build(native: NativeSource, flags: dict[str, Any] | None, capsule: Any = None) -> Any:
     """The native check function of ``native`` (loaded from the disk cache or compiled;
     raises ``ember.ir.native_build.NativeBuildError``). ``flags`` is the dict whose
-    ``_dead`` entry says an identity-held object died (``GuardBuilder.consts``)."""
+    ``_dead`` entry says an identity-held object died (``GuardBuilder.consts``);
+    ``capsule`` the tensor helper's ``match`` (:func:`tensor_helper`)."""
     module = load_extension(native.source, AREA, PREFIX)
-    return module.make(native.objs, native.ids, flags)
+    return module.make(native.objs, native.ids, flags, capsule)
+
+
+# -- the tensor helper ---------------------------------------------------------------------
+
+_TENSOR_SOURCE = Path(__file__).with_name("native_tensor.cpp")
+_helper: tuple[Any, Any] | None = None
+_helper_error: str | None = None
+_helper_lock = threading.Lock()
+_helper_thread: threading.Thread | None = None
+
+
+def _torch_flags() -> list[str]:
+    import torch
+
+    root = Path(torch.__file__).parent
+    lib = str(root / "lib")
+    flags = ["-std=c++17", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+             f"-DEMBER_TORCH_VERSION=\"{torch.__version__}\""]
+    flags += [f"-I{root / 'include'}", f"-I{root / 'include' / 'torch' / 'csrc' / 'api' / 'include'}"]
+    flags += [f"-L{lib}", f"-Wl,-rpath,{lib}", "-ltorch_python", "-ltorch", "-ltorch_cpu", "-lc10"]
+    return flags
+
+
+def _load_helper() -> None:
+    global _helper, _helper_error
+    try:
+        import torch
+
+        module = load_extension(_TENSOR_SOURCE.read_text(), AREA, "ember_guards_tensor", flags=_torch_flags(), cxx=True)
+        capsule = module.setup(torch.Tensor, torch.nn.Parameter)
+        _helper = (module, capsule)
+    except Exception as exc:
+        _helper_error = f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def tensor_helper(wait: bool = False) -> tuple[Any, Any] | None:
+    """``(module, capsule)`` of the tensor helper (``native_tensor.cpp``), or ``None`` while
+    it is being built (in a thread: it compiles against torch's headers, ~15 s, once per
+    torch build and cache) or where it cannot be built (``EMBER_NATIVE_TENSOR_GUARDS=0``
+    turns it off)."""
+    global _helper_thread
+    if _helper is not None or _helper_error is not None:
+        return _helper
+    if os.environ.get("EMBER_NATIVE_TENSOR_GUARDS", "1") == "0":
+        return None
+    with _helper_lock:
+        if _helper_thread is None:
+            _helper_thread = threading.Thread(target=_load_helper, name="ember-native-tensor-guards", daemon=True)
+            _helper_thread.start()
+        thread = _helper_thread
+    if wait:
+        thread.join()
+    return _helper
+
+
+def tensor_helper_error() -> str | None:
+    """Why the tensor helper is not available (``None`` when it is, or not yet decided)."""
+    return _helper_error
 
 
 def source_lines(native: NativeSource) -> int:
@@ -339,4 +442,7 @@ def source_lines(native: NativeSource) -> int:
     return len(re.findall(r"\n", native.source))
 
 
-__all__ = ["AREA", "PREFIX", "NativeBuildError", "NativeSource", "build", "generate_c", "source_lines"]
+__all__ = [
+    "AREA", "PREFIX", "NativeBuildError", "NativeSource", "build", "generate_c", "source_lines",
+    "tensor_helper", "tensor_helper_error",
+]

@@ -26,6 +26,7 @@ typedef struct {
     PyObject *flags;    /* dict holding "_dead", or NULL */
     PyObject *dead_key;
     uintptr_t *ids;
+    int (*tm)(PyObject *, const int64_t *);  /* native_tensor.cpp's match, or NULL */
 } Checker;
 
 static PyObject *S[NS > 0 ? NS : 1];
@@ -279,6 +280,9 @@ leaf(PyObject *pred, PyObject *const *args, size_t n)
     Py_DECREF(r);
     return t;
 }
+
+/* a TENSOR_MATCH read from the TensorImpl: 1, 0, or -2 (take the getters' path) */
+#define TENSOR(v, spec) (self->tm != NULL ? self->tm((v), (spec)) : -2)
 
 #define READ(k, x) do { if ((V[k] = (x)) == NULL) goto error; nv = (k) + 1; } while (0)
 #define TEST(x) do { int t_ = (x); if (t_ <= 0) { if (t_ < 0) goto error; goto done; } } while (0)

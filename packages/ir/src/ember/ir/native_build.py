@@ -31,6 +31,7 @@ import sysconfig
 import tempfile
 import threading
 import types
+from collections.abc import Sequence
 from pathlib import Path
 
 from ember.ir.cache_entry import default_cache_dir
@@ -47,7 +48,9 @@ class NativeBuildError(RuntimeError):
     """The C compiler is missing or rejected a source (the message has its output)."""
 
 
-def compiler() -> str:
+def compiler(cxx: bool = False) -> str:
+    if cxx:
+        return os.environ.get("CXX", "g++")
     return os.environ.get("CC", "gcc")
 
 
@@ -60,10 +63,10 @@ def compiler_version(cc: str) -> str:
     return out.stdout.splitlines()[0] if out.stdout else cc
 
 
-def extension_key(source: str) -> str:
+def extension_key(source: str, flags: Sequence[str] = (), cxx: bool = False) -> str:
     """The cache key of ``source``: sha256 over it, the flags, the compiler and Python."""
     h = hashlib.sha256()
-    for part in (source, " ".join(FLAGS), compiler_version(compiler()), sys.version, sys.executable):
+    for part in (source, " ".join([*FLAGS, *flags]), compiler_version(compiler(cxx)), sys.version, sys.executable):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -89,28 +92,36 @@ def _cached(lib: Path, meta: Path) -> bool:
     return ok
 
 
-def cached_path(source: str, area: str, prefix: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+def cached_path(
+    source: str, area: str, prefix: str, cache_dir: str | os.PathLike[str] | None = None,
+    flags: Sequence[str] = (), cxx: bool = False,
+) -> Path:
     """Where the library of ``source`` lives (or would) in the cache."""
-    key = extension_key(source)
+    key = extension_key(source, flags, cxx)
     root = Path(cache_dir if cache_dir is not None else default_cache_dir())
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     return root / area / key[:2] / f"{prefix}_{key[:32]}{suffix}"
 
 
-def is_cached(source: str, area: str, prefix: str, cache_dir: str | os.PathLike[str] | None = None) -> bool:
+def is_cached(
+    source: str, area: str, prefix: str, cache_dir: str | os.PathLike[str] | None = None,
+    flags: Sequence[str] = (), cxx: bool = False,
+) -> bool:
     """Whether ``source`` is built already (loading it compiles nothing)."""
-    lib = cached_path(source, area, prefix, cache_dir)
+    lib = cached_path(source, area, prefix, cache_dir, flags, cxx)
     return lib.name.removesuffix(importlib.machinery.EXTENSION_SUFFIXES[0]) in _loaded or _cached(
         lib, lib.with_suffix(".json")
     )
 
 
 def load_extension(
-    source: str, area: str, prefix: str, cache_dir: str | os.PathLike[str] | None = None
+    source: str, area: str, prefix: str, cache_dir: str | os.PathLike[str] | None = None,
+    flags: Sequence[str] = (), cxx: bool = False,
 ) -> types.ModuleType:
     """The extension module built from ``source``: from this process, the disk cache, or
-    the compiler (raises :class:`NativeBuildError`)."""
-    lib = cached_path(source, area, prefix, cache_dir)
+    the compiler (raises :class:`NativeBuildError`). ``flags`` are extra compiler flags
+    (include and library paths); ``cxx`` compiles it as C++ (``$CXX``, default ``g++``)."""
+    lib = cached_path(source, area, prefix, cache_dir, flags, cxx)
     name = lib.name.removesuffix(importlib.machinery.EXTENSION_SUFFIXES[0])
     with _lock:
         module = _loaded.get(name)
@@ -118,7 +129,7 @@ def load_extension(
             return module
         meta = lib.with_suffix(".json")
         if not _cached(lib, meta):
-            _compile(source, lib, meta, name)
+            _compile(source, lib, meta, name, flags, cxx)
         spec = importlib.util.spec_from_file_location(name, lib)
         if spec is None or spec.loader is None:
             raise NativeBuildError(f"cannot load {lib}")
@@ -128,16 +139,16 @@ def load_extension(
         return module
 
 
-def _compile(source: str, lib: Path, meta: Path, name: str) -> None:
+def _compile(source: str, lib: Path, meta: Path, name: str, flags: Sequence[str], cxx: bool) -> None:
     lib.parent.mkdir(parents=True, exist_ok=True)
     include = sysconfig.get_paths()["include"]
     with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
-        src = Path(tmp) / f"{name}.c"
+        src = Path(tmp) / (f"{name}.cpp" if cxx else f"{name}.c")
         src.write_text(source)
         out = Path(tmp) / lib.name
         cmd = [
-            compiler(), *FLAGS, f"-I{include}", f"-DEMBER_PYINIT=PyInit_{name}",
-            f"-DEMBER_MODULE_NAME=\"{name}\"", str(src), "-o", str(out),
+            compiler(cxx), *FLAGS, f"-I{include}", f"-DEMBER_PYINIT=PyInit_{name}",
+            f"-DEMBER_MODULE_NAME=\"{name}\"", str(src), "-o", str(out), *flags,
         ]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
