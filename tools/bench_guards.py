@@ -46,7 +46,7 @@ def _zoo() -> Any:
 
 
 def _checks_made(before: set[int]) -> list[CheckFn]:
-    return [o for o in gc.get_objects() if isinstance(o, CheckFn) and id(o) not in before]
+    return [o for o in gc.get_objects() if type(o) is CheckFn and id(o) not in before]
 
 
 def _spy_frames(checks: list[CheckFn], call: Callable[[], Any]) -> dict[int, tuple[Any, Any]]:
@@ -81,7 +81,7 @@ def _per_call(fn: Callable[[], Any], calls: int, repeat: int = 5) -> float:
 def _row(name: str, build: Callable[[], tuple[Callable[[Callable[..., Any]], Callable[[], Any]], Any]],
          calls: int, with_torch: bool, kinds: bool) -> None:
     make, target = build()
-    before = {id(o) for o in gc.get_objects() if isinstance(o, CheckFn)}
+    before = {id(o) for o in gc.get_objects() if type(o) is CheckFn}
     ember_call = make(ember.dynamo.compile(target, backend="inductor"))
     for _ in range(3):
         ember_call()
