@@ -377,15 +377,16 @@ def tensor_part(b: GuardBuilder, g: Guard) -> Part:
     else:
         terms += [Term(f"{v}.stride({d}) == {s}", ("method_eq", v, "stride", (d,), s))
                   for d, s in enumerate(strides) if s is not None]
+    device_mode = 0  # the device term below, for the native check's direct read
+    if weight and device.type in ("cpu", "cuda") and device.index is None:
+        device_mode = 2
+    elif weight or device.index is not None or keys is None:
+        device_mode = 1
     fast: dict[str, Any] | None = {
         "first": 0 if weight else 1, "dtype": dtype, "device": device, "requires_grad": requires_grad,
         "ndim": ndim, "sizes": sizes, "strides": strides, "keys": None if weight else keys,
-        "device_mode": 0,
+        "device_mode": device_mode,
     }
-    if weight and device.type in ("cpu", "cuda") and device.index is None:
-        fast["device_mode"] = 2  # type: ignore[index]
-    elif weight or device.index is not None or keys is None:
-        fast["device_mode"] = 1  # type: ignore[index]
     if weight:
         pass
     elif keys is not None:

@@ -316,7 +316,7 @@ def generate_c(
         if spec is None:
             lines += [f"    TEST({term});" for term in terms]
             continue
-        first = part.tensor["first"]  # type: ignore[index]
+        first = part.tensor["first"]
         lines += [f"    TEST({term});" for term in terms[:first]]
         name = f"TS{len(specs)}"
         specs.append(f"static const int64_t {name}[] = {{{', '.join(str(x) for x in spec)}}};")

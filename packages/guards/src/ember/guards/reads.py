@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ember.ir import Attr, DictItem, Item, Local, Size, Source, Stride
+from ember.ir import Attr, DictItem, Global, Item, Local, Size, Source, Stride
 from ember.ir.source import DICT_ITEM_PREFIX
 
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
@@ -55,9 +55,9 @@ def plain_op(source: Source, names: Mapping[Source, str]) -> tuple[Any, ...]:
     """The native op of :func:`plain_read` (``("attr", base, "x")``, ``("local", "x")``...)."""
     if isinstance(source, Local):
         return ("local", source.name)
-    if not hasattr(source, "base"):
-        return ("global", source.name)  # type: ignore[attr-defined]
-    base = names[source.base]  # type: ignore[attr-defined]
+    if isinstance(source, Global):
+        return ("global", source.name)
+    base = names[source.base]
     if isinstance(source, Attr):
         return ("attr", base, source.member)
     if isinstance(source, Item):

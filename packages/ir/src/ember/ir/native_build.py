@@ -81,7 +81,7 @@ def _cached(lib: Path, meta: Path) -> bool:
         return False
     try:
         info = json.loads(meta.read_text())
-        ok = lib.stat().st_size == info["size"] and _digest(lib) == info["sha256"]
+        ok = bool(lib.stat().st_size == info["size"] and _digest(lib) == info["sha256"])
     except (OSError, ValueError, KeyError, TypeError):
         ok = False
     if not ok:
