@@ -17,6 +17,7 @@ objects alive.
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember.guards.errors import GuardCompileError
-from ember.guards.reads import fast_read, plain_read
+from ember.guards.reads import fast_read, plain_op, plain_read
 from ember.ir import (
     Attr,
     DictItem,
@@ -50,14 +51,36 @@ Explain = Callable[[Sequence[Any]], str]
 
 
 @dataclass(frozen=True, slots=True)
+class Term:
+    """One conjunct of a part: its Python text and the same test as a native op
+    (``native.py`` turns ops into C; ``None`` keeps the part a Python leaf there)."""
+
+    py: str
+    op: tuple[Any, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
 class Part:
-    """One compiled guard: ``expr`` over the locals of ``reads``; ``explain(values)`` on failure."""
+    """One compiled guard: ``expr`` over the locals of ``reads``; ``explain(values)`` on failure.
+
+    ``terms`` are ``expr``'s conjuncts with their native ops; ``None`` where the part has
+    no native form (it runs as a Python predicate inside the native check)."""
 
     guard: Guard
     reads: tuple[Source, ...]
     expr: str
     explain: Explain
     cost: int
+    terms: tuple[Term, ...] | None = None
+    #: a TENSOR_MATCH's fields for the native check's direct read (``native.py``):
+    #: ``terms[tensor["first"]:]`` are what it covers
+    tensor: dict[str, Any] | None = None
+
+
+def joined(terms: Sequence[Term]) -> tuple[str, tuple[Term, ...] | None]:
+    """The part's Python text (``a and b``) and its terms (``None`` if any has no op)."""
+    expr = " and ".join(t.py for t in terms)
+    return expr, (tuple(terms) if all(t.op is not None for t in terms) else None)
 
 
 def eval_source(source: Source, f_locals: Mapping[str, Any], f_globals: Mapping[str, Any]) -> Any:
@@ -101,6 +124,10 @@ class GuardBuilder:
         self._const_ids: dict[int, str] = {}
         self.names: dict[Source, str] = {}
         self.weakrefs: list[weakref.ref[Any]] = []
+        #: the native op of each read the generated code makes (``read``)
+        self.read_ops: dict[Source, tuple[Any, ...]] = {}
+        #: what the generated code does, in order: ``("read", var, op)``, ``("part", index)``
+        self.program: list[tuple[Any, ...]] = []
 
     # -- shared state ----------------------------------------------------------
     def var(self, source: Source) -> str:
@@ -130,7 +157,9 @@ class GuardBuilder:
                 base_value = None
             fast = fast_read(source, self.names[base], base_value)
             if fast is not None:
-                return fast
+                self.read_ops[source] = fast[1]
+                return fast[0]
+        self.read_ops[source] = plain_op(source, self.names)
         return plain_read(source, self.names)
 
     def _frame_value(self, guard: Guard) -> tuple[bool, Any]:
@@ -144,35 +173,36 @@ class GuardBuilder:
                 f"it was captured from has no such value ({type(exc).__name__}: {exc})"
             ) from None
 
-    def _resolve_type(self, guard: Guard, type_id: int, of_value: bool) -> str:
-        """Expression for ``type(v)`` matching the class with ``type_id``."""
+    def _resolve_type(self, guard: Guard, type_id: int, of_value: bool) -> Term:
+        """Test for ``type(v)`` matching the class with ``type_id``."""
         v = self.var(guard.source)  # type: ignore[arg-type]
         found, value = self._frame_value(guard)
         if found:
             cls = type(value) if of_value else value
             if id(cls) == type_id:
-                return f"type({v}) is {self.const(cls)}"
-        return f"id(type({v})) == {type_id}"
+                return Term(f"type({v}) is {self.const(cls)}", ("type_is", v, cls))
+        return Term(f"id(type({v})) == {type_id}", ("type_id", v, type_id))
 
-    def _resolve_object(self, guard: Guard, object_id: int) -> str:
-        """Expression for ``v`` being the object with ``object_id`` (weakly held)."""
+    def _resolve_object(self, guard: Guard, object_id: int) -> Term:
+        """Test for ``v`` being the object with ``object_id`` (weakly held)."""
         v = self.var(guard.source)  # type: ignore[arg-type]
         found, value = self._frame_value(guard)
         if not found or id(value) != object_id:
-            return f"id({v}) == {object_id}"
+            return Term(f"id({v}) == {object_id}", ("id", v, object_id))
         try:
             ref = weakref.ref(value, self._on_death)
         except TypeError:  # not weak-referenceable: hold it, so its id stays unique
-            return f"{v} is {self.const(value)}"
+            return Term(f"{v} is {self.const(value)}", ("is", v, value))
         self.weakrefs.append(ref)
-        return f"id({v}) == {object_id}"
+        return Term(f"id({v}) == {object_id}", ("id", v, object_id))
 
     def _on_death(self, _ref: weakref.ref[Any]) -> None:
         self.consts["_dead"] = True
 
-    def _part(self, guard: Guard, expr: str, explain: Explain, cost: int) -> Part:
+    def _part(self, guard: Guard, terms: Sequence[Term], explain: Explain, cost: int) -> Part:
         reads = (guard.source,) if guard.source is not None else ()
-        return Part(guard, reads, expr, explain, cost)
+        expr, native = joined(terms)
+        return Part(guard, reads, expr, explain, cost, native)
 
     def build(self, guard: Guard) -> Part:
         method: Callable[[Guard], Part] = getattr(self, guard.kind.value)
@@ -181,40 +211,40 @@ class GuardBuilder:
     # -- one method per GuardKind ------------------------------------------------
     def TYPE_MATCH(self, g: Guard) -> Part:
         e, want = g.source.expr(), str(g.payload["type"])  # type: ignore[union-attr]
-        expr = self._resolve_type(g, int(g.payload["type_id"]), of_value=True)  # type: ignore[arg-type]
+        term = self._resolve_type(g, int(g.payload["type_id"]), of_value=True)  # type: ignore[arg-type]
 
         def explain(values: Sequence[Any]) -> str:
             return f"type({e}) was {_type_name(type(values[0]))}, the graph assumed {want}"
 
-        return self._part(g, expr, explain, 1)
+        return self._part(g, [term], explain, 1)
 
     def ID_MATCH(self, g: Guard) -> Part:
         e, want = g.source.expr(), str(g.payload["repr"])  # type: ignore[union-attr]
-        expr = self._resolve_object(g, int(g.payload["id"]))  # type: ignore[arg-type]
+        term = self._resolve_object(g, int(g.payload["id"]))  # type: ignore[arg-type]
 
         def explain(values: Sequence[Any]) -> str:
             return f"{e} was a different object ({_short(values[0])}), the graph assumed {want}"
 
-        return self._part(g, expr, explain, 1)
+        return self._part(g, [term], explain, 1)
 
     def FUNCTION_MATCH(self, g: Guard) -> Part:
         e, want = g.source.expr(), str(g.payload["qualname"])  # type: ignore[union-attr]
-        expr = self._resolve_object(g, int(g.payload["id"]))  # type: ignore[arg-type]
+        term = self._resolve_object(g, int(g.payload["id"]))  # type: ignore[arg-type]
 
         def explain(values: Sequence[Any]) -> str:
             return f"{e} was a different function ({_short(values[0])}), the graph assumed {want}"
 
-        return self._part(g, expr, explain, 1)
+        return self._part(g, [term], explain, 1)
 
     def NN_MODULE(self, g: Guard) -> Part:
         e, want = g.source.expr(), str(g.payload["type"])  # type: ignore[union-attr]
-        expr = self._resolve_object(g, int(g.payload["id"]))  # type: ignore[arg-type]
+        term = self._resolve_object(g, int(g.payload["id"]))  # type: ignore[arg-type]
 
         def explain(values: Sequence[Any]) -> str:
             got = _type_name(type(values[0]))
             return f"{e} was a different module object ({got}), the graph assumed the {want} it was captured with"
 
-        return self._part(g, expr, explain, 1)
+        return self._part(g, [term], explain, 1)
 
     def NOT_NONE(self, g: Guard) -> Part:
         e = g.source.expr()  # type: ignore[union-attr]
@@ -222,18 +252,22 @@ class GuardBuilder:
         def explain(values: Sequence[Any]) -> str:
             return f"{e} was None, the graph assumed it is not None"
 
-        return self._part(g, f"{self.var(g.source)} is not None", explain, 1)  # type: ignore[arg-type]
+        v = self.var(g.source)  # type: ignore[arg-type]
+        return self._part(g, [Term(f"{v} is not None", ("not_none", v))], explain, 1)
 
     def _constant(self, g: Guard, cost: int) -> Part:
         e = g.source.expr()  # type: ignore[union-attr]
         value = decode_value(g.payload["value"], field="payload.value")
         v = self.var(g.source)  # type: ignore[arg-type]
         if value is None or isinstance(value, bool) or value is Ellipsis:
-            expr = f"{v} is {self.const(value)}"
+            term = Term(f"{v} is {self.const(value)}", ("is", v, value))
         elif isinstance(value, float) and value != value:  # nan equals nothing, itself included
-            expr = f"type({v}) is float and {v} != {v}"
+            term = Term(f"type({v}) is float and {v} != {v}", ("nan", v))
         else:
-            expr = f"type({v}) is {self.const(type(value))} and {v} == {self.const(value)}"
+            term = Term(
+                f"type({v}) is {self.const(type(value))} and {v} == {self.const(value)}",
+                ("eq_typed", v, type(value), value),
+            )
 
         reason = g.payload.get("reason")
         why = f" ({reason})" if isinstance(reason, str) and reason else ""
@@ -247,7 +281,7 @@ class GuardBuilder:
                 )
             return f"{e} was {_short(got)}, the graph assumed {value!r}{why}"
 
-        return self._part(g, expr, explain, cost)
+        return self._part(g, [term], explain, cost)
 
     def CONSTANT_MATCH(self, g: Guard) -> Part:
         return self._constant(g, 2)
@@ -261,19 +295,21 @@ class GuardBuilder:
         def explain(values: Sequence[Any]) -> str:
             return f"len({e}) was {len(values[0])}, the graph assumed {n}"
 
-        return self._part(g, f"len({self.var(g.source)}) == {n}", explain, 2)  # type: ignore[arg-type]
+        v = self.var(g.source)  # type: ignore[arg-type]
+        return self._part(g, [Term(f"len({v}) == {n}", ("len", v, n))], explain, 2)
 
     def DICT_KEYS(self, g: Guard) -> Part:
         e = g.source.expr()  # type: ignore[union-attr]
         raw = g.payload["keys"]
         keys = [decode_value(k, field="payload.keys") for k in raw]  # type: ignore[union-attr]
         want = self.const(keys)
-        expr = f"list({self.var(g.source)}.keys()) == {want}"  # type: ignore[arg-type]
+        v = self.var(g.source)  # type: ignore[arg-type]
+        term = Term(f"list({v}.keys()) == {want}", ("keys", v, keys))
 
         def explain(values: Sequence[Any]) -> str:
             return f"{e} had keys {list(values[0].keys())!r}, the graph assumed {keys!r}"
 
-        return self._part(g, expr, explain, 4)
+        return self._part(g, [term], explain, 4)
 
     def TENSOR_MATCH(self, g: Guard) -> Part:
         return tensor_part(self, g)
@@ -322,29 +358,42 @@ def tensor_part(b: GuardBuilder, g: Guard) -> Part:
     # ``weight.data = other`` can change is dtype, device, sizes and strides, checked at
     # about half the cost (a frame reading 100 weights checks them on every call).
     weight = p.get("weight") is True
-    terms = [] if weight else [b._resolve_type(g, int(p["cls_id"]), of_value=True)]  # type: ignore[arg-type]
-    terms.append(f"{v}.dtype is {b.const(dtype)}")
+    terms: list[Term] = [] if weight else [b._resolve_type(g, int(p["cls_id"]), of_value=True)]  # type: ignore[arg-type]
+    terms.append(Term(f"{v}.dtype is {b.const(dtype)}", ("attr_is", v, "dtype", dtype)))
     if weight and device.type in ("cpu", "cuda") and device.index is None:
-        terms.append(f"{v}.is_{device.type} is True")
+        terms.append(Term(f"{v}.is_{device.type} is True", ("attr_is", v, f"is_{device.type}", True)))
     elif weight or device.index is not None or keys is None:
         # The backend dispatch key already pins the device type; only an index needs a compare.
-        terms.append(f"{v}.device == {b.const(device)}")
-    terms.append(f"{v}.requires_grad is {requires_grad}")
+        terms.append(Term(f"{v}.device == {b.const(device)}", ("attr_eq", v, "device", device)))
+    terms.append(Term(f"{v}.requires_grad is {requires_grad}", ("attr_is", v, "requires_grad", requires_grad)))
     if None not in sizes:
-        terms.append(f"{v}.shape == {tuple(sizes)!r}")
+        terms.append(Term(f"{v}.shape == {tuple(sizes)!r}", ("attr_eq", v, "shape", tuple(sizes))))
     else:
-        terms.append(f"{v}.dim() == {ndim}")
-        terms += [f"{v}.size({d}) == {s}" for d, s in enumerate(sizes) if s is not None]
+        terms.append(Term(f"{v}.dim() == {ndim}", ("method_eq", v, "dim", (), ndim)))
+        terms += [Term(f"{v}.size({d}) == {s}", ("method_eq", v, "size", (d,), s))
+                  for d, s in enumerate(sizes) if s is not None]
     if None not in strides:
-        terms.append(f"{v}.stride() == {tuple(strides)!r}")
+        terms.append(Term(f"{v}.stride() == {tuple(strides)!r}", ("method_eq", v, "stride", (), tuple(strides))))
     else:
-        terms += [f"{v}.stride({d}) == {s}" for d, s in enumerate(strides) if s is not None]
+        terms += [Term(f"{v}.stride({d}) == {s}", ("method_eq", v, "stride", (d,), s))
+                  for d, s in enumerate(strides) if s is not None]
+    device_mode = 0  # the device term below, for the native check's direct read
+    if weight and device.type in ("cpu", "cuda") and device.index is None:
+        device_mode = 2
+    elif weight or device.index is not None or keys is None:
+        device_mode = 1
+    fast: dict[str, Any] | None = {
+        "first": 0 if weight else 1, "dtype": dtype, "device": device, "requires_grad": requires_grad,
+        "ndim": ndim, "sizes": sizes, "strides": strides, "keys": None if weight else keys,
+        "device_mode": device_mode,
+    }
     if weight:
         pass
     elif keys is not None:
-        terms.append(f"{dk}({v}) == {b.const(keys)}")
+        terms.append(Term(f"{dk}({v}) == {b.const(keys)}", ("fn_eq", torch._C._dispatch_keys, v, keys)))
     else:
-        terms.append(f"str({dk}({v})) == {keys_text!r}")
+        terms.append(Term(f"str({dk}({v})) == {keys_text!r}", ("fn_str_eq", torch._C._dispatch_keys, v, keys_text)))
+        fast = None
     want_cls = str(p["cls"])
 
     def explain(values: Sequence[Any]) -> str:
@@ -373,7 +422,8 @@ def tensor_part(b: GuardBuilder, g: Guard) -> Part:
             return f"{e} dispatch keys were {got_keys}, the graph assumed {keys_text}"
         return f"{e} was a different class object of the same name {want_cls}"
 
-    return b._part(g, " and ".join(terms), explain, 10)
+    part = b._part(g, terms, explain, 10)
+    return part if fast is None or part.terms is None else dataclasses.replace(part, tensor=fast)
 
 
 # -- GLOBAL_STATE ------------------------------------------------------------------
@@ -387,15 +437,20 @@ def global_state_part(b: GuardBuilder, g: Guard) -> Part:
     ac_cpu, ac_cuda = bool(p["autocast_cpu"]), bool(p["autocast_cuda"])
     deterministic = bool(p["deterministic"])
     terms = [
-        f"{b.const(torch.is_grad_enabled)}() is {grad}",
-        f"{b.const(torch.get_default_dtype)}() is {b.const(dtype)}",
+        Term(f"{b.const(torch.is_grad_enabled)}() is {grad}", ("call_is", torch.is_grad_enabled, (), grad)),
+        Term(f"{b.const(torch.get_default_dtype)}() is {b.const(dtype)}",
+             ("call_is", torch.get_default_dtype, (), dtype)),
     ]
     autocast = b.const(torch.is_autocast_enabled)
     if not ac_cpu and not ac_cuda:
-        terms.append(f"not {b.const(torch._C._is_any_autocast_enabled)}()")
+        terms.append(Term(f"not {b.const(torch._C._is_any_autocast_enabled)}()",
+                          ("call_not", torch._C._is_any_autocast_enabled)))
     else:
-        terms.append(f"{autocast}('cpu') is {ac_cpu} and {autocast}('cuda') is {ac_cuda}")
-    terms.append(f"{b.const(torch._C._get_deterministic_algorithms)}() is {deterministic}")
+        terms.append(Term(f"{autocast}('cpu') is {ac_cpu}", ("call_is", torch.is_autocast_enabled, ("cpu",), ac_cpu)))
+        terms.append(Term(f"{autocast}('cuda') is {ac_cuda}",
+                          ("call_is", torch.is_autocast_enabled, ("cuda",), ac_cuda)))
+    terms.append(Term(f"{b.const(torch._C._get_deterministic_algorithms)}() is {deterministic}",
+                      ("call_is", torch._C._get_deterministic_algorithms, (), deterministic)))
 
     def explain(values: Sequence[Any]) -> str:
         def mode(on: bool) -> str:
@@ -418,7 +473,7 @@ def global_state_part(b: GuardBuilder, g: Guard) -> Part:
                 return f"{what} was {show(got)}, the graph assumed {show(want)}"  # type: ignore[operator]
         return "the global torch state changed"
 
-    return b._part(g, " and ".join(terms), explain, 8)
+    return b._part(g, terms, explain, 8)
 
 
 # -- SHAPE_EXPR ---------------------------------------------------------------------

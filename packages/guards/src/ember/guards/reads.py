@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ember.ir import Attr, DictItem, Item, Local, Source
+from ember.ir import Attr, DictItem, Global, Item, Local, Size, Source, Stride
 from ember.ir.source import DICT_ITEM_PREFIX
 
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
@@ -47,7 +47,31 @@ def plain_read(source: Source, names: Mapping[Source, str]) -> str:
     return names[base] + text[len(base_text) :]
 
 
-def fast_read(source: Source, base_name: str, base_value: Any) -> str | None:
+Read = tuple[str, tuple[Any, ...]]
+"""A read's Python text and the same read as a native op (``native.py``)."""
+
+
+def plain_op(source: Source, names: Mapping[Source, str]) -> tuple[Any, ...]:
+    """The native op of :func:`plain_read` (``("attr", base, "x")``, ``("local", "x")``...)."""
+    if isinstance(source, Local):
+        return ("local", source.name)
+    if isinstance(source, Global):
+        return ("global", source.name)
+    base = names[source.base]
+    if isinstance(source, Attr):
+        return ("attr", base, source.member)
+    if isinstance(source, Item):
+        return ("item", base, source.index)
+    if isinstance(source, DictItem):
+        return ("dict_item", base, source.index)
+    if isinstance(source, Size):
+        return ("size", base, source.dim)
+    if isinstance(source, Stride):
+        return ("stride", base, source.dim)
+    raise TypeError(f"no native read for {type(source).__name__}")
+
+
+def fast_read(source: Source, base_name: str, base_value: Any) -> Read | None:
     """A cheaper read of ``source`` with the same value, or ``None`` (use the plain one)."""
     if not isinstance(base_value, torch.nn.Module):
         return None
@@ -59,21 +83,22 @@ def fast_read(source: Source, base_name: str, base_value: Any) -> str | None:
     if isinstance(source, Item):
         index = source.index
         if cls is torch.nn.ModuleList and type(index) is int and 0 <= index < len(base_value._modules):
-            return f"{base_name}._modules[{str(index)!r}]"
+            return f"{base_name}._modules[{str(index)!r}]", ("module_item", base_name, str(index))
         if cls is torch.nn.ModuleDict and type(index) is str and index in base_value._modules:
-            return f"{base_name}._modules[{index!r}]"
+            return f"{base_name}._modules[{index!r}]", ("module_item", base_name, index)
     return None
 
 
-def _module_attr(member: str, base_name: str, value: torch.nn.Module, cls: type) -> str | None:
+def _module_attr(member: str, base_name: str, value: torch.nn.Module, cls: type) -> Read | None:
     if getattr(cls, "__getattr__", None) is not torch.nn.Module.__getattr__:
         return None
     if member in value.__dict__ or any(member in k.__dict__ for k in cls.__mro__):
         return None  # found by plain lookup: no __getattr__ call to save
     for dict_name in _MODULE_DICTS:
         if member in value.__dict__.get(dict_name, ()):
-            return (
+            text = (
                 f"({base_name}.{dict_name}[{member!r}] if {member!r} not in "
                 f"{base_name}.__dict__ else {base_name}.{member})"
             )
+            return text, ("module_attr", base_name, dict_name, member)
     return None

@@ -1,0 +1,290 @@
+/* ember.guards native check: the fixed part of every generated guard module.
+ *
+ * The generated part (native.py) defines NS, NO, NI, S_TEXT and the body
+ *     static int body(Checker *self, PyObject *L, PyObject *G)
+ * returning 1 (every guard holds), 0 (one fails, or reading a value raised an
+ * Exception, as the Python check's ``except Exception: return False``) or -1 (a
+ * BaseException that is not an Exception, such as KeyboardInterrupt, propagates).
+ *
+ * The helpers below do what the Python check's expressions do, through the same
+ * C API calls the interpreter makes for them (PyObject_GetAttr for ``v.x``,
+ * PyObject_RichCompare + PyObject_IsTrue for ``==`` inside ``and``), so the verdict
+ * is the Python check's. Process-specific values (object ids, classes, constants)
+ * are never in the source: they come from make()'s arguments (the module is cached
+ * on disk keyed by its source).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stddef.h>
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *objs;     /* tuple: the constants O[k] */
+    PyObject *flags;    /* dict holding "_dead", or NULL */
+    PyObject *dead_key;
+    uintptr_t *ids;
+    int (*tm)(PyObject *, const int64_t *);  /* native_tensor.cpp's match, or NULL */
+} Checker;
+
+static PyObject *S[NS > 0 ? NS : 1];
+
+/* d[k] as Python's ``d[k]``: an exact dict without calling __getitem__ */
+static __attribute__((noinline)) PyObject *
+get_key(PyObject *d, PyObject *k)
+{
+    if (PyDict_CheckExact(d)) {
+        PyObject *r = PyDict_GetItemWithError(d, k);
+        if (r != NULL) {
+            Py_INCREF(r);
+            return r;
+        }
+        if (!PyErr_Occurred()) {
+            PyErr_SetObject(PyExc_KeyError, k);
+        }
+        return NULL;
+    }
+    return PyObject_GetItem(d, k);
+}
+
+/* ``dict.__getitem__(d, k)`` (getitem is that slot wrapper) */
+static __attribute__((noinline)) PyObject *
+dict_item(PyObject *d, PyObject *k, PyObject *getitem)
+{
+    if (PyDict_CheckExact(d)) {
+        return get_key(d, k);
+    }
+    PyObject *args[2] = {d, k};
+    return PyObject_Vectorcall(getitem, args, 2, NULL);
+}
+
+/* ``v.size()[d]`` / ``v.stride()[d]`` */
+static __attribute__((noinline)) PyObject *
+dim_of(PyObject *v, PyObject *method, PyObject *d)
+{
+    PyObject *all = PyObject_CallMethodNoArgs(v, method);
+    if (all == NULL) {
+        return NULL;
+    }
+    PyObject *r = PyObject_GetItem(all, d);
+    Py_DECREF(all);
+    return r;
+}
+
+/* ``(v.<dict>[m] if m not in v.__dict__ else v.m)`` (reads.py) */
+static __attribute__((noinline)) PyObject *
+module_attr(PyObject *v, PyObject *dict_name, PyObject *m, PyObject *dict_attr)
+{
+    PyObject *d = PyObject_GetAttr(v, dict_attr);
+    if (d == NULL) {
+        return NULL;
+    }
+    int in = PySequence_Contains(d, m);
+    Py_DECREF(d);
+    if (in < 0) {
+        return NULL;
+    }
+    if (in) {
+        return PyObject_GetAttr(v, m);
+    }
+    PyObject *holder = PyObject_GetAttr(v, dict_name);
+    if (holder == NULL) {
+        return NULL;
+    }
+    PyObject *r = get_key(holder, m);
+    Py_DECREF(holder);
+    return r;
+}
+
+/* ``v._modules[key]`` */
+static __attribute__((noinline)) PyObject *
+module_item(PyObject *v, PyObject *key, PyObject *modules)
+{
+    PyObject *holder = PyObject_GetAttr(v, modules);
+    if (holder == NULL) {
+        return NULL;
+    }
+    PyObject *r = get_key(holder, key);
+    Py_DECREF(holder);
+    return r;
+}
+
+/* truth of ``a == b`` (1, 0, -1 on error); steals nothing */
+static __attribute__((noinline)) int
+eq(PyObject *a, PyObject *b)
+{
+    PyObject *r = PyObject_RichCompare(a, b, Py_EQ);
+    if (r == NULL) {
+        return -1;
+    }
+    int t = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return t;
+}
+
+/* the result ``r`` (a new reference, or NULL) compared: identity with ``want`` */
+static __attribute__((noinline)) int
+is_obj(PyObject *r, PyObject *want)
+{
+    if (r == NULL) {
+        return -1;
+    }
+    int t = r == want;
+    Py_DECREF(r);
+    return t;
+}
+
+/* the result ``r`` (a new reference, or NULL): truth of ``r == want`` */
+static __attribute__((noinline)) int
+eq_obj(PyObject *r, PyObject *want)
+{
+    if (r == NULL) {
+        return -1;
+    }
+    int t = eq(r, want);
+    Py_DECREF(r);
+    return t;
+}
+
+/* ``type(v) is T and v == C`` */
+static __attribute__((noinline)) int
+eq_typed(PyObject *v, PyObject *type, PyObject *want)
+{
+    if ((PyObject *)Py_TYPE(v) != type) {
+        return 0;
+    }
+    return eq(v, want);
+}
+
+/* ``len(v) == n`` */
+static __attribute__((noinline)) int
+len_is(PyObject *v, Py_ssize_t n)
+{
+    Py_ssize_t got = PyObject_Length(v);
+    if (got < 0 && PyErr_Occurred()) {
+        return -1;
+    }
+    return got == n;
+}
+
+/* ``list(v.keys()) == want`` (want: a list nobody changes) */
+static __attribute__((noinline)) int
+keys_are(PyObject *v, PyObject *want, PyObject *keys_name)
+{
+    PyObject *list;
+    if (PyDict_CheckExact(v)) {
+        /* the list compare without the list: lengths, then items in order; exact str keys
+         * compare without running Python code (anything else takes the list path below) */
+        if (PyDict_GET_SIZE(v) != PyList_GET_SIZE(want)) {
+            return 0;
+        }
+        Py_ssize_t pos = 0, i = 0;
+        PyObject *k, *value;
+        int simple = 1;
+        while (PyDict_Next(v, &pos, &k, &value)) {
+            PyObject *w = PyList_GET_ITEM(want, i++);
+            if (k == w) {
+                continue;
+            }
+            if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(w)) {
+                simple = 0;
+                break;
+            }
+            int same = PyObject_RichCompareBool(k, w, Py_EQ);
+            if (same <= 0) {
+                return same;
+            }
+        }
+        if (simple) {
+            return 1;
+        }
+        list = PyDict_Keys(v);
+    }
+    else {
+        PyObject *view = PyObject_CallMethodNoArgs(v, keys_name);
+        if (view == NULL) {
+            return -1;
+        }
+        list = PySequence_List(view);
+        Py_DECREF(view);
+    }
+    return eq_obj(list, want);
+}
+
+/* ``v.name(*args)``: args is a tuple */
+static __attribute__((noinline)) PyObject *
+call_method(PyObject *v, PyObject *name, PyObject *args)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    PyObject *stack[8];
+    if (n > 7) {
+        PyObject *m = PyObject_GetAttr(v, name);
+        if (m == NULL) {
+            return NULL;
+        }
+        PyObject *r = PyObject_Call(m, args, NULL);
+        Py_DECREF(m);
+        return r;
+    }
+    stack[0] = v;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        stack[i + 1] = PyTuple_GET_ITEM(args, i);
+    }
+    return PyObject_VectorcallMethod(name, stack, (size_t)(n + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+/* ``fn(*args)``: args is a tuple */
+static __attribute__((noinline)) PyObject *
+call_fn(PyObject *fn, PyObject *args)
+{
+    return PyObject_Call(fn, args, NULL);
+}
+
+/* truth of ``not fn()`` */
+static __attribute__((noinline)) int
+call_not(PyObject *fn)
+{
+    PyObject *r = PyObject_CallNoArgs(fn);
+    if (r == NULL) {
+        return -1;
+    }
+    int t = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return t < 0 ? -1 : !t;
+}
+
+/* ``str(fn(v)) == text`` */
+static __attribute__((noinline)) int
+fn_str_eq(PyObject *fn, PyObject *v, PyObject *text)
+{
+    PyObject *r = PyObject_CallOneArg(fn, v);
+    if (r == NULL) {
+        return -1;
+    }
+    PyObject *s = PyObject_Str(r);
+    Py_DECREF(r);
+    return eq_obj(s, text);
+}
+
+/* a Python leaf: ``bool(pred(*values))`` */
+static __attribute__((noinline)) int
+leaf(PyObject *pred, PyObject *const *args, size_t n)
+{
+    PyObject *r = PyObject_Vectorcall(pred, args, n, NULL);
+    if (r == NULL) {
+        return -1;
+    }
+    int t = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return t;
+}
+
+/* a TENSOR_MATCH read from the TensorImpl: 1, 0, or -2 (take the getters' path) */
+#define TENSOR(v, spec) (self->tm != NULL ? self->tm((v), (spec)) : -2)
+
+#define READ(k, x) do { if ((V[k] = (x)) == NULL) goto error; nv = (k) + 1; } while (0)
+#define TEST(x) do { int t_ = (x); if (t_ <= 0) { if (t_ < 0) goto error; goto done; } } while (0)
+#define O(k) PyTuple_GET_ITEM(self->objs, k)
+#define ID(k) (self->ids[k])
