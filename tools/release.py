@@ -152,6 +152,34 @@ def check(root: Path = ROOT) -> list[str]:
             problems.append(f"ember-{p}: CHANGELOG.md releases are not newest first")
         if released and Version(v) < released[0]:
             problems.append(f"ember-{p}: version {v} is older than its last release {released[0]}")
+        problems += _edited_releases(p, root)
+    return problems
+
+
+def _section(text: str, heading: str) -> str | None:
+    """The lines under ``heading`` up to the next ``## `` heading (None: no such heading)."""
+    lines = text.splitlines()
+    if heading not in lines:
+        return None
+    start = lines.index(heading) + 1
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return "\n".join(lines[start:end]).strip()
+
+
+def _edited_releases(package: str, root: Path) -> list[str]:
+    """A released section must read as it did in its release commit: entries merged in
+    later (a branch that wrote under the old Unreleased heading) belong under Unreleased."""
+    rel = f"packages/{package}/CHANGELOG.md"
+    now = (package_dir(package, root) / "CHANGELOG.md").read_text()
+    problems = []
+    for r in releases(package, root):
+        if r.commit is None:
+            continue
+        then = _git("show", f"{r.commit}:{rel}", root=root)
+        heading = f"## {r.version} ({r.date})"
+        if then and _section(then, heading) != _section(now, heading):
+            problems.append(f"ember-{package}: the {r.version} section of CHANGELOG.md was edited after its"
+                            f" release ({r.commit[:10]}); new entries go under '## Unreleased'")
     return problems
 
 

@@ -96,3 +96,26 @@ def test_build_makes_checked_wheels_with_the_versions(tmp_path: Path) -> None:
     assert "ember/guards/__init__.py" in names and not any("/tests/" in n for n in names)
     out = subprocess.run([sys.executable, str(ROOT / "tools" / "release.py"), "check"], capture_output=True, text=True)
     assert out.returncode == 0 and "release rules: ok" in out.stdout
+
+
+def test_a_released_section_edited_later_is_named(tmp_path: Path) -> None:
+    # a branch that wrote under the old Unreleased heading, merged after the cut, lands its
+    # entries in the released section: check() names it
+    root = _copy(tmp_path)
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "root")
+    _with_unreleased_entry(root, "guards", "a change")
+    major, minor, patch = map(int, release.version("guards", root).split("."))
+    new = f"{major}.{minor}.{patch + 1}"
+    release.cut({"guards": new}, "2031-01-02", root)
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "release")
+    assert release.releases("guards", root)[0].commit is not None
+    assert release.check(root) == []
+    log = root / "packages" / "guards" / "CHANGELOG.md"
+    log.write_text(log.read_text().replace(f"## {new} (2031-01-02)\n", f"## {new} (2031-01-02)\n\n- merged late\n"))
+    assert any(f"the {new} section of CHANGELOG.md was edited after its release" in p for p in release.check(root))
