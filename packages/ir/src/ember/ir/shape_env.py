@@ -473,7 +473,12 @@ class SymNode:
         return True
 
     def is_constant(self) -> bool:
+        # not for floats: torch's operators turn a constant result into a Python value
+        # through ``get_constant``, which takes only SymInt and SymBool (a symbolic size's
+        # ``isize / (isize * scale)`` in upsample's decomposition raised AssertionError)
         import sympy
+        if self.pytype is float:
+            return False
         return bool(self.expr.is_number) or self.expr in (sympy.true, sympy.false)
 
     def has_hint(self) -> bool:
