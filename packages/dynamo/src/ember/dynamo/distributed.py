@@ -19,8 +19,7 @@ split by :func:`split_for_ddp`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -28,6 +27,7 @@ import torch.fx
 from torch.fx.passes.split_module import split_module
 
 from .frame import CompilerFn
+from .hooked_call import forward_replaced
 from .logs import get_logger
 
 log = get_logger("dynamo")
@@ -87,21 +87,8 @@ class DDPForward:
         self.compiled = compiled
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        with _forward_replaced(wrapped_module(self.ddp), self.compiled):
+        with forward_replaced(wrapped_module(self.ddp), self.compiled):
             return self.ddp.forward(*args, **kwargs)
-
-
-@contextmanager
-def _forward_replaced(module: torch.nn.Module, forward: Callable[..., Any]) -> Iterator[None]:
-    previous = module.__dict__.get("forward")
-    module.__dict__["forward"] = forward
-    try:
-        yield
-    finally:
-        if previous is None:
-            del module.__dict__["forward"]
-        else:
-            module.__dict__["forward"] = previous
 
 
 # -- splitting a graph at bucket boundaries ---------------------------------------
