@@ -277,18 +277,18 @@ def _rng_restored(states: list[tuple[torch.device, torch.Tensor]] | None) -> Ite
         return
     now = _rng_states([torch.empty(0, device=d) for d, _ in states])
     try:
-        for device, state in states:
-            if device.type == "cpu":
-                torch.set_rng_state(state)
-            else:
-                torch.cuda.set_rng_state(state, device)
+        _set_rng_states(states)
         yield
     finally:
-        for device, state in now:
-            if device.type == "cpu":
-                torch.set_rng_state(state)
-            else:
-                torch.cuda.set_rng_state(state, device)
+        _set_rng_states(now)
+
+
+def _set_rng_states(states: Sequence[tuple[torch.device, torch.Tensor]]) -> None:
+    for device, state in states:
+        if device.type == "cpu":
+            torch.set_rng_state(state)
+        else:
+            torch.cuda.set_rng_state(state, device)
 
 
 __all__ = ["BackwardFallback", "Kept", "Source"]
