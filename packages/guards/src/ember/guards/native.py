@@ -393,7 +393,10 @@ def _torch_flags() -> list[str]:
 
     root = Path(torch.__file__).parent
     lib = str(root / "lib")
-    flags = ["-std=c++17", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+    # torch's headers need C++20 from torch 2.15 on (``<=>``, ``std::bit_width``); older ones C++17
+    major, minor = (int(part) for part in torch.__version__.split(".")[:2])
+    standard = "-std=c++20" if (major, minor) >= (2, 15) else "-std=c++17"
+    flags = [standard, f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
              f"-DEMBER_TORCH_VERSION=\"{torch.__version__}\""]
     flags += [f"-I{root / 'include'}", f"-I{root / 'include' / 'torch' / 'csrc' / 'api' / 'include'}"]
     flags += [f"-L{lib}", f"-Wl,-rpath,{lib}", "-ltorch_python", "-ltorch", "-ltorch_cpu", "-lc10"]
@@ -409,7 +412,16 @@ def _load_helper() -> None:
         capsule = module.setup(torch.Tensor, torch.nn.Parameter)
         _helper = (module, capsule)
     except Exception as exc:
-        _helper_error = f"{type(exc).__name__}: {str(exc)[:300]}"
+        _helper_error = f"{type(exc).__name__}: {_first_error(str(exc))}"
+
+
+def _first_error(message: str) -> str:
+    """The compiler's first ``error:`` line where there is one (the command line is long and
+    says nothing), else the message's start."""
+    for line in message.splitlines():
+        if "error:" in line:
+            return line.strip()[:300]
+    return message[:300]
 
 
 def tensor_helper(wait: bool = False) -> tuple[Any, Any] | None:
