@@ -7,6 +7,7 @@ property of the generated code that makes it fast.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -332,3 +333,74 @@ def test_pointwise_and_depthwise_convolutions_run_channels_last(check: Check, ba
 
     c = check(g, x, atol=1e-4, rtol=1e-4)
     assert _conv_input_formats(c, x) == [False, False]
+
+
+def _squeeze_excite_block(c: int = 16) -> nn.Module:
+    """EfficientNet's MBConv middle: depthwise conv, batch norm, SiLU (read twice: by the
+    squeeze's mean and by the excite's product), squeeze-excite, 1x1 projection."""
+
+    class SE(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.dw = nn.Conv2d(c, c, 3, padding=1, groups=c, bias=False)
+            self.bn = nn.BatchNorm2d(c)
+            self.fc1 = nn.Conv2d(c, 4, 1)
+            self.fc2 = nn.Conv2d(4, c, 1)
+            self.project = nn.Conv2d(c, c, 1, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.nn.functional.silu(self.bn(self.dw(x)))
+            s = h.mean((2, 3), keepdim=True)
+            s = torch.sigmoid(self.fc2(torch.nn.functional.silu(self.fc1(s))))
+            return self.project(h * s)
+
+    return SE().eval()
+
+
+def test_values_stored_between_kernels_keep_their_inputs_memory_order(
+    check: Check, backend: str
+) -> None:
+    """A value ember stores for its own kernels takes the memory order of the input it is
+    computed from, as eager's elementwise ops do: in a channels-last network the SiLU that
+    the squeeze-excite reads twice is stored channels-last, not contiguous (which made the
+    reduction's kernel write it with stride H*W and the product read it transposed)."""
+    torch.manual_seed(0)
+    block = _squeeze_excite_block()
+    for m in block.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            nn.init.uniform_(m.running_var, 0.5, 2.0)
+            nn.init.normal_(m.running_mean)
+    x = torch.randn(2, 16, 10, 10)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return block(x)
+
+    c = check(f, x, atol=1e-4, rtol=1e-4)
+    assert _conv_input_formats(c, x) == [True, True, True, True]
+    if backend == "cpp":
+        src = "\n".join(c.report.kernel_sources.values())
+        assert "out_buf" in src and _strided_vector_stores(src) == [], src
+
+
+def _strided_vector_stores(src: str) -> list[str]:
+    """Stores inside a C++ kernel's ``omp simd`` loop whose index moves by more than one
+    element per iteration of that loop (``out_buf3[(r1 + (100*x1) + ...)]`` in a loop
+    over ``x1``): a scatter instead of one contiguous vector store."""
+    bad: list[str] = []
+    lines = src.splitlines()
+    for i, line in enumerate(lines):
+        if "#pragma omp simd" not in line:
+            continue
+        var = re.search(r"for \(int64_t (\w+) =", lines[i + 1])
+        if var is None:
+            continue
+        depth = 0
+        for body in lines[i + 1:]:
+            depth += body.count("{") - body.count("}")
+            store = re.search(r"out_buf\d+\[(.*)\] =", body)
+            if store and re.search(rf"\b(\d+)\*{var.group(1)}\b", store.group(1)):
+                bad.append(body.strip())
+            if depth <= 0:
+                break
+    return bad

@@ -41,6 +41,7 @@ from .ir import (
     as_strided_of_buffer,
 )
 from .logs import perf_hints
+from .memory_order import input_order_strides
 from .lowering import SUPPORTED_DTYPES, creation, find_lowering, pointwise, reduction, views
 from .lowering.reduction import REDUCTION_TARGETS
 from .ops_handler import DepsOps
@@ -146,6 +147,8 @@ class GraphLowering:
             if view is not None:
                 return view
         size, dtype = node.get_size(), node.get_dtype()
+        if stride is None and isinstance(node, Pointwise):
+            stride = input_order_strides(node)  # eager's order: its inputs'
         layout = (
             Layout(size, stride, dtype) if stride is not None else Layout.contiguous(size, dtype)
         )
