@@ -15,6 +15,7 @@ return a view of (its schema says the result aliases an argument).
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass, field
 
 import torch
@@ -61,6 +62,14 @@ def plan_memory(graph: LoweredGraph, steps: list[Step]) -> list[StepMemory]:
     keep = outputs | {b.name for b in graph.inputs} | set(graph.constants)
     pinned = _aliased_by_externs(steps)
     pool: dict[tuple[int, torch.dtype], list[str]] = {}
+    # kernel stores still to come that could take a pooled buffer, by pool key: a dead
+    # buffer no later store can take is freed at once (held in the pool to the end of the
+    # call, it only raised the peak: densenet121's concatenations, every size once)
+    to_come = collections.Counter(
+        _pool_key(layouts[name])
+        for step in steps if isinstance(step, KernelPlan)
+        for name in step.stores if name not in step.inplace and name not in outputs
+    )
     allocated: set[str] = set()
     plan: list[StepMemory] = []
     for i, step in enumerate(steps):
@@ -72,13 +81,20 @@ def plan_memory(graph: LoweredGraph, steps: list[Step]) -> list[StepMemory]:
                     mem.allocate.append(Allocation(name, lay, into_input=step.inplace[name]))
                     allocated.add(name)
                     continue
-                free = pool.get(_pool_key(lay))
-                reuses = free.pop() if free and name not in outputs else None
+                key = _pool_key(lay)
+                free = pool.get(key)
+                reuses = None
+                if name not in outputs:
+                    to_come[key] -= 1
+                    reuses = free.pop() if free else None
                 mem.allocate.append(Allocation(name, lay, reuses))
                 allocated.add(name)
         for name in sorted(n for n, s in last_use.items() if s == i and n not in keep):
             dead = layouts.get(name)
-            if dead is not None and name in allocated and name not in pinned:
+            if (
+                dead is not None and name in allocated and name not in pinned
+                and len(pool.get(_pool_key(dead), ())) < to_come[_pool_key(dead)]
+            ):
                 pool.setdefault(_pool_key(dead), []).append(name)
             elif name in layouts or name in multi_names:
                 mem.free.append(name)
