@@ -301,3 +301,55 @@ def test_autocast_state_change_recompiles(cnt):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert f(x, w).dtype == torch.bfloat16
     assert cnt.frame_count == 2
+
+
+class Picks(nn.Module):
+    """Reads container items by index: a named Sequential's and a ModuleList's."""
+
+    def __init__(self):
+        super().__init__()
+        from collections import OrderedDict
+
+        self.seq = nn.Sequential(OrderedDict(a=nn.Linear(4, 4), b=nn.Tanh(), c=nn.Linear(4, 4)))
+        self.layers = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+
+    def forward(self, x):
+        return self.seq[2](self.seq[0](x)) + self.layers[1](x)
+
+
+def test_container_items_are_guarded_through_modules_dicts():
+    """An item a forward reads by index is guarded as ``_modules[key]`` (a dict lookup a
+    native check does in C) instead of a call of the container's Python ``__getitem__``
+    on every check; the Sequential's keys are pinned, since its ``[i]`` is its i-th value."""
+    from ember.dynamo.config import DynamoOptions
+    from ember.dynamo.convert_frame import FrameState, convert_frame
+
+    m = Picks()
+
+    def fwd(self, x):
+        return self(x)
+
+    state = FrameState(fwd.__code__, {"self": m, "x": torch.randn(2, 4)}, globals(), None, "fwd")
+    guarded = convert_frame(state, CompileCounter(), DynamoOptions(), None)  # type: ignore[arg-type]
+    sources = {g.source.expr() for g in guarded.guard_set.guards if g.source is not None}
+    assert any("seq._modules['c']" in s for s in sources), sorted(sources)
+    assert any("layers._modules['1']" in s for s in sources), sorted(sources)
+    assert not any("seq[" in s or "layers[" in s for s in sources), sorted(sources)
+
+
+@pytest.mark.parametrize("change", ["replace_item", "reorder", "delete_before", "modulelist_item"])
+def test_container_item_changes_recompile(cnt, change):
+    m = Picks()
+    f = compiled(m, cnt)
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(f(x), m(x))
+    if change == "replace_item":
+        m.seq[2] = nn.Linear(4, 4, bias=False)
+    elif change == "reorder":  # same keys and modules, other positions: [0] is 'b', [2] 'a'
+        m.seq._modules["a"] = m.seq._modules.pop("a")
+    elif change == "delete_before":  # keys stay 'b', 'c'... but positions move
+        del m.seq[1]
+        m.seq.append(nn.Linear(4, 4))
+    else:
+        m.layers[1] = nn.Linear(4, 4, bias=False)
+    torch.testing.assert_close(f(x), m(x))

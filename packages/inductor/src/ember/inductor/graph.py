@@ -41,9 +41,9 @@ from .ir import (
     as_strided_of_buffer,
 )
 from .logs import perf_hints
-from .memory_order import input_order_strides
 from .lowering import SUPPORTED_DTYPES, creation, find_lowering, pointwise, reduction, views
 from .lowering.reduction import REDUCTION_TARGETS
+from .memory_order import input_order_strides
 from .ops_handler import DepsOps
 from .options import InductorOptions
 from .sizes import Size, SizeHints, as_size, as_sizes

@@ -105,6 +105,14 @@ class NNModuleVariable(VariableTracker):
         the module's ``table``: ``_modules["0"]`` where ``name`` is no identifier)."""
         if self.source is None:
             return None
+        if isinstance(name, int) and isinstance(self.value, (nn.Sequential, nn.ModuleList)):
+            # read from ``_modules`` (a dict lookup a native guard does in C), not through
+            # the container's Python ``__getitem__``: a ModuleList's item ``i`` is
+            # ``_modules[str(i)]``; a Sequential's is its ``i``-th value, the key of which the
+            # caller pins with ``guard_children``
+            keys = list(self.value._modules)
+            key = keys[name] if isinstance(self.value, nn.Sequential) else str(name)
+            return Item(Attr(self.source, "_modules"), key)
         if isinstance(name, int) or isinstance(self.value, (nn.ModuleDict, nn.ParameterDict)):
             return Item(self.source, name)
         if name.isidentifier() and not keyword.iskeyword(name):
@@ -216,9 +224,9 @@ class NNModuleVariable(VariableTracker):
                 idx = range(len(m))[key]
                 items = [tx.wrap(m[i], self.child_source(i)) for i in idx]
                 return TupleVariable(items)
-            if isinstance(key, int) and key < 0:
-                self.guard_children(tx)  # which child is last
-                key += len(m)
+            if isinstance(key, int) and (key < 0 or isinstance(m, nn.Sequential)):
+                self.guard_children(tx)  # which child is last; which key is a Sequential's i-th
+                key += len(m) if key < 0 else 0
             return tx.wrap(m[key], self.child_source(key))
         # generators in eager (`next(m.parameters())`); a container's views are tuples
         iterator = ListIteratorVariable if name.startswith(("named_", "children", "modules", "parameters", "buffers")) else TupleVariable
@@ -257,7 +265,8 @@ class NNModuleVariable(VariableTracker):
         if src is None or not dotted:
             return src
         for part in dotted.split("."):
-            src = Item(src, int(part)) if part.isdigit() else Attr(src, part)
+            # ``named_modules`` names a container's children by their ``_modules`` key
+            src = Item(Attr(src, "_modules"), part) if part.isdigit() else Attr(src, part)
         return src
 
     def _param(self, tx: Tx, dotted: str) -> VariableTracker:
