@@ -127,6 +127,28 @@ def test_outputs_that_are_views_of_inputs_stay_views() -> None:
     torch.testing.assert_close(t, x.t())
 
 
+@pytest.mark.parametrize("op", ["unsafe_chunk", "unsafe_split", "unsafe_split_with_sizes"])
+def test_outputs_of_unsafe_splits_share_the_input_as_in_eager(op: str) -> None:
+    """``unsafe_split`` & co. return views whose schema does not say so; the compiled
+    function returns them sharing the input's memory, as eager does (it used to refuse the
+    graph: "shares memory with input 0 through ops ember.aotgrad cannot replay")."""
+    arg = [2, 2] if op == "unsafe_split_with_sizes" else 2
+
+    def f(x: torch.Tensor) -> Any:
+        return getattr(torch, op)(x, arg)
+
+    x = torch.randn(4, 3, requires_grad=True)
+    eager, got = f(x), aot_function(f, nop_compiler)(x)
+    assert len(got) == len(eager) == 2
+    for e, g in zip(eager, got):
+        torch.testing.assert_close(g, e)
+        assert g.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    (g0, g1), (e0, e1) = got, eager
+    (gx,) = torch.autograd.grad((g0 * 2).sum() + g1.sum(), x)
+    (ex,) = torch.autograd.grad((e0 * 2).sum() + e1.sum(), x)
+    torch.testing.assert_close(gx, ex)
+
+
 def test_view_output_of_mutated_input_sees_new_value_and_gradient() -> None:
     def f(x: torch.Tensor) -> torch.Tensor:
         x.add_(1)

@@ -31,9 +31,20 @@ from ember.aotgrad.sizes import SYM_TYPES, expr_of
 from ember.aotgrad.trace import storage_key
 from ember.ir.shape_env import python_value
 
+#: ops whose results share their input's memory without saying so in their schema (the
+#: "unsafe" of ``unsafe_split``: autograd does not track them as views); eager returns
+#: views, so an output reached through them is replayed as one
+_UNDECLARED_VIEWS = frozenset({
+    torch.ops.aten.unsafe_split.Tensor,
+    torch.ops.aten.unsafe_split_with_sizes.default,
+    torch.ops.aten.unsafe_chunk.default,
+})
+
 
 def _is_view_op(target: Any) -> bool:
-    return isinstance(target, torch._ops.OpOverload) and bool(target.is_view)
+    return isinstance(target, torch._ops.OpOverload) and (
+        bool(target.is_view) or target in _UNDECLARED_VIEWS
+    )
 
 
 def _plain(value: Any) -> bool:
