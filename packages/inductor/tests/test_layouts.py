@@ -6,6 +6,7 @@ property of the generated code that makes it fast.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Callable
@@ -404,3 +405,53 @@ def _strided_vector_stores(src: str) -> list[str]:
             if depth <= 0:
                 break
     return bad
+
+
+def test_a_graph_of_full_convolutions_takes_the_measured_layout(
+    check: Check, options: InductorOptions, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Where 1x1/depthwise work is under half, the layout is decided by timing the graph's
+    convolutions both ways once per process (SqueezeNet's small 3x3 convolutions run 1.7x
+    faster channels-last, ResNet's 3x slower); values and strides are eager's either way."""
+    from ember.inductor import conv_layout
+
+    calls: list[int] = []
+
+    def measured(convs: list[Any]) -> bool:
+        calls.append(len(convs))
+        return True
+
+    monkeypatch.setattr(conv_layout, "_measured_faster", measured)
+    monkeypatch.setattr(conv_layout, "_MEASURED", {})
+    full = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 8, 3)).eval()
+    x = torch.randn(2, 16, 10, 10)
+
+    def g(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return full(x)
+
+    fresh = dataclasses.replace(options, cache_dir=str(tmp_path))  # lowered, not read back
+    c = check(g, x, atol=1e-4, rtol=1e-4, options=fresh)
+    assert _conv_input_formats(c, x) == [True, True]
+    assert calls == [2]
+    monkeypatch.setattr(conv_layout, "_measured_faster", lambda convs: pytest.fail("measured twice"))
+    assert conv_layout.prefers_channels_last(c_graph(g, x), torch.device("cpu"))
+    assert not conv_layout.prefers_channels_last(c_graph(g, x), torch.device("meta"))
+
+
+def c_graph(fn: Callable[..., Any], *inputs: Any) -> torch.fx.GraphModule:
+    """``fn`` traced to ATen with shapes on its nodes, as the inductor receives it."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return make_fx(fn)(*inputs)
+
+
+def test_measured_layout_decision_is_a_bool_from_real_timings() -> None:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from ember.inductor import conv_layout
+
+    conv = nn.Conv2d(8, 8, 3).eval()
+    gm = make_fx(lambda x: conv(x))(torch.randn(1, 8, 9, 9))
+    nodes = [n for n in gm.graph.nodes if n.target is torch.ops.aten.convolution.default]
+    assert conv_layout._measured_faster(nodes) in (True, False)

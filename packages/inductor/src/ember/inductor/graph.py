@@ -41,7 +41,15 @@ from .ir import (
     as_strided_of_buffer,
 )
 from .logs import perf_hints
-from .lowering import SUPPORTED_DTYPES, creation, find_lowering, pointwise, reduction, views
+from .lowering import (
+    SUPPORTED_DTYPES,
+    creation,
+    find_lowering,
+    pointwise,
+    pooling,
+    reduction,
+    views,
+)
 from .lowering.reduction import REDUCTION_TARGETS
 from .memory_order import input_order_strides
 from .ops_handler import DepsOps
@@ -52,7 +60,7 @@ _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 aten = torch.ops.aten
 #: Imported for their registrations: every ATen op they lower is in ``LOWERINGS``.
-_LOWERING_TABLES = (creation, pointwise, reduction, views)
+_LOWERING_TABLES = (creation, pointwise, pooling, reduction, views)
 
 _MAX_DECOMPOSE_DEPTH = 8
 
@@ -127,7 +135,7 @@ class GraphLowering:
         self._depth = 0
         self._shared: dict[IRNode, Buffer] = {}  # IR nodes hash by identity; _realize_shared
         #: convolutions read channels-last inputs (``conv_layout``, ADR 0056)
-        self._channels_last_convs = prefers_channels_last(gm)
+        self._channels_last_convs = prefers_channels_last(gm, self.device)
 
     # -- naming and realization -------------------------------------------------
     def _name(self) -> str:
