@@ -61,6 +61,7 @@ checker_dealloc(Checker *self)
     Py_XDECREF(self->flags);
     Py_XDECREF(self->dead_key);
     PyMem_Free(self->ids);
+    PyMem_Free(self->cc);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -97,6 +98,13 @@ make(PyObject *module, PyObject *args)
     self->flags = NULL;
     self->dead_key = NULL;
     self->tm = NULL;
+    self->cc = PyMem_Calloc(NC > 0 ? NC : 1, sizeof(ClassCache));
+    if (self->cc == NULL) {
+        PyMem_Free(self->ids);
+        self->ids = NULL;
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
     if (tensor != Py_None) {
         self->tm = (int (*)(PyObject *, const int64_t *))PyCapsule_GetPointer(tensor, "ember_guards.tensor_match");
         if (self->tm == NULL) {
@@ -172,6 +180,12 @@ class _Tables:
         self.objs: list[Any] = []
         self._obj_index: dict[tuple[type, int], int] = {}
         self.ids: list[int] = []
+        self.sites = 0
+
+    def site(self) -> int:
+        """A new ``ClassCache`` slot (``config_attr``)."""
+        self.sites += 1
+        return self.sites - 1
 
     def s(self, text: str) -> str:
         i = self.strings.setdefault(text, len(self.strings))
@@ -215,6 +229,10 @@ def _read(op: tuple[Any, ...], slot: dict[str, int], t: _Tables) -> str:
         return f"dim_of({base}, {t.s(kind)}, {t.o(op[2])})"
     if kind == "module_attr":
         return f"module_attr({base}, {t.s(op[2])}, {t.s(op[3])}, {t.s('__dict__')})"
+    if kind == "config_attr":
+        names = ("attribute_map", "__dict__", "_heterogeneity_spec", "get", "__getattribute__", "__getattr__", "super")
+        return (f"config_attr({base}, {t.s(op[2])}, {t.o(op[3])}, &self->cc[{t.site()}], "
+                + ", ".join(t.s(n) for n in names) + ")")
     if kind == "module_item":
         return f"module_item({base}, {t.s(op[2])}, {t.s('_modules')})"
     raise ValueError(f"no native read {kind!r}")
@@ -350,6 +368,7 @@ def generate_c(
         f"#define NS {len(t.strings)}",
         f"#define NO {len(t.objs)}",
         f"#define NI {len(t.ids)}",
+        f"#define NC {t.sites}",
         _PRELUDE.read_text(),
         "static const char *S_TEXT[NS > 0 ? NS : 1] = {"
         + ", ".join(_c_string(s) for s in t.strings) + ("" if t.strings else "NULL") + "};",
