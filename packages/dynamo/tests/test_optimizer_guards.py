@@ -5,6 +5,7 @@ the loop's verdict is the per-tensor check's on every change, and the results ar
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import shutil
@@ -322,3 +323,47 @@ def test_the_loop_leaves_subclasses_and_modes_to_the_per_tensor_check() -> None:
     assert check.match(opt) == (True, None)
     sub[1].grad = None
     assert check.match(opt) == (False, None)
+
+
+def _set_entry(key: str, value: Any) -> Change:
+    def change(opt: torch.optim.Optimizer, ps: list[torch.nn.Parameter]) -> None:
+        opt.state[ps[0]][key] = value
+
+    return change
+
+
+def _restore(saved: dict[str, Any]) -> Change:
+    def change(opt: torch.optim.Optimizer, ps: list[torch.nn.Parameter]) -> None:
+        opt.state[ps[0]].update(saved)
+
+    return change
+
+
+def test_random_changes_give_the_per_tensor_verdict() -> None:
+    """Sequences of changes (the ones above, and state entries that are not tensors: ints,
+    floats, nan, strings, bools, changed in value and type), the loop's verdict compared
+    with the per-tensor check's after each."""
+    import random
+
+    extra = {"count": 3, "ratio": 0.5, "note": "x", "flag": True, "nan": float("nan"), "none": None}
+    entry_changes = [
+        _set_entry("count", 4), _set_entry("count", 3.0), _set_entry("ratio", 0.25), _set_entry("note", "y"),
+        _set_entry("flag", False), _set_entry("nan", 1.0), _set_entry("none", 0), _set_entry("ratio", True),
+        _restore(extra),
+    ]
+    for seed in range(int(os.environ.get("EMBER_GUARD_FUZZ", "12"))):
+        rng = random.Random(seed)
+        ps = params(4, seed)
+        set_grads(ps, seed)
+        opt = torch.optim.Adam(ps, lr=0.01)
+        opt.step()
+        opt.state[ps[0]].update(extra)
+        step = ember.dynamo.compile(opt.step, backend="eager")
+        step()
+        assert only_guards(step).match(opt)[1] is not None
+        changes = [c for c, _ in CHANGES.values()] + entry_changes
+        for _ in range(6):
+            # a change that does not apply now (a gradient already gone) is skipped, half made
+            with contextlib.suppress(AttributeError, KeyError, RuntimeError, IndexError, ValueError, TypeError):
+                rng.choice(changes)(opt, ps)
+            agree(step, opt)
