@@ -45,6 +45,29 @@ def set_grads(ps: list[torch.nn.Parameter], seed: int) -> None:
         p.grad = torch.randn(p.shape, generator=gen, dtype=p.dtype)
 
 
+def direct_reads() -> bool:
+    """Whether the tensor helper reads tensors directly in this process: it stops for good
+    once ``torch.Tensor`` or ``Parameter`` changed (their version tags; ``test_native.py``
+    adds and removes a property), and the loop then leaves every verdict to the per-tensor
+    check. The results are checked either way; the loop's own verdicts only with this."""
+    from ember.dynamo.optimizer_guards import layout_spec
+    from ember.guards import native
+
+    p = torch.nn.Parameter(torch.randn(2))
+    p.grad = torch.randn(2)
+    opt = torch.optim.SGD([p], lr=0.1)
+    helper = native.tensor_helper(wait=True)
+    assert helper is not None, native.tensor_helper_error()
+    check = native.layout_check(layout_spec(opt, [[]], helper[0]), type(opt.state))
+    assert check is not None
+    return check(opt.param_groups, opt.state) is not None
+
+
+def decided(step: Any, opt: torch.optim.Optimizer) -> bool:
+    """The loop decided (and gathered) the step's layout, where it reads directly."""
+    return only_guards(step).match(opt)[1] is not None or not direct_reads()
+
+
 def guards_of(step: Any) -> list[StepGuards]:
     assert isinstance(step, CompiledOptimizerStep)
     return [check for check, _, _ in step._guarded]
@@ -89,6 +112,8 @@ def test_guard_parts_do_not_grow_with_the_number_of_tensors() -> None:
 
 
 def test_the_loop_gathers_the_same_inputs_as_the_plan() -> None:
+    if not direct_reads():
+        pytest.skip("torch.Tensor changed in this process: the loop leaves every verdict to the per-tensor check")
     ps = params(5)
     set_grads(ps, 1)
     ps[2].grad = None
@@ -248,7 +273,7 @@ def test_a_change_between_steps_is_seen_and_the_result_is_eagers(name: str) -> N
         eager_opt.step()
         step()
     assert counter.frame_count == 1
-    assert only_guards(step).match(opt)[1] is not None  # the loop decided, and gathered
+    assert decided(step, opt)  # the loop decided, and gathered
     torch.manual_seed(7)
     change(eager_opt, eager_ps)
     torch.manual_seed(7)
@@ -293,6 +318,8 @@ class _Mode(TorchFunctionMode):
 
 
 def test_the_loop_leaves_subclasses_and_modes_to_the_per_tensor_check() -> None:
+    if not direct_reads():
+        pytest.skip("torch.Tensor changed in this process: the loop leaves every verdict to the per-tensor check")
     class Sub(torch.nn.Parameter):
         pass
 
@@ -360,7 +387,7 @@ def test_random_changes_give_the_per_tensor_verdict() -> None:
         opt.state[ps[0]].update(extra)
         step = ember.dynamo.compile(opt.step, backend="eager")
         step()
-        assert only_guards(step).match(opt)[1] is not None
+        assert decided(step, opt)
         changes = [c for c, _ in CHANGES.values()] + entry_changes
         for _ in range(6):
             # a change that does not apply now (a gradient already gone) is skipped, half made

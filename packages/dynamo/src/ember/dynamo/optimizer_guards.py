@@ -142,12 +142,11 @@ def _native_mode() -> str | None:
     return "eager" if mode == "eager" else "1"
 
 
-def _entry(key: Any, value: Any) -> tuple[Any, ...]:
+def _entry(key: Any, value: Any, codes: Any) -> tuple[Any, ...]:
     """One state entry of the native layout, testing what :meth:`_Collector.value`'s guard
     tests (``native_tensor.cpp``: 0 a tensor, 1 identity, 2 nan, 3 type and ``==``)."""
     if isinstance(value, torch.Tensor):
-        spec = _spec(value)
-        return (key, 0, spec, type(value))
+        return (key, 0, _spec(value, codes), type(value))
     if value is None or isinstance(value, bool):
         return (key, 1, value, None)
     decoded = decode_value(encode_value(value), field="value")
@@ -162,21 +161,19 @@ class _NoSpec(Exception):
     """A tensor the native layout cannot check (its guard stays the per-tensor one)."""
 
 
-_codes: Any = None
-
-
-def _spec(t: torch.Tensor) -> tuple[int, ...]:
-    spec = native.tensor_match_spec(tensor_payload(t), _codes)
+def _spec(t: torch.Tensor, codes: Any) -> tuple[int, ...]:
+    spec = native.tensor_match_spec(tensor_payload(t), codes)
     if spec is None:
         raise _NoSpec(f"no direct read of a {type(t).__name__}")
     return spec
 
 
-def layout_spec(optimizer: torch.optim.Optimizer, inputs: list[list[str]]) -> tuple[Any, ...]:
+def layout_spec(optimizer: torch.optim.Optimizer, inputs: list[list[str]], codes: Any) -> tuple[Any, ...]:
     """The native layout of ``optimizer`` now (``native_tensor.cpp``'s ``make_layout``):
     per group, per parameter, the object, its class and spec, its gradient's, its state's
     entries, and which of them are the step's inputs (``inputs``: the state keys of each
-    parameter with a gradient, in the order the compiled step takes them)."""
+    parameter with a gradient, in the order the compiled step takes them; ``codes``: the
+    tensor helper module, ``native.tensor_helper()[0]``)."""
     todo = iter(inputs)
     groups = []
     for group in optimizer.param_groups:
@@ -184,14 +181,14 @@ def layout_spec(optimizer: torch.optim.Optimizer, inputs: list[list[str]]) -> tu
         for p in group["params"]:
             grad = p.grad
             state = optimizer.state.get(p)
-            entries = None if state is None else tuple(_entry(k, v) for k, v in state.items())
+            entries = None if state is None else tuple(_entry(k, v, codes) for k, v in state.items())
             gather: tuple[int, ...] = ()
             if grad is not None:
                 keys = list(state) if state is not None else []
                 gather = tuple(keys.index(k) for k in next(todo))
             rows.append((
-                p, type(p), _spec(p), None if grad is None else type(grad),
-                None if grad is None else _spec(grad), entries, gather,
+                p, type(p), _spec(p, codes), None if grad is None else type(grad),
+                None if grad is None else _spec(grad, codes), entries, gather,
             ))  # fmt: skip
         groups.append(tuple(rows))
     if next(todo, None) is not None:
@@ -240,14 +237,12 @@ class StepGuards:
 
     @staticmethod
     def _make_spec(optimizer: torch.optim.Optimizer, inputs: list[list[str]], wait: bool) -> tuple[Any, ...] | None:
-        global _codes
         helper = native.tensor_helper(wait=wait)
         if helper is None:
             if native.tensor_helper_error() is not None:
                 raise _NoSpec(f"no tensor helper: {native.tensor_helper_error()}")
             return None  # still building: the spec is made from the values then (they are guarded)
-        _codes = helper[0]
-        return layout_spec(optimizer, inputs)
+        return layout_spec(optimizer, inputs, helper[0])
 
     def _build_layout(self, wait: bool) -> None:
         if self._native_spec is None:
