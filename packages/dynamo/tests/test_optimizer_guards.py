@@ -394,3 +394,52 @@ def test_random_changes_give_the_per_tensor_verdict() -> None:
             with contextlib.suppress(AttributeError, KeyError, RuntimeError, IndexError, ValueError, TypeError):
                 rng.choice(changes)(opt, ps)
             agree(step, opt)
+
+
+def test_without_native_guards_the_per_tensor_check_decides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMBER_NATIVE_GUARDS", "0")
+    ps = params(3)
+    set_grads(ps, 0)
+    opt = torch.optim.Adam(ps, lr=0.01)
+    counter = CompileCounterWithBackend("eager")
+    step = ember.dynamo.compile(opt.step, backend=counter)
+    step()
+    check = guards_of(step)[-1]
+    assert check.layout is None and check.native_error == "EMBER_NATIVE_GUARDS=0"
+    assert check.parts == len(check.full.parts)
+    assert check.match(opt) == (True, None)
+    ps[0].grad = None
+    assert check.match(opt) == (False, None)
+    step()
+    assert counter.frame_count == 2
+
+
+def test_the_loop_is_made_once_the_tensor_helper_is_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the helper is being built the per-tensor check decides; the loop is made at
+    the first later call that check passes, from the optimizer as it is then."""
+    from ember.guards import native
+
+    monkeypatch.setenv("EMBER_NATIVE_GUARDS", "1")
+    real = native.tensor_helper
+    assert real(wait=True) is not None, native.tensor_helper_error()
+    building = [True]
+    monkeypatch.setattr(native, "tensor_helper", lambda wait=False: None if building[0] else real(wait))
+    ps = params(3)
+    set_grads(ps, 0)
+    opt = torch.optim.Adam(ps, lr=0.01)
+    step = ember.dynamo.compile(opt.step, backend="eager")
+    step()
+    check = guards_of(step)[-1]
+    assert check.layout is None and check.native_error is None
+    assert check.match(opt) == (True, None)
+    building[0] = False
+    ps[0].grad = None
+    assert check.match(opt) == (False, None) and check.layout is None  # made only after a pass
+    set_grads(ps, 1)
+    assert check.match(opt) == (True, None)  # this call passes, and makes the loop
+    assert check.layout is not None
+    assert check.match(opt)[0] is True
+    if direct_reads():
+        assert check.match(opt)[1] is not None
+    ps[1].grad = None
+    assert check.match(opt) == (False, None)
