@@ -206,7 +206,10 @@ class StepGuards:
         #: the per-tensor guards: the reference, the fallback, and what explains
         self.full = compile_guards(optimizer)
         self._native_spec: tuple[Any, ...] | None = None
+        #: the helper was still being built: the loop is made on a later call the
+        #: per-tensor check passes (the optimizer then holds what the guards describe)
         self._pending = False
+        #: the loop's first decided verdict was compared with the per-tensor check's
         self._agreed = False
         #: ``check(groups, state)``: the native loop over the groups, once it is built
         self.layout: Callable[[Any, Any], Any] | None = None
@@ -221,9 +224,6 @@ class StepGuards:
         self._inputs = inputs
         self._state_type = type(optimizer.state)
         self.groups = ember.guards.compile(group_guards(optimizer), {"groups": optimizer.param_groups}, {})
-        #: the helper was still being built: the loop is made on a later call the
-        #: per-tensor check passes (the optimizer then holds what the guards describe)
-        self._pending = False
         self._try_layout(optimizer, wait=mode == "eager")
 
     def _try_layout(self, optimizer: torch.optim.Optimizer, wait: bool) -> None:
@@ -253,6 +253,8 @@ class StepGuards:
             self.native_error = f"{type(e).__name__}: {e}"
 
     def match(self, optimizer: torch.optim.Optimizer) -> tuple[bool, list[torch.Tensor] | None]:
+        """Whether the layout applies to ``optimizer`` now, and the inputs where the loop
+        gathered them (see the class docstring)."""
         layout = self.layout
         if layout is not None:
             groups = optimizer.param_groups
@@ -289,6 +291,7 @@ class StepGuards:
         return len(self.groups.parts) + len(self._native_spec or ())
 
     def explain(self, optimizer: torch.optim.Optimizer) -> str | None:
+        """Why the layout does not apply, in the per-tensor guards' words (None: it does)."""
         return self.full.explain(step_locals(optimizer), {})  # type: ignore[no-any-return]
 
 
