@@ -13,7 +13,9 @@ check and with the native one (called directly on the frame a real call passed t
 min of repeats), and the whole call's time per call for eager, ember (backend
 ``inductor``, native guards on) and torch.compile (``inductor``), interleaved, min of
 repeats. One torch thread; times are the calling thread's CPU time (``--wall``: wall
-time). Guard parts by kind go to ``--kinds``.
+time). Guard parts by kind go to ``--kinds``. An optimizer row's checks are its groups'
+guards; the native loop over its parameters, gradients and state (ADR 0058) is timed on a
+line of its own, next to the per-tensor check it replaces (Python and native).
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ def _row(name: str, build: Callable[[], tuple[Callable[[Callable[..., Any]], Cal
         c.compile_native(*frames[id(c)], c.py_fn(*frames[id(c)]))
     native_ok = all(c.native_fn is not None for c in checks)
     py, nat = _guard_times(checks, frames, max(200, calls)) if native_ok else (float("nan"), float("nan"))
+    layouts = _layout_times(target, max(200, calls))
     timed: dict[str, Callable[[], Any]] = {"eager": make(target), "ember": ember_call}
     if with_torch:
         torch._dynamo.reset()
@@ -134,8 +137,44 @@ def _row(name: str, build: Callable[[], tuple[Callable[[Callable[..., Any]], Cal
         f"  ember/tc {best['ember'] / tc:5.2f}  tc/ember {tc / best['ember']:5.2f}",
         flush=True,
     )
+    if layouts:
+        print(f"   + optimizer layout loops (ADR 0058, not in the columns above): {layouts}")
     if kinds:
         print("   parts by kind:", dict(parts.most_common()))
+
+
+def _layout_times(target: Any, n: int) -> str:
+    """For a compiled optimizer step: the native loop over its groups (``StepGuards.layout``,
+    ADR 0058) per call, and the per-tensor check it replaces (Python, native), min of 7."""
+    from ember.dynamo.optimizer import CompiledOptimizerStep
+
+    opt = getattr(target, "__self__", None)
+    steps = [o for o in gc.get_objects() if type(o) is CompiledOptimizerStep and o.optimizer is opt]
+    return "; ".join(_layout_time(check, opt, n) for step in steps for check, _, _ in step._guarded)
+
+
+def _layout_time(check: Any, opt: Any, n: int) -> str:
+    from ember.dynamo.optimizer_guards import step_locals
+
+    if check.layout is None:
+        return f"none ({check.native_error})"
+    layout, full = check.layout, check.full
+    groups, state, values = opt.param_groups, opt.state, step_locals(opt)
+    full.compile_native(values, {}, full.py_fn(values, {}))
+    fns: dict[str, Callable[[], Any]] = {
+        "loop": lambda: layout(groups, state), "per-tensor python": lambda: full.py_fn(values, {})}
+    native_fn = full.native_fn
+    if native_fn is not None:
+        fns["per-tensor native"] = lambda: native_fn(values, {})
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(7):
+        for key, fn in fns.items():
+            t0 = _clock()
+            for _ in range(n):
+                fn()
+            best[key] = min(best[key], (_clock() - t0) / n * 1e6)
+    return (f"{len(groups)} group(s): " + ", ".join(f"{k} {v:.1f} us" for k, v in best.items())
+            + f" ({len(full.parts)} per-tensor parts)")
 
 
 def _zoo_row(zoo: Any, model: str) -> Callable[[], tuple[Any, Any]]:

@@ -50,7 +50,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from .cache import RecompileError, register_cache
 from .frame import CompilerFn
 from .logs import get_logger
-from .optimizer_guards import compile_guards, step_locals
+from .optimizer_guards import StepGuards
 
 log = get_logger("dynamo")
 
@@ -485,7 +485,7 @@ class CompiledOptimizerStep:
         self._created: dict[Any, tuple[_NewState, ...]] = {}
         self.compiles = 0
         #: (ember.guards ``CheckFn``, layout, compiled step or None), tried in order
-        self._guarded: list[tuple[Any, _Plan, Callable[..., Any] | None]] = []
+        self._guarded: list[tuple[StepGuards, _Plan, Callable[..., Any] | None]] = []
         hooked = torch.optim.Optimizer.profile_hook_step(self._core)
         self._step = hooked
         register_cache(self)  # ember.dynamo.reset() forgets its compiled steps too
@@ -523,11 +523,12 @@ class CompiledOptimizerStep:
         stance = getattr(self._state, "stance", "default")
         if stance == "force_eager":
             return self._eager("set_stance('force_eager')", closure)
-        found = self._lookup(step_locals(optimizer))
+        found = self._lookup(optimizer)
         if found is None and init_state(optimizer):
-            found = self._lookup(step_locals(optimizer))
+            found = self._lookup(optimizer)
+        inputs: list[torch.Tensor] | None = None
         if found is not None:
-            plan, compiled = found
+            plan, compiled, inputs = found
         else:
             plan = _Plan(optimizer)
             if not plan.params:
@@ -543,8 +544,12 @@ class CompiledOptimizerStep:
             self._guard(plan, compiled)
         if compiled is None:
             return self._eager("this layout could not be compiled (logged when it was tried)", closure)
+        if inputs is None:
+            inputs = plan.inputs(optimizer)
+        else:  # the layout check gathered the tensors (ADR 0058)
+            inputs += [_lr_tensor(group["lr"]) for group in optimizer.param_groups]
         with torch.no_grad():
-            outputs = compiled(*plan.inputs(optimizer))
+            outputs = compiled(*inputs)
         if plan.created:
             plan.install(optimizer, outputs)
         return None
@@ -567,18 +572,21 @@ class CompiledOptimizerStep:
                 f"applies because {why}. Call set_stance('default') to allow it.")
         return None
 
-    def _lookup(self, values: dict[str, Any]) -> tuple[_Plan, Callable[..., Any] | None] | None:
-        """The first layout whose guards pass (ember.guards' generated check), or None."""
+    def _lookup(self, optimizer: torch.optim.Optimizer
+                ) -> tuple[_Plan, Callable[..., Any] | None, list[torch.Tensor] | None] | None:
+        """The first layout whose guards pass, with the step's tensor inputs where the
+        native layout check gathered them (``StepGuards.match``), or None."""
         for check, plan, compiled in self._guarded:
-            if check.fn(values, {}):
-                return plan, compiled
+            ok, inputs = check.match(optimizer)
+            if ok:
+                return plan, compiled, inputs
         return None
 
     def _guard(self, plan: _Plan, compiled: Callable[..., Any] | None) -> None:
         """Check this layout with ember.guards from the next step on (ADR 0033); a layout
         the guards cannot describe keeps being found by its structural key."""
         try:
-            check = compile_guards(self.optimizer)
+            check = StepGuards(self.optimizer, plan.state_keys)
         except Exception as e:
             log.debug("optimizer step of %s: no guards for this layout (%s: %s); its key is "
                       "computed per step", type(self.optimizer).__name__, type(e).__name__, e)
@@ -587,8 +595,7 @@ class CompiledOptimizerStep:
 
     def explain(self) -> list[str]:
         """Why each compiled layout does not match the optimizer now (empty strings: it does)."""
-        values = step_locals(self.optimizer)
-        return [check.explain(values, {}) or "" for check, _, _ in self._guarded]
+        return [check.explain(self.optimizer) or "" for check, _, _ in self._guarded]
 
     def _compile(self, plan: _Plan) -> Callable[..., Any] | None:
         if len(self.entries) >= self._limit:

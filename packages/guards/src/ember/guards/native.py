@@ -20,10 +20,11 @@ the source (``ember.ir.native_build``) and a warm start loads it without compili
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,7 @@ checker_dealloc(Checker *self)
     Py_XDECREF(self->flags);
     Py_XDECREF(self->dead_key);
     PyMem_Free(self->ids);
+    PyMem_Free(self->cc);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -96,6 +98,13 @@ make(PyObject *module, PyObject *args)
     self->flags = NULL;
     self->dead_key = NULL;
     self->tm = NULL;
+    self->cc = PyMem_Calloc(NC > 0 ? NC : 1, sizeof(ClassCache));
+    if (self->cc == NULL) {
+        PyMem_Free(self->ids);
+        self->ids = NULL;
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
     if (tensor != Py_None) {
         self->tm = (int (*)(PyObject *, const int64_t *))PyCapsule_GetPointer(tensor, "ember_guards.tensor_match");
         if (self->tm == NULL) {
@@ -171,6 +180,12 @@ class _Tables:
         self.objs: list[Any] = []
         self._obj_index: dict[tuple[type, int], int] = {}
         self.ids: list[int] = []
+        self.sites = 0
+
+    def site(self) -> int:
+        """A new ``ClassCache`` slot (``config_attr``)."""
+        self.sites += 1
+        return self.sites - 1
 
     def s(self, text: str) -> str:
         i = self.strings.setdefault(text, len(self.strings))
@@ -214,6 +229,10 @@ def _read(op: tuple[Any, ...], slot: dict[str, int], t: _Tables) -> str:
         return f"dim_of({base}, {t.s(kind)}, {t.o(op[2])})"
     if kind == "module_attr":
         return f"module_attr({base}, {t.s(op[2])}, {t.s(op[3])}, {t.s('__dict__')})"
+    if kind == "config_attr":
+        names = ("attribute_map", "__dict__", "_heterogeneity_spec", "get", "__getattribute__", "__getattr__", "super")
+        return (f"config_attr({base}, {t.s(op[2])}, {t.o(op[3])}, &self->cc[{t.site()}], "
+                + ", ".join(t.s(n) for n in names) + ")")
     if kind == "module_item":
         return f"module_item({base}, {t.s(op[2])}, {t.s('_modules')})"
     raise ValueError(f"no native read {kind!r}")
@@ -280,6 +299,27 @@ def _tensor_spec(fields: dict[str, Any], codes: Any) -> list[int] | None:
             ndim, 1 if keys is not None else 0, raw, *sizes, *strides]
 
 
+def tensor_match_spec(payload: Mapping[str, Any], codes: Any) -> tuple[int, ...] | None:
+    """``native_tensor.cpp``'s spec of the (not a weight's) ``TENSOR_MATCH`` with ``payload``:
+    the fields ``builder.tensor_part`` tests after the class, or ``None`` where the direct
+    read does not cover them (unreadable dispatch keys, a weight's payload)."""
+    from ember.guards.builder import _dispatch_keys_of
+    from ember.ir import parse_device, parse_dtype
+
+    keys = _dispatch_keys_of(str(payload["dispatch_keys"]))
+    if keys is None or payload.get("weight") is True:
+        return None
+    device = parse_device(str(payload["device"]))
+    fields = {
+        "dtype": parse_dtype(str(payload["dtype"])), "device": device,
+        "requires_grad": bool(payload["requires_grad"]), "ndim": int(payload["ndim"]),
+        "sizes": list(payload["sizes"]), "strides": list(payload["strides"]),
+        "keys": keys, "device_mode": 1 if device.index is not None else 0,
+    }
+    spec = _tensor_spec(fields, codes)
+    return None if spec is None else tuple(spec)
+
+
 def generate_c(
     parts: Sequence[Part], builder: GuardBuilder, predicates: Sequence[Any] | None, codes: Any = None
 ) -> NativeSource:
@@ -328,6 +368,7 @@ def generate_c(
         f"#define NS {len(t.strings)}",
         f"#define NO {len(t.objs)}",
         f"#define NI {len(t.ids)}",
+        f"#define NC {t.sites}",
         _PRELUDE.read_text(),
         "static const char *S_TEXT[NS > 0 ? NS : 1] = {"
         + ", ".join(_c_string(s) for s in t.strings) + ("" if t.strings else "NULL") + "};",
@@ -444,6 +485,19 @@ def tensor_helper(wait: bool = False) -> tuple[Any, Any] | None:
     return _helper
 
 
+def layout_check(spec: tuple[Any, ...], state_type: type, wait: bool = False) -> Any | None:
+    """A parameter-groups layout check (``native_tensor.cpp``'s ``layout_check``, ADR 0058)
+    bound to ``spec``: ``check(groups, state)`` returns the gathered inputs, ``False`` or
+    ``None`` (undecided). ``None`` here while the tensor helper is being built or where it
+    cannot be (``wait``: wait for the build)."""
+    helper = tensor_helper(wait=wait)
+    if helper is None:
+        return None
+    module = helper[0]
+    capsule = module.make_layout(spec, state_type)
+    return functools.partial(module.layout_check, capsule)
+
+
 def tensor_helper_error() -> str | None:
     """Why the tensor helper is not available (``None`` when it is, or not yet decided)."""
     return _helper_error
@@ -455,6 +509,6 @@ def source_lines(native: NativeSource) -> int:
 
 
 __all__ = [
-    "AREA", "PREFIX", "NativeBuildError", "NativeSource", "build", "generate_c", "source_lines",
-    "tensor_helper", "tensor_helper_error",
+    "AREA", "PREFIX", "NativeBuildError", "NativeSource", "build", "generate_c", "layout_check", "source_lines",
+    "tensor_helper", "tensor_helper_error", "tensor_match_spec",
 ]

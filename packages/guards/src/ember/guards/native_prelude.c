@@ -19,6 +19,13 @@
 #include <stdint.h>
 #include <stddef.h>
 
+/* A class whose attribute reads ``config_attr`` may do in C: its version tag when checked
+ * (one per read site and check object: a check verifies against its own layers) */
+typedef struct {
+    PyTypeObject *tp;
+    unsigned int tag;
+} ClassCache;
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -27,6 +34,7 @@ typedef struct {
     PyObject *dead_key;
     uintptr_t *ids;
     int (*tm)(PyObject *, const int64_t *);  /* native_tensor.cpp's match, or NULL */
+    ClassCache *cc;     /* NC slots (config_attr) */
 } Checker;
 
 static PyObject *S[NS > 0 ? NS : 1];
@@ -96,6 +104,204 @@ module_attr(PyObject *v, PyObject *dict_name, PyObject *m, PyObject *dict_attr)
     PyObject *r = get_key(holder, m);
     Py_DECREF(holder);
     return r;
+}
+
+/* the names ``config_attr`` reads */
+typedef struct {
+    PyObject *map, *dict, *spec, *get, *getattribute, *getattr_, *super_;
+} ConfigNames;
+
+/* each layer ``(kind, fn, code, owner)`` (reads.py ``config_layers``) still runs the code it
+ * was recognised by, its ``super()`` cell still names its class, and ``super`` is the builtin */
+static __attribute__((noinline)) int
+config_layers_ok(PyObject *layers, const ConfigNames *nm)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(layers); i++) {
+        PyObject *layer = PyTuple_GET_ITEM(layers, i);
+        PyObject *fn = PyTuple_GET_ITEM(layer, 1);
+        if (!PyFunction_Check(fn) || PyFunction_GET_CODE(fn) != PyTuple_GET_ITEM(layer, 2)) {
+            return 0;
+        }
+        PyObject *closure = PyFunction_GET_CLOSURE(fn);
+        if (closure == NULL || !PyTuple_Check(closure) || PyTuple_GET_SIZE(closure) != 1
+            || PyCell_GET(PyTuple_GET_ITEM(closure, 0)) != PyTuple_GET_ITEM(layer, 3)) {
+            return 0;
+        }
+        /* ``super`` is the builtin: not a global of the function's module, super in its builtins */
+        PyObject *globals = PyFunction_GET_GLOBALS(fn);
+        PyObject *builtins = ((PyFunctionObject *)fn)->func_builtins;
+        if (!PyDict_CheckExact(globals) || PyDict_GetItemWithError(globals, nm->super_) != NULL
+            || builtins == NULL || !PyDict_CheckExact(builtins)
+            || PyDict_GetItemWithError(builtins, nm->super_) != (PyObject *)&PySuper_Type) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* whether ``v.x`` on a ``tp`` instance calls exactly the layers' functions, in order: the
+ * slot the interpreter calls is a class statement's, no class has __getattr__, and walking
+ * the MRO the classes defining __getattribute__ are the layers' owners with their
+ * functions, then ``object`` (what the last ``super()`` calls) */
+static __attribute__((noinline)) int
+config_class_ok(PyTypeObject *tp, PyObject *layers, const ConfigNames *nm)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(layers), j = 0;
+    /* a class statement's class reads attributes through the slot that calls the
+     * __getattribute__ its MRO finds (slot_tp_getattr_hook, which turns itself into
+     * slot_tp_getattro per class on first use: so the pointer is not compared) */
+    if (!(tp->tp_flags & Py_TPFLAGS_HEAPTYPE) || tp->tp_getattro == PyObject_GenericGetAttr) {
+        return 0;
+    }
+    if (_PyType_Lookup(tp, nm->getattr_) != NULL) {
+        return 0;
+    }
+    PyObject *mro = tp->tp_mro;
+    if (mro == NULL || !PyTuple_Check(mro)) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); i++) {
+        PyTypeObject *k = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        if (k == &PyBaseObject_Type) {
+            break;
+        }
+#if PY_VERSION_HEX >= 0x030C0000
+        PyObject *d = PyType_GetDict(k);
+#else
+        PyObject *d = k->tp_dict;
+        Py_XINCREF(d);
+#endif
+        if (d == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        PyObject *f = PyDict_GetItemWithError(d, nm->getattribute);
+        Py_DECREF(d);
+        if (f == NULL) {
+            if (PyErr_Occurred()) {
+                PyErr_Clear();
+                return 0;
+            }
+            continue;
+        }
+        if (j >= n) {
+            return 0;
+        }
+        PyObject *layer = PyTuple_GET_ITEM(layers, j++);
+        if (f != PyTuple_GET_ITEM(layer, 1) || (PyObject *)k != PyTuple_GET_ITEM(layer, 3)) {
+            return 0;
+        }
+    }
+    return j == n && tp->tp_version_tag != 0;
+}
+
+/* ``super().__getattribute__(key)`` from layer ``i - 1``: layer ``i``'s code, in C */
+static PyObject *
+config_get(PyObject *v, PyObject *key, PyObject *layers, Py_ssize_t i, const ConfigNames *nm)
+{
+    if (i == PyTuple_GET_SIZE(layers)) {
+        return PyObject_GenericGetAttr(v, key);  /* object.__getattribute__ */
+    }
+    PyObject *layer = PyTuple_GET_ITEM(layers, i);
+    if (PyLong_AsLong(PyTuple_GET_ITEM(layer, 0)) == 0) {
+        /* if key != "attribute_map" and key in super().__getattribute__("attribute_map"):
+         *     key = super().__getattribute__("attribute_map")[key]
+         * return super().__getattribute__(key) */
+        PyObject *ne = PyObject_RichCompare(key, nm->map, Py_NE);
+        if (ne == NULL) {
+            return NULL;
+        }
+        int t = PyObject_IsTrue(ne);
+        Py_DECREF(ne);
+        if (t < 0) {
+            return NULL;
+        }
+        Py_INCREF(key);
+        if (t) {
+            PyObject *m = config_get(v, nm->map, layers, i + 1, nm);
+            if (m == NULL) {
+                Py_DECREF(key);
+                return NULL;
+            }
+            int in = PySequence_Contains(m, key);
+            Py_DECREF(m);
+            if (in < 0) {
+                Py_DECREF(key);
+                return NULL;
+            }
+            if (in) {
+                m = config_get(v, nm->map, layers, i + 1, nm);
+                if (m == NULL) {
+                    Py_DECREF(key);
+                    return NULL;
+                }
+                PyObject *mapped = PyObject_GetItem(m, key);
+                Py_DECREF(m);
+                Py_DECREF(key);
+                if (mapped == NULL) {
+                    return NULL;
+                }
+                key = mapped;
+            }
+        }
+        PyObject *r = config_get(v, key, layers, i + 1, nm);
+        Py_DECREF(key);
+        return r;
+    }
+    /* heterogeneity_spec = super().__getattribute__("__dict__").get("_heterogeneity_spec")
+     * if heterogeneity_spec is not None: ... (the function itself runs that part)
+     * return super().__getattribute__(key) */
+    PyObject *d = config_get(v, nm->dict, layers, i + 1, nm);
+    if (d == NULL) {
+        return NULL;
+    }
+    PyObject *spec;
+    if (PyDict_CheckExact(d)) {
+        spec = PyDict_GetItemWithError(d, nm->spec);
+        if (spec == NULL && PyErr_Occurred()) {
+            Py_DECREF(d);
+            return NULL;
+        }
+        spec = spec != NULL ? spec : Py_None;
+        Py_INCREF(spec);
+    }
+    else {
+        spec = PyObject_CallMethodOneArg(d, nm->get, nm->spec);
+    }
+    Py_DECREF(d);
+    if (spec == NULL) {
+        return NULL;
+    }
+    int none = spec == Py_None;
+    Py_DECREF(spec);
+    if (!none) {
+        PyObject *args[2] = {v, key};
+        return PyObject_Vectorcall(PyTuple_GET_ITEM(layer, 1), args, 2, NULL);
+    }
+    return config_get(v, key, layers, i + 1, nm);
+}
+
+/* ``v.name`` where ``type(v)``'s __getattribute__ chain is ``layers`` (transformers' config
+ * classes, reads.py ``config_layers``): the same lookups in C instead of the Python calls;
+ * where the class or a function changed, ``v.name`` as the interpreter reads it */
+static __attribute__((noinline)) PyObject *
+config_attr(PyObject *v, PyObject *name, PyObject *layers, ClassCache *cache, PyObject *map, PyObject *dict,
+            PyObject *spec, PyObject *get, PyObject *getattribute, PyObject *getattr_, PyObject *super_)
+{
+    ConfigNames nm = {map, dict, spec, get, getattribute, getattr_, super_};
+    PyTypeObject *tp = Py_TYPE(v);
+    if (!config_layers_ok(layers, &nm)) {
+        return PyObject_GetAttr(v, name);
+    }
+    if (cache->tp != tp || cache->tag != tp->tp_version_tag || tp->tp_version_tag == 0) {
+        if (!config_class_ok(tp, layers, &nm)) {
+            return PyObject_GetAttr(v, name);
+        }
+        cache->tp = tp;
+        cache->tag = tp->tp_version_tag;
+    }
+    return config_get(v, name, layers, 0, &nm);
 }
 
 /* ``v._modules[key]`` */

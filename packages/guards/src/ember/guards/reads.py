@@ -20,6 +20,14 @@ built:
 These spellings assume the class itself was not changed after capture (a
 class attribute of the same name added later would shadow the dict entry for
 Python but not for the check), as TorchDynamo's guards on ``_modules`` do.
+
+An attribute of an object whose class's ``__getattribute__`` chain is transformers'
+config one (``PretrainedConfig``'s ``attribute_map`` translation, 5.x's
+``HeterogeneousConfigMixin``'s, then ``object.__getattribute__``; each recognised by its
+code, :func:`config_layers`) keeps its Python text; only the native check reads it
+differently (``config_attr`` in ``native_prelude.c``, ADR 0058): the same lookups in C,
+while the class still resolves to those functions (checked per class version tag),
+instead of Python calls that make their ``super()`` lookups (~1 us a read and a level).
 """
 
 from __future__ import annotations
@@ -71,8 +79,97 @@ def plain_op(source: Source, names: Mapping[Source, str]) -> tuple[Any, ...]:
     raise TypeError(f"no native read for {type(source).__name__}")
 
 
+class _MapLayer:
+    """transformers' ``PretrainedConfig.__getattribute__`` as written there (4.x, 5.x): the
+    ``attribute_map`` translation. A class's ``__getattribute__`` with this code is a
+    ``map`` layer of ``config_attr`` (``native_prelude.c``)."""
+
+    def __getattribute__(self, key: str) -> Any:
+        if key != "attribute_map" and key in super().__getattribute__("attribute_map"):
+            key = super().__getattribute__("attribute_map")[key]
+        return super().__getattribute__(key)
+
+
+AmbiguousGlobalPerLayerAttributeError: Any = None  # names the reference below reads (never runs)
+logger: Any = None
+
+
+class _HeterogeneousLayer:
+    """transformers 5.x's ``HeterogeneousConfigMixin.__getattribute__`` as written there: a
+    class's ``__getattribute__`` with this code is a ``heterogeneous`` layer of
+    ``config_attr``, read natively only while the instance has no ``_heterogeneity_spec``
+    (else ``config_attr`` calls the function itself)."""
+
+    def __getattribute__(self, key: str) -> Any:
+        # In heterogeneous configs, per-layer attributes are ambiguous on the global config.
+        # Callers must read them from a concrete layer unless they explicitly opt into the global value.
+        heterogeneity_spec = super().__getattribute__("__dict__").get("_heterogeneity_spec")
+        if heterogeneity_spec is not None:  # noqa: SIM102 (transformers' code, as written there)
+            if key in heterogeneity_spec.per_layer_attributes:
+                if not super().__getattribute__("allow_global_per_layer_attribute_access"):
+                    raise AmbiguousGlobalPerLayerAttributeError(
+                        f"'{key}' is a per-layer attribute and may vary across layers. Access it via the individual layer "
+                        f"configs instead (e.g. config.per_layer_config[i].{key}). To read the global config value from "
+                        f"config.{key} anyway, set `allow_global_per_layer_attribute_access` to `True` on the config. "
+                        f"Warning: only do this if the caller can safely handle heterogeneous configs; code that assumes "
+                        f"a homogeneous model may use the global value incorrectly."
+                    )
+
+                logger.warning_once(
+                    f"Reading global config value for per-layer attribute `{key}` on a heterogeneous config. "
+                    "Only do this if the caller can safely handle heterogeneous configs; code that assumes a homogeneous "
+                    "model may use the global value incorrectly."
+                )
+
+        return super().__getattribute__(key)
+
+
+#: ``config_attr``'s layer kinds (``native_prelude.c``): 0 map, 1 heterogeneous
+_LAYERS = ((0, _MapLayer.__dict__["__getattribute__"]), (1, _HeterogeneousLayer.__dict__["__getattribute__"]))
+_CODE_FIELDS = ("co_code", "co_consts", "co_names", "co_varnames", "co_freevars", "co_cellvars", "co_argcount",
+                "co_kwonlyargcount", "co_flags")
+
+
+def _layer_kind(fn: Any) -> int | None:
+    code = getattr(fn, "__code__", None)
+    if code is None or getattr(fn, "__defaults__", None) or getattr(fn, "__kwdefaults__", None):
+        return None
+    for kind, ref in _LAYERS:
+        if all(getattr(code, f) == getattr(ref.__code__, f) for f in _CODE_FIELDS):
+            return kind
+    return None
+
+
+def config_layers(cls: type) -> tuple[tuple[Any, ...], ...] | None:
+    """The ``__getattribute__`` chain of ``cls`` as ``config_attr`` layers ``(kind, function,
+    its code, the class defining it)``, in MRO order, where every class in the MRO that
+    defines ``__getattribute__`` (``object`` apart, which ends the chain) has one of the
+    reference codes above, each function's ``super()`` cell names its class, no class has
+    ``__getattr__`` and ``super`` is the builtin in each function's globals; else ``None``."""
+    if getattr(cls, "__getattr__", None) is not None:
+        return None
+    layers = []
+    for k in cls.__mro__:
+        fn = k.__dict__.get("__getattribute__")
+        if fn is None or k is object:
+            continue
+        kind = _layer_kind(fn)
+        closure: tuple[Any, ...] = getattr(fn, "__closure__", None) or ()
+        if kind is None or len(closure) != 1 or closure[0].cell_contents is not k:
+            return None
+        if "super" in getattr(fn, "__globals__", {}):
+            return None
+        layers.append((kind, fn, fn.__code__, k))
+    return tuple(layers) or None
+
+
 def fast_read(source: Source, base_name: str, base_value: Any) -> Read | None:
     """A cheaper read of ``source`` with the same value, or ``None`` (use the plain one)."""
+    if isinstance(source, Attr) and not isinstance(base_value, torch.nn.Module):
+        layers = config_layers(type(base_value))
+        if layers is None:
+            return None
+        return f"{base_name}.{source.member}", ("config_attr", base_name, source.member, layers)
     if not isinstance(base_value, torch.nn.Module):
         return None
     cls = type(base_value)
