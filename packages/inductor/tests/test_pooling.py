@@ -65,3 +65,20 @@ def test_max_pool_trains_through_ember_dynamo() -> None:
     net(x).square().sum().backward()
     for g, e in zip(got, (p.grad for p in net.parameters())):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+
+
+def test_a_computed_input_is_stored_once_not_recomputed_per_window_element(check: Check) -> None:
+    """ShuffleNet's stem pools a batch norm's ReLU: each output reads 9 inputs, so the norm
+    is stored once instead of recomputed (its square root) 9 times per output; a bare
+    ReLU stays fused (SqueezeNet's pools)."""
+    x = torch.randn(2, 8, 16, 16)
+    var, mean = torch.rand(8) + 0.5, torch.randn(8)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        h = ((x - mean[:, None, None]) / (var[:, None, None] + 1e-5).sqrt()).relu()
+        return torch.nn.functional.max_pool2d(h, 3, 2, padding=1)
+
+    c = check(f, x, atol=1e-5, rtol=1e-5)
+    assert "\n".join(c.report.kernel_sources.values()).count("sqrt") == 1, c.report.kernel_sources
+    c = check(lambda x: torch.nn.functional.max_pool2d(x.relu(), 3, 2, padding=1), x)
+    assert c.report.kernels == 1

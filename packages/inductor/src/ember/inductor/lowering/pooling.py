@@ -21,8 +21,9 @@ from typing import Any
 import sympy
 import torch
 
-from ..ir import Index, IRNode, Pointwise
-from ..ops_handler import OpsHandler
+from ..index import index_symbols
+from ..ir import Buffer, Index, IRNode, Pointwise, ReinterpretView
+from ..ops_handler import DepsOps, OpsHandler
 from ..sizes import Size, provably
 from . import LoweringContext, as_int_list, register_lowering, scalar_value
 
@@ -37,6 +38,19 @@ def _pair(value: Any, default: list[int]) -> list[int]:
     if not got:
         return list(default)
     return got * 2 if len(got) == 1 else got
+
+
+#: ops of a computed input's body (a load and a ReLU: 3) above which it is stored first
+CHEAP_OPS = 4
+
+
+def _costly(x: IRNode) -> bool:
+    """Whether ``x`` is a computed value whose body costs more than reading a buffer."""
+    if isinstance(x, (Buffer, ReinterpretView)):
+        return False
+    deps = DepsOps()
+    x.make_loader()(index_symbols("p", len(x.get_size())), deps)
+    return deps.num_ops > CHEAP_OPS or len({name for name, _ in deps.loads}) > 1
 
 
 @register_lowering(aten.max_pool2d_with_indices.default)
@@ -63,6 +77,10 @@ def _max_pool2d_with_indices(
         return ctx.fallback(node, f"max_pool2d window over {MAX_WINDOW} elements")  # type: ignore[no-any-return]
     out_h, out_w = (int(v) for v in values.shape[-2:])
     size: tuple[Size, ...] = (*x.get_size()[:-2], out_h, out_w)
+    if kernel[0] * kernel[1] > 1 and _costly(x):
+        # every output reads kernel_size elements: a computed input (a batch norm) is
+        # stored once rather than recomputed per read (shufflenet's stem: 9x its BN)
+        x = ctx.realize(x)
     height, width = x.get_size()[-2:]
     dtype = x.get_dtype()
     load = x.make_loader()
