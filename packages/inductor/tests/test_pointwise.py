@@ -186,6 +186,20 @@ def test_dtypes_roundtrip(check: Check, dtype: torch.dtype) -> None:
     check(lambda x: (x.clone(), x.to(torch.float64), x == x), x)
 
 
+def test_cat_of_four_parts_reduced_reads_each_part_only_in_its_range(check: Check) -> None:
+    """Swin's patch merging: ``cat`` of four parts along the last dim, then a variance over
+    it. Each part's load ran wherever the position was below the part's end, so a middle
+    part was read before its start (out of bounds; the select dropped the value), and
+    gcc's vectorized masked loads turned that into a wrong variance (1.39 off)."""
+    parts = [torch.randn(2, 8, 8, 16) for _ in range(4)]
+
+    def f(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([a, b, c, d], -1).view(2, -1, 64)
+        return torch.ops.aten.var_mean.correction(x, [2], correction=0, keepdim=True)[0]
+
+    check(f, *parts, atol=1e-5, rtol=1e-5)
+
+
 def test_small_integer_powers_are_multiplications(check: Check) -> None:
     # GELU's tanh form has x ** 3: ATen computes (x * x) * x and 1 / x for -1, and a
     # libm pow call in the kernel would keep its loop from vectorizing

@@ -133,8 +133,15 @@ def cat(xs: Sequence[IRNode], dim: int, size: tuple[Size, ...], dtype: torch.dty
                                    scalar_value(ops, lo, torch.int64))
                     result = ops.masked(after, body, 0, dtype)
                 continue
-            inside = ops.lt(ops.index_expr(idx[dim], torch.int64), scalar_value(ops, hi, torch.int64))
-            result = ops.where(inside, ops.masked(inside, body, 0, dtype), result)
+            at = ops.index_expr(idx[dim], torch.int64)
+            inside = ops.lt(at, scalar_value(ops, hi, torch.int64))
+            # the load runs only inside [lo, hi): with ``< hi`` alone it read before its
+            # input for the positions of earlier parts (the select discarded the value, but
+            # the read was out of bounds, and gcc's vectorized masked loads made it a wrong
+            # result: swin's patch merging)
+            mine = inside if lo == 0 else ops.logical_and(
+                ops.ge(at, scalar_value(ops, lo, torch.int64)), inside)
+            result = ops.where(inside, ops.masked(mine, body, 0, dtype), result)
         return result if result is not None else ops.constant(0, dtype)
 
     return Pointwise(size, dtype, inner)
