@@ -425,3 +425,26 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_corpus_ops(case: Case) -> None:
     check_case(case)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("call", ["p0", "eval", "p0_inplace", "torch_dropout"])
+def test_dropout_that_drops_nothing_returns_its_input_at_every_size(backend: str, call: str) -> None:
+    """Eager's dropout returns the input itself when ``p == 0`` or not training
+    (``nn.Dropout`` in eval mode). With symbolic sizes capture went through torch's Python
+    decomposition, which returns a copy: from the second size on, the output no longer
+    shared the input's memory (fuzz seed 240)."""
+    import ember.dynamo as ed
+
+    fns = {
+        "p0": lambda x: F.dropout(x, 0.0),
+        "eval": lambda x: F.dropout(x, 0.3, training=False),
+        "p0_inplace": lambda x: F.dropout(x, p=0.0, inplace=True),
+        "torch_dropout": lambda x: torch.dropout(x, 0.0, True),
+    }
+    ed.reset()
+    f = ed.compile(fns[call], backend=backend)
+    for shape in [(4, 3, 5), (4, 3, 5), (6, 5, 7), (7, 6, 8)]:
+        x = torch.randn(shape)
+        y = f(x)
+        assert y.data_ptr() == x.data_ptr() and y.shape == x.shape

@@ -85,6 +85,34 @@ def _telemetry(args: list[VariableTracker], kwargs: dict[str, VariableTracker]) 
 
 PYTHON_LEVEL[torch._C._log_api_usage_once] = _telemetry
 
+#: dropouts that return their input itself when ``p == 0`` or not training (eager's
+#: ``_dropout_impl``; ``nn.Dropout`` in eval mode): ``F.dropout`` and ``torch.dropout``
+DROPOUTS = frozenset({torch.nn.functional.dropout, torch.dropout})
+
+
+def dropout_identity(
+    args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+) -> VariableTracker | None:
+    """The input variable itself where a dropout is known not to drop (constant ``p == 0``
+    or ``training`` False), as eager returns it; else None (the op goes in the graph).
+    Traced with symbolic sizes the op would go through torch's Python decomposition,
+    which returns ``input.clone()``: a copy where eager returns the input (fuzz seed 240)."""
+    named = dict(zip(("input", "p", "training"), args))
+    named.update({("training" if k == "train" else k): v for k, v in kwargs.items()})
+    x, p, training = named.get("input"), named.get("p"), named.get("training")
+    if not isinstance(x, TensorVariable):  # (``inplace`` returns the input all the same)
+        return None
+    p_value = p.as_python_constant() if p is not None and p.is_python_constant() else (
+        0.5 if p is None else None)
+    train_value = training.as_python_constant() if training is not None and (
+        training.is_python_constant()) else (True if training is None else None)
+    if p_value is None or train_value is None:
+        return None
+    if not isinstance(p_value, (int, float)) or not 0.0 <= p_value <= 1.0:
+        return None  # eager raises for p outside [0, 1]: the op in the graph does too
+    return x if (p_value == 0 or not train_value) else None
+
+
 #: ``torch._check*``: the argument index of the condition (the rest are messages, error
 #: types or callables making the message, which only matter when the check fails)
 CHECKS: dict[Any, int] = {
@@ -170,6 +198,10 @@ class TorchFunctionVariable(VariableTracker):
             checked = assert_call(tx, fn, args, kwargs)
             if checked is not None:
                 return checked
+        if fn in DROPOUTS:
+            same = dropout_identity(args, kwargs)
+            if same is not None:
+                return same
         python_level = PYTHON_LEVEL.get(fn)
         if python_level is not None:
             return python_level(args, kwargs)  # type: ignore[no-any-return]
