@@ -1,0 +1,104 @@
+"""Eager, ember and torch.compile on one model, in one process, timed interleaved.
+
+    .venv-vision/bin/python tools/bench_interleaved.py tv_efficientnet tv_squeezenet ...
+        [--no-torch] [--calls 10] [--rounds 7] [--json out.json]
+
+Each name is a case of the vision zoo (``integration_tests/models/vision_zoo.py``; needs the
+vision environment, ``tools/setup_vision.sh``) or of the transformers zoo
+(``integration_tests/models/zoo.py``). Inference under ``no_grad``, one torch thread. The
+three callables are built in the same process, warmed up, then timed in rounds: each round
+runs ``--calls`` calls of each in turn, and a cell is the best round's mean per call, in
+the calling thread's CPU time, so a load that comes and goes on a shared machine moves all
+three alike (``tools/bench.py``'s "beside" column measures the same way per cell process).
+Prints one line per model (ms per call and speedup over eager) and the geometric means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def build(name: str) -> Any:
+    """The zoo case ``name`` (a ``ZooCase``: model, args, kwargs)."""
+    sys.path.insert(0, str(ROOT))
+    from integration_tests.models import zoo
+
+    vision: Any = None
+    with contextlib.suppress(ImportError):  # without timm/torchvision/diffusers: zoo.py only
+        from integration_tests.models import vision_zoo as vision
+    if vision is not None and hasattr(vision, name):
+        return getattr(vision, name)()
+    return zoo.build(name)
+
+
+def bind(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
+    return lambda: fn(*args, **kwargs)
+
+
+def time_rounds(fns: dict[str, Callable[[], Any]], calls: int, rounds: int) -> dict[str, float]:
+    best = dict.fromkeys(fns, math.inf)
+    for _ in range(rounds):
+        for key, fn in fns.items():
+            start = time.thread_time()
+            for _ in range(calls):
+                fn()
+            best[key] = min(best[key], (time.thread_time() - start) / calls)
+    return {key: value * 1e3 for key, value in best.items()}
+
+
+def measure(name: str, with_torch: bool, calls: int, rounds: int) -> dict[str, float]:
+    import ember.dynamo
+
+    case = build(name)
+    model = case.model
+    compiled: dict[str, Callable[..., Any]] = {
+        "eager": model, "ember": ember.dynamo.optimize("inductor")(model)}
+    if with_torch:
+        compiled["torch"] = torch.compile(model)
+    with torch.no_grad():
+        fns = {key: bind(f, tuple(case.args), dict(case.kwargs)) for key, f in compiled.items()}
+        for fn in fns.values():
+            for _ in range(3):
+                fn()
+        return time_rounds(fns, calls, rounds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="+")
+    parser.add_argument("--no-torch", action="store_true", help="eager and ember only")
+    parser.add_argument("--calls", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--json", help="write {model: {eager, ember, torch}} (ms) here")
+    opts = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    results: dict[str, dict[str, float]] = {}
+    for name in opts.models:
+        ms = measure(name, not opts.no_torch, opts.calls, opts.rounds)
+        results[name] = ms
+        cells = "  ".join(f"{k} {v:8.2f} ms {ms['eager'] / v:5.2f}x" for k, v in ms.items())
+        print(f"{name:20s} {cells}", flush=True)
+    for key in ("ember", "torch"):
+        ratios = [r["eager"] / r[key] for r in results.values() if key in r]
+        if ratios:
+            geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
+            print(f"geomean over {len(ratios)}: {key} {geo:.3f}x eager")
+    if opts.json:
+        Path(opts.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
