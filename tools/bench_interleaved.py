@@ -9,7 +9,9 @@ vision environment, ``tools/setup_vision.sh``) or of the transformers zoo
 three callables are built in the same process, warmed up, then timed in rounds: each round
 runs ``--calls`` calls of each in turn, and a cell is the best round's mean per call, in
 the calling thread's CPU time, so a load that comes and goes on a shared machine moves all
-three alike (``tools/bench.py``'s "beside" column measures the same way per cell process).
+three alike (``tools/bench.py``'s "beside" column measures the same way per cell process);
+``--wall`` times with the wall clock instead (for an idle machine: it also counts work a
+callable hands to other threads).
 Prints one line per model (ms per call and speedup over eager) and the geometric means.
 """
 
@@ -48,14 +50,18 @@ def bind(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) 
     return lambda: fn(*args, **kwargs)
 
 
+#: the clock of a round: the calling thread's CPU time (``--wall``: wall time)
+CLOCK: Callable[[], float] = time.thread_time
+
+
 def time_rounds(fns: dict[str, Callable[[], Any]], calls: int, rounds: int) -> dict[str, float]:
     best = dict.fromkeys(fns, math.inf)
     for _ in range(rounds):
         for key, fn in fns.items():
-            start = time.thread_time()
+            start = CLOCK()
             for _ in range(calls):
                 fn()
-            best[key] = min(best[key], (time.thread_time() - start) / calls)
+            best[key] = min(best[key], (CLOCK() - start) / calls)
     return {key: value * 1e3 for key, value in best.items()}
 
 
@@ -83,7 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--json", help="write {model: {eager, ember, torch}} (ms) here")
+    parser.add_argument("--wall", action="store_true",
+                        help="time with the wall clock (on an idle machine) instead of CPU time")
     opts = parser.parse_args(argv)
+    global CLOCK
+    CLOCK = time.perf_counter if opts.wall else time.thread_time
     torch.set_num_threads(1)
     results: dict[str, dict[str, float]] = {}
     for name in opts.models:
