@@ -295,6 +295,17 @@ def _conv_input_formats(c: CompiledGraph, x: torch.Tensor) -> list[bool]:
     return seen
 
 
+def _with_running_stats(block: nn.Module) -> nn.Module:
+    """``block`` (seeded) with random running statistics in its batch norms, so folding
+    them wrongly would show."""
+    torch.manual_seed(0)
+    for m in block.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            nn.init.uniform_(m.running_var, 0.5, 2.0)
+            nn.init.normal_(m.running_mean)
+    return block
+
+
 def _inverted_residual(c: int = 16) -> nn.Module:
     """MobileNetV2's block: 1x1 expand, 3x3 depthwise, 1x1 project, batch norms, ReLU6."""
     e = 4 * c
@@ -315,12 +326,7 @@ def test_pointwise_and_depthwise_convolutions_run_channels_last(
     and output strides are eager's either way (``check``)."""
     from ember.inductor import conv_layout
 
-    torch.manual_seed(0)
-    block = _inverted_residual()
-    for m in block.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            nn.init.uniform_(m.running_var, 0.5, 2.0)
-            nn.init.normal_(m.running_mean)
+    block = _with_running_stats(_inverted_residual())
     x = torch.randn(2, 16, 10, 10)
 
     def f(x: torch.Tensor) -> torch.Tensor:
@@ -373,12 +379,7 @@ def test_values_stored_between_kernels_keep_their_inputs_memory_order(
     computed from, as eager's elementwise ops do: in a channels-last network the SiLU that
     the squeeze-excite reads twice is stored channels-last, not contiguous (which made the
     reduction's kernel write it with stride H*W and the product read it transposed)."""
-    torch.manual_seed(0)
-    block = _squeeze_excite_block()
-    for m in block.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            nn.init.uniform_(m.running_var, 0.5, 2.0)
-            nn.init.normal_(m.running_mean)
+    block = _with_running_stats(_squeeze_excite_block())
     x = torch.randn(2, 16, 10, 10)
 
     def f(x: torch.Tensor) -> torch.Tensor:
