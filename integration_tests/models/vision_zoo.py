@@ -134,7 +134,9 @@ def tv_resnet() -> ZooCase:
 
 
 def tv_resnet_train() -> ZooCase:
-    return _tv("resnet18", size=32, mode="train")
+    # 64x64 reaches a 2x2 map (8 values per channel in the last batch norms); at 32x32 its
+    # 1x1 map normalized over 2 values, where eager's own rounding decides the gradients
+    return _tv("resnet18", size=64, mode="train")
 
 
 def tv_mobilenet_v3() -> ZooCase:
