@@ -353,3 +353,36 @@ def test_container_item_changes_recompile(cnt, change):
     else:
         m.layers[1] = nn.Linear(4, 4, bias=False)
     torch.testing.assert_close(f(x), m(x))
+
+
+class Features(nn.ModuleDict):
+    """timm's FeatureDictNet: a ModuleDict subclass with plain attributes of its own."""
+
+    def __init__(self):
+        super().__init__({"stem": nn.Linear(4, 4), "head": nn.Linear(4, 4)})
+        self.return_layers = {"stem": "s", "head": "h"}
+
+    def forward(self, x):
+        out = {}
+        for name, module in self.items():
+            x = module(x)
+            if name in self.return_layers:
+                out[self.return_layers[name]] = x
+        return out
+
+
+def test_plain_attribute_of_a_module_dict_subclass_is_an_attribute(cnt):
+    """``self.return_layers`` of a ModuleDict subclass was guarded as the dict's item
+    ``L['self']['return_layers']``, which does not exist: the guard failed to compile and
+    the frame ran eagerly (timm's feature extractors, segmentation_models_pytorch's
+    timm-universal encoders)."""
+    m = Features()
+    f = compiled(m, cnt)
+    x = torch.randn(3, 4)
+    got, want = f(x), m(x)
+    assert got.keys() == want.keys()
+    for k in want:
+        torch.testing.assert_close(got[k], want[k])
+    assert cnt.frame_count == 1
+    m.return_layers = {"head": "h"}  # a changed attribute recompiles
+    assert f(x).keys() == {"h"}

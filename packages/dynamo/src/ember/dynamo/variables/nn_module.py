@@ -113,7 +113,13 @@ class NNModuleVariable(VariableTracker):
             keys = list(self.value._modules)
             key = keys[name] if isinstance(self.value, nn.Sequential) else str(name)
             return Item(Attr(self.source, "_modules"), key)
-        if isinstance(name, int) or isinstance(self.value, (nn.ModuleDict, nn.ParameterDict)):
+        if isinstance(name, int) or (
+            isinstance(self.value, (nn.ModuleDict, nn.ParameterDict))
+            and name in (self.value._parameters if isinstance(self.value, nn.ParameterDict)
+                         or table == "_parameters" else self.value._modules)
+        ):
+            # a dict container's entry is its item; a plain attribute of a ModuleDict
+            # subclass (timm's FeatureDictNet.return_layers) is an attribute like any other
             return Item(self.source, name)
         if name.isidentifier() and not keyword.iskeyword(name):
             return Attr(self.source, name)
