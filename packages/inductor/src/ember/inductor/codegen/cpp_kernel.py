@@ -42,6 +42,8 @@ def generate_kernel(
             aliases.append(f"const {mem_ctype(buffer_dtypes[name])}* in_{name} = out_{same_as[name]};")
             continue
         restrict = "" if name in shared else " __restrict__"
+        if name not in shared:
+            k.readonly.add(f"in_{name}")
         params.append(f"const {mem_ctype(buffer_dtypes[name])}*{restrict} in_{name}")
         args.append(name)
     for name in plan.private:
@@ -60,7 +62,14 @@ def generate_kernel(
     if plan.is_pointwise:
         body = emit_loop_body(k, outer)
         lines.extend(
-            loop_nest(outer, body, parallel=parallel_outer, simd_inner=True, reductions=[])
+            loop_nest(
+                outer,
+                body,
+                parallel=parallel_outer,
+                simd_inner=True,
+                reductions=[],
+                before_inner=k.before_inner,
+            )
         )
     elif cpp.column_reductions and column_plan(plan, outer) is not None:
         parallel = total_work >= cpp.parallel_threshold

@@ -7,6 +7,8 @@ scheduler's plan (``KernelPlan.outer_loops``, ``Loop.ranges``).
 
 from __future__ import annotations
 
+import re
+
 import sympy
 import torch
 
@@ -39,7 +41,10 @@ def loop_nest(
     simd_inner: bool,
     reductions: list[str],
     parallel_reduction: bool = False,
+    before_inner: list[str] | None = None,
 ) -> list[str]:
+    """``before_inner``: lines placed inside the next-to-innermost loop, before the
+    innermost one (values that do not depend on the innermost index)."""
     depth = len(loops.sizes)
     if depth == 0:
         return ["{", *("  " + b for b in body), "}"]
@@ -60,6 +65,8 @@ def loop_nest(
                 pragma += f" {red}" if red else ""
         elif d == depth - 1 and simd_inner:
             pragma = f"#pragma omp simd {red}".rstrip()
+        if d == depth - 1 and before_inner:
+            out.extend("  " * d + b for b in before_inner)
         if pragma:
             out.append("  " * d + pragma)
         out.append("  " * d + f"for (int64_t {sym.name} = 0; {sym.name} < {cexpr(size)}; ++{sym.name}) {{")
@@ -87,13 +94,66 @@ def _tiled_loop(size: Size, var: str, body: list[str], red: str) -> list[str]:
     return out
 
 
+#: ``T tmpN = expr;``: one value, nothing else
+_DECL = re.compile(r"^(?:const )?[A-Za-z_][\w:<>]* (tmp\d+) = ([^;{}]*);$")
+#: identifiers outside number literals (``1e-05f`` has none)
+_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
+_TMP = re.compile(r"\btmp\d+\b")
+
+
+def hoist_invariant(
+    k: CppKernel, lines: list[str], loop_vars: set[str], sizes: tuple[Size, ...]
+) -> tuple[list[str], list[str]]:
+    """Split a loop body into the lines that do not depend on the loop's indices (they
+    can run once before the loop) and the rest.
+
+    What it is for: an index loaded through an indirect access (an embedding row,
+    ``W[idx[x0], r0]``) is the same for every ``r0``, but gcc cannot move its bounds
+    check (``ember_check_index``, which writes the error flag) out of the loop, so it
+    vectorizes the loop with a gather per load; computed once before the loop, the
+    loads are plain vector loads (a GPT-2 embedding + layer norm kernel: 5.2 -> 1.1 us).
+    A line moves when its expression reads no loop index, no value the body computes
+    or assigns, and memory only through pointers the kernel never writes. Loads and
+    index checks move only when the loop surely runs (static trip counts > 0): before
+    an empty loop they would read or check what the loop never touches.
+    """
+    runs = all(isinstance(s, int | sympy.Integer) and int(s) > 0 for s in sizes)
+    variant = set(loop_vars)
+    for line in lines:
+        if not _DECL.match(line):
+            variant.update(_TMP.findall(line))
+    hoisted: list[str] = []
+    rest: list[str] = []
+    for line in lines:
+        m = _DECL.match(line)
+        if m is not None and _invariant(k, m.group(2), variant, runs):
+            hoisted.append(line)
+        else:
+            rest.append(line)
+            if m is not None:
+                variant.add(m.group(1))
+    return hoisted, rest
+
+
+def _invariant(k: CppKernel, expr: str, variant: set[str], runs: bool) -> bool:
+    for name in _NAME.findall(expr):
+        if name in variant:
+            return False
+        if name.startswith(("in_", "out_", "local_")) and name not in k.readonly:
+            return False
+        if not runs and (name in k.readonly or name == "ember_check_index"):
+            return False
+    return True
+
+
 def store_line(k: CppKernel, node: SchedNode, value: CppVar, index: sympy.Expr) -> str:
     ptr, dtype = k.pointer(node.name)
     return f"{ptr}[{cexpr(k.address(node.name, index))}] = {_cast(value, dtype)};"
 
 
 def emit_loop_body(k: CppKernel, outer: MergedLoops) -> list[str]:
-    """Pure pointwise kernels: every node once per (outer) index."""
+    """Pure pointwise kernels: every node once per (outer) index. Lines that do not
+    depend on the innermost index go to ``k.before_inner`` (``hoist_invariant``)."""
     k.scope = Scope([], {})
     k.rewrite = outer.rewrite
     ops = CppOps(k)
@@ -107,7 +167,12 @@ def emit_loop_body(k: CppKernel, outer: MergedLoops) -> list[str]:
             k.locals[n.name] = value
             if k.stored(n.name):
                 k.scope.lines.append(store_line(k, n, value, n.buffer.layout.index(idx)))
-    return k.scope.lines
+    if len(outer.sizes) < 2:
+        return k.scope.lines
+    k.before_inner, body = hoist_invariant(
+        k, k.scope.lines, {outer.symbols[-1].name}, outer.sizes[-1:]
+    )
+    return body
 
 
 def merge_inner_loops(k: CppKernel, loop: Loop, outer: MergedLoops) -> MergedLoops:
@@ -177,6 +242,9 @@ def emit_inner_loop(k: CppKernel, loop: Loop, outer: MergedLoops, *, parallel_in
                 k.scope.lines.append(store_line(k, n, value, n.buffer.layout.index(idx)))
     body = k.scope.lines
     k.scope = outer_scope
+    if loop.inner:
+        hoisted, body = hoist_invariant(k, body, {s.name for s in inner.symbols}, inner.sizes)
+        pre = hoisted + pre
     out = list(pre)
     if loop.inner:
         parallel = parallel_inner and can_simd

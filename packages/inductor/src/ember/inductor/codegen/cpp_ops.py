@@ -330,6 +330,10 @@ class CppKernel:
     #: numbers converted from a bool -> that bool (a round trip back is dropped: besides
     #: wasted work, gcc turns ``(f != 0) ? a : b`` on such a value into a branch)
     from_bool: dict[str, CppVar] = field(default_factory=dict)
+    #: pointers the kernel only reads (``in_X`` of an input it does not also write)
+    readonly: set[str] = field(default_factory=set)
+    #: a pointwise kernel's lines that run before its innermost loop
+    before_inner: list[str] = field(default_factory=list)
 
     def new_var(self) -> str:
         self.counter += 1
