@@ -401,7 +401,13 @@ def _generate(
     from .scheduler import schedule
 
     lowered = GraphLowering(
-        gm, example_inputs, opts, backend.dtypes, backend.label, welford=backend.welford
+        gm,
+        example_inputs,
+        opts,
+        backend.dtypes,
+        backend.label,
+        welford=backend.welford,
+        calls_need_unit_stride=backend.vector_calls_need_unit_stride,
     ).run()
     steps = schedule(lowered, opts, backend.private_bytes, candidate_updates(lowered, gm))
     memory = plan_memory(lowered, steps)

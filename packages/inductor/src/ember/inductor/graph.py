@@ -25,7 +25,7 @@ from .conv_layout import channels_last_strides, prefers_channels_last
 from .decompositions import NEVER_DECOMPOSE, decompose_node
 from .errors import LoweringError
 from .fx_util import attr_value, graph_device, op_name
-from .index import index_symbols
+from .index import affine_coefficients, index_symbols, simplify_index
 from .ir import (
     Buffer,
     ComputedBuffer,
@@ -98,6 +98,27 @@ def _body_stats(node: IRNode) -> tuple[int, int, int]:
     return len({n for n, _ in deps.loads}), deps.num_ops, deps.num_heavy
 
 
+def _reads_transposed(node: IRNode) -> bool:
+    """Whether ``node`` reads some input with a stride above 1 along its last dim of more
+    than one element (through a permuted view: ``x.permute(0, 2, 1) + pos``)."""
+    size = node.get_size()
+    dims = [i for i, s in enumerate(size) if s != 1]
+    if not dims or not all(isinstance(s, int) for s in size):
+        return False
+    syms = index_symbols("t", len(size))
+    deps = DepsOps()
+    try:
+        node.make_loader()(syms, deps)
+    except Exception:  # a loader that needs more than loads and arithmetic
+        return False
+    last, ranges = syms[dims[-1]], dict(zip(syms, size))
+    for _, index in deps.loads:
+        fit = affine_coefficients(simplify_index(index, ranges), syms)
+        if fit is not None and isinstance(fit[0].get(last), int) and int(fit[0][last]) > 1:
+            return True
+    return False
+
+
 class GraphLowering:
     """Lowers one fx graph (``run``) into a ``LoweredGraph``."""
 
@@ -110,6 +131,7 @@ class GraphLowering:
         label: str = "C++",
         *,
         welford: bool = False,
+        calls_need_unit_stride: bool = False,
     ) -> None:
         """``dtypes``: what the backend's kernels handle (``label`` names it in messages);
         ``welford``: its kernels compute ``welford_m2`` reductions (variance in one pass)."""
@@ -119,6 +141,7 @@ class GraphLowering:
         self.dtypes = dtypes
         self.label = label
         self.welford = welford
+        self.calls_need_unit_stride = calls_need_unit_stride
         self.device = graph_device(example_inputs)
         self.buffers: list[Buffer] = []
         self.inputs: list[InputBuffer] = []
@@ -132,6 +155,8 @@ class GraphLowering:
         self.size_inputs: dict[int, Any] = {}
         self.env: dict[torch.fx.Node, Any] = {}
         self._updates = _update_nodes(gm)
+        #: buffer name -> layout, for ``_stored_in_order`` (rebuilt when buffers were added)
+        self._layouts: dict[str, Layout] = {}
         self._depth = 0
         self._shared: dict[IRNode, Buffer] = {}  # IR nodes hash by identity; _realize_shared
         #: convolutions read channels-last inputs (``conv_layout``, ADR 0056)
@@ -156,7 +181,7 @@ class GraphLowering:
                 return view
         size, dtype = node.get_size(), node.get_dtype()
         if stride is None and isinstance(node, Pointwise):
-            stride = input_order_strides(node)  # eager's order: its inputs'
+            stride = input_order_strides(node, self._stored_in_order)  # eager's: its inputs'
         layout = (
             Layout(size, stride, dtype) if stride is not None else Layout.contiguous(size, dtype)
         )
@@ -166,6 +191,19 @@ class GraphLowering:
         else:
             data = Pointwise(size, dtype, node.make_loader())
         return self.register(ComputedBuffer(self._name(), layout, data=data))
+
+    def _stored_in_order(self, name: str) -> bool:
+        """Whether buffer ``name``'s memory is in its logical (row-major) order."""
+        layouts = self._layouts
+        if len(layouts) != len(self.buffers) + len(self.inputs):
+            layouts.clear()
+            for buf in (*self.inputs, *self.buffers):
+                layouts[buf.name] = buf.layout
+        layout = layouts.get(name)
+        if layout is None and name.startswith("const"):
+            value = self.constants[name]
+            return bool(value.is_contiguous())
+        return layout is not None and _in_logical_order(layout.size, layout.stride)
 
     def realize_for_extern(self, node: IRNode) -> Buffer | ReinterpretView:
         """A buffer or strided view for an ATen call (which accepts any strides).
@@ -514,10 +552,17 @@ class GraphLowering:
                 reads > opts.realize_reads_threshold
                 or ops > opts.realize_ops_threshold
                 # softmax's exp(x - max) feeds the sum and the division: compute it once
-                # (stored in a kernel-local array when both land in one kernel)
-                or (heavy and _feeds_reduction(node))
+                # (stored in a kernel-local array when both land in one kernel); a value
+                # read through a permutation, once (Whisper's residual stream starts as
+                # the transposed convolution output: every layer re-read it strided)
+                or ((heavy or _reads_transposed(value)) and _feeds_reduction(node))
             )
         ):
+            self.env[node] = self.realize(value, _output_stride(node))
+        elif heavy and self.calls_need_unit_stride and _permuted_by_a_user(node):
+            # computed in its own order, then read through the permutation: gcc 12 leaves a
+            # loop that reads its input strided and calls erf/tanh/log scalar (Whisper's
+            # GELU of its convolutions, read transposed by every layer norm: 33 -> 5 us)
             self.env[node] = self.realize(value, _output_stride(node))
         elif _feeds_extern_and_more(node):
             self.env[node] = self.realize_for_extern(value)
@@ -582,19 +627,26 @@ _VIEW_OPS = frozenset(
 )
 
 
-def _consumers(node: torch.fx.Node) -> list[torch.fx.Node]:
-    """The ops using ``node``'s value, looking through view ops (t, permute, view, ...)."""
+def _consumers(
+    node: torch.fx.Node, through: frozenset[Any] | None = None
+) -> list[torch.fx.Node]:
+    """The ops using ``node``'s value, looking through view ops (t, permute, view, ...)
+    or the ops ``through``."""
+    through = _VIEW_OPS if through is None else through
     stack, seen, consumers = list(node.users), set(), []
     while stack:
         user = stack.pop()
         if user in seen:
             continue
         seen.add(user)
-        if user.target in _VIEW_OPS:
+        if user.target in through:
             stack.extend(user.users)
         else:
             consumers.append(user)
     return consumers
+
+
+_VIEWS_AND_COPIES = _VIEW_OPS | {aten.clone.default}
 
 
 def _update_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
@@ -620,9 +672,29 @@ def _is_scalar_feeding_tensor(node: torch.fx.Node, value: IRNode, ops: int) -> b
     return False
 
 
+def _in_logical_order(size: tuple[Size, ...], stride: tuple[Size, ...]) -> bool:
+    """Whether the dims of more than one element have non-increasing strides (row-major
+    order, gaps allowed: a slice's layout); symbolic strides count as in order."""
+    steps = [st for n, st in zip(size, stride) if n != 1]
+    if not all(isinstance(st, int) for st in steps):
+        return True
+    return all(int(a) >= int(b) for a, b in zip(steps, steps[1:]))
+
+
 def _feeds_reduction(node: torch.fx.Node) -> bool:
-    """Whether some use of ``node`` (through views) is a reduction."""
-    return any(u.target in REDUCTION_TARGETS for u in _consumers(node))
+    """Whether some use of ``node`` (through views and copies) is a reduction. A copy
+    counts: a layer norm of a permuted value reads ``clone(x, contiguous)`` (Whisper's
+    residual stream after its convolutions), and the value's GELU was recomputed from
+    the convolution's output in every later layer's kernel."""
+    return any(u.target in REDUCTION_TARGETS for u in _consumers(node, _VIEWS_AND_COPIES))
+
+
+_PERMUTING = frozenset({aten.t.default, aten.permute.default, aten.transpose.int})
+
+
+def _permuted_by_a_user(node: torch.fx.Node) -> bool:
+    """Whether a direct user of ``node`` is a view that reorders its dims."""
+    return any(u.target in _PERMUTING for u in node.users)
 
 
 def _feeds_extern_and_more(node: torch.fx.Node) -> bool:

@@ -6,21 +6,32 @@ stores for its own kernels (read by several kernels, or fused into a reduction's
 used to be stored contiguous whatever its inputs' order, so a channels-last network
 (ADR 0056) wrote its squeeze-excite activations with stride ``H*W`` and read them back
 transposed. :func:`input_order_strides` gives such a value the order of the first input
-it reads at full rank, as eager would. Values the graph returns are copied to eager's
-strides anyway (``graph._output``), so this never changes what a caller sees.
+it reads at full rank, as eager would, where that input's own memory is in another
+order than its logical one (a channels-last activation). A permuted view of memory stored
+in its logical order is not followed: Whisper's ``gelu(conv(x)).permute(0, 2, 1) + pos``
+(the start of the residual stream) was stored in the convolution's order, and every layer
+norm and residual add after it then read and wrote it with stride 32 (their kernels
+35 us where 5 do). Values the graph returns are copied to eager's strides anyway
+(``graph._output``), so this never changes what a caller sees.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from .index import affine_coefficients, index_symbols, simplify_index
 from .ir import IRNode
 from .ops_handler import DepsOps
 
 
-def input_order_strides(node: IRNode) -> tuple[int, ...] | None:
+def input_order_strides(
+    node: IRNode, stored_in_order: Callable[[str], bool] = lambda name: False
+) -> tuple[int, ...] | None:
     """Dense strides of ``node``'s size in the memory order of the first load that reads
     every dim of size above 1 with a positive integer stride, where that order is not
-    the logical one; ``None`` (contiguous) otherwise, and for symbolic sizes."""
+    the logical one; ``None`` (contiguous) otherwise, and for symbolic sizes. A load of a
+    buffer that ``stored_in_order`` (its memory is in its own logical order: only a view
+    permutes it) says nothing."""
     size = node.get_size()
     if len(size) < 2 or not all(isinstance(s, int) for s in size):
         return None
@@ -34,7 +45,9 @@ def input_order_strides(node: IRNode) -> tuple[int, ...] | None:
     except Exception:  # a loader that needs more than loads and arithmetic: keep contiguous
         return None
     ranges = dict(zip(syms, size))
-    for _, index in deps.loads:
+    for name, index in deps.loads:
+        if stored_in_order(name):
+            continue
         fit = affine_coefficients(simplify_index(index, ranges), syms)
         if fit is None:
             continue

@@ -57,6 +57,10 @@ class Backend(Protocol):
     #: Its kernels compute ``welford_m2`` reductions (variance in one pass over the input);
     #: the lowering emits them only for such a backend.
     welford: bool
+    #: Its loops vectorize a math-library call (erf, tanh, log) only over inputs read with
+    #: unit stride: gcc 12 leaves a loop scalar that reads a strided input and calls a
+    #: libmvec function. The lowering then stores such a value before a permuting view.
+    vector_calls_need_unit_stride: bool
     #: Its kernels take size symbols as arguments (``KernelSource.sizes``), so graphs
     #: with symbolic sizes compile (ADR 0021); otherwise such graphs run eagerly.
     symbolic_sizes: bool

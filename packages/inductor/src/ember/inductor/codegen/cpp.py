@@ -50,6 +50,7 @@ class CppBackend:
     dtypes = SUPPORTED_DTYPES
     private_bytes = PRIVATE_BYTES
     welford = False
+    vector_calls_need_unit_stride = True
     symbolic_sizes = True
 
     def __init__(self, options: InductorOptions) -> None:

@@ -38,6 +38,7 @@ class TritonBackend:
     #: scheduler keeps none: every such buffer is a graph buffer
     private_bytes = 0
     welford = True
+    vector_calls_need_unit_stride = False
     #: kernels take element counts and size symbols as arguments (ADR 0050)
     symbolic_sizes = True
 
