@@ -464,3 +464,46 @@ def test_measured_layout_decision_is_a_bool_from_real_timings() -> None:
     gm = make_fx(lambda x: conv(x))(torch.randn(1, 8, 9, 9))
     nodes = [n for n in gm.graph.nodes if n.target is torch.ops.aten.convolution.default]
     assert conv_layout._measured_faster(nodes) in (True, False)
+
+
+def _residual_stream_after_a_convolution() -> Callable[[torch.Tensor], torch.Tensor]:
+    """Whisper's encoder in small: ``gelu(conv).permute(0, 2, 1) + pos`` starts a residual
+    stream that four layer norm + linear layers read and add to."""
+    torch.manual_seed(0)
+    pos = torch.randn(12, 16)
+    norms = [(torch.randn(16), torch.randn(16)) for _ in range(4)]
+    linears = [(torch.randn(16, 16) / 4, torch.randn(16)) for _ in range(4)]
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        h = torch.nn.functional.gelu(x).permute(0, 2, 1) + pos
+        for (w, b), (lw, lb) in zip(norms, linears):
+            h = h + torch.nn.functional.linear(torch.nn.functional.layer_norm(h, (16,), w, b), lw, lb)
+        return h
+
+    return f
+
+
+def test_a_transposed_residual_stream_is_computed_once(check: Check, backend: str) -> None:
+    """The GELU is evaluated once and the transposed input read by one kernel only, not by
+    every layer's kernel (each recomputed the stream from the convolution's output, strided
+    and with erf, until more than four inputs were read)."""
+    f = _residual_stream_after_a_convolution()
+    c = check(f, torch.randn(2, 16, 12), atol=1e-4, rtol=1e-4)
+    if backend == "cpp":
+        sources = list(c.report.kernel_sources.values())
+        assert sum(s.count("ember_erff(") for s in sources) == 1, sources
+        assert sum("in_arg0" in s for s in sources) == 1, sources
+
+
+def test_a_permuted_view_of_row_major_memory_is_stored_row_major(check: Check, backend: str) -> None:
+    """A value read by several kernels follows an input's memory order only where that
+    memory is itself in another order (channels-last), not through a permuted view."""
+
+    def f(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = torch.sigmoid(x.permute(0, 2, 1) * 3)  # (2, 12, 16) read from (2, 16, 12)
+        return h.sum(-1), torch.softmax(h, -1) + y
+
+    c = check(f, torch.randn(2, 16, 12), torch.randn(2, 12, 16), atol=1e-5, rtol=1e-5)
+    if backend == "cpp":
+        src = "\n".join(c.report.kernel_sources.values())
+        assert _strided_vector_stores(src) == [], src
