@@ -234,3 +234,51 @@ def test_inline_expf_special_values_and_accuracy(check: Check) -> None:
     assert float(ulps.max()) <= 1.0
     assert got[-2] == 0.0  # exp(-100) = 3.8e-44 is a denormal: flushed
     assert torch.isnan(got[-6]) and got[-5] == float("inf") and got[-4] == 0.0
+
+
+def _recurrence(k: torch.Tensor, v: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """A per-step loop writing ``out[:, t] = ...`` (HF RWKV's CPU attention in small), as
+    functionalization hands it over: a chain of select_scatters."""
+    out = torch.zeros_like(k)
+    s = torch.zeros_like(k[:, 0])
+    for t in range(k.shape[1]):
+        e = torch.exp(k[:, t] - w)
+        s = s * 0.5 + e * v[:, t]
+        out = torch.select_scatter(out, s / (1 + e), 1, t)
+    return out
+
+
+def test_a_loop_writing_one_position_per_step_computes_each_step_once(
+    check: Check, backend: str
+) -> None:
+    """``out[:, t] = value`` per step is a chain of select_scatters; each step's value was
+    computed at every position and the select kept one (O(T^2) exps)."""
+    k, v, w = torch.randn(2, 6, 16), torch.randn(2, 6, 16), torch.randn(16)
+    c = check(_recurrence, k, v, w, atol=1e-5, rtol=1e-5)
+    if backend == "cpp":
+        sources = c.report.kernel_sources.values()
+        assert sum(s.count("ember_expf(") for s in sources) == 6, list(sources)
+
+
+@pytest.mark.parametrize("dim,index", [(0, 2), (1, -1), (2, 0), (-1, 3)])
+def test_select_scatter_matches_eager(check: Check, dim: int, index: int) -> None:
+    x = torch.randn(3, 4, 5)
+    src = torch.randn(*(s for d, s in enumerate(x.shape) if d != dim % 3))
+
+    def f(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        return torch.select_scatter(x * 2, torch.tanh(src) + 1, dim, index)
+
+    check(f, x, src)
+
+
+def test_stack_of_costly_parts_computes_each_once(check: Check, backend: str) -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([torch.exp(x[i] * (i + 1)) for i in range(5)], 1)
+
+    c = check(f, torch.randn(5, 8, 3), atol=1e-5, rtol=1e-5)
+    if backend == "cpp":
+        # the parts are stored and the stack only reads them: a kernel without any exp
+        # (inlined, the masked parts became one loop that if-converted every part's exp)
+        sources = list(c.report.kernel_sources.values())
+        assert sum(s.count("ember_expf(") for s in sources) == 5, sources
+        assert any("ember_expf(" not in s for s in sources), sources

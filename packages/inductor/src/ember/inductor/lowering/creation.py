@@ -14,8 +14,9 @@ from typing import Any
 import sympy
 import torch
 
+from ..index import index_symbols
 from ..ir import Index, IRNode, Pointwise
-from ..ops_handler import OpsHandler
+from ..ops_handler import DepsOps, OpsHandler
 from ..sizes import Size, as_size, provably
 from . import (
     LoweringContext,
@@ -147,6 +148,56 @@ def cat(xs: Sequence[IRNode], dim: int, size: tuple[Size, ...], dtype: torch.dty
     return Pointwise(size, dtype, inner)
 
 
+#: a part with more ops than this is stored before a select over parts reads it
+_PART_OPS = 24
+
+
+def _computed_once(ctx: LoweringContext, x: IRNode) -> IRNode:
+    """``x``, stored first where its body is costly (a transcendental op, or more than
+    ``_PART_OPS`` ops). For the parts of a select over positions (``cat``,
+    ``select_scatter``): inlined, every part's body was computed at every position and
+    the select kept one. The loop of a recurrence writing ``out[:, t]`` per step (HF
+    RWKV's CPU attention) computed all 16 steps' exps for each element: O(T^2)."""
+    if not isinstance(x, Pointwise):
+        return x
+    deps = DepsOps()
+    try:
+        x.make_loader()(index_symbols("c", len(x.get_size())), deps)
+    except Exception:  # a loader that needs more than loads and arithmetic
+        return x
+    if deps.num_heavy or deps.num_ops > _PART_OPS:
+        return ctx.realize(x)
+    return x
+
+
+@register_lowering(aten.select_scatter.default)
+def _select_scatter(
+    ctx: LoweringContext, node: torch.fx.Node, x: IRNode, src: IRNode, dim: int, index: Any
+) -> IRNode:
+    """``x`` with ``src`` written at ``index`` of ``dim``: a select by position whose
+    ``src`` is read only there (masked) and computed once (``_computed_once``)."""
+    size, dtype = out_size(node), out_dtype(node)
+    dim = normalize_dim(dim, len(size))
+    at = _int_or_size(index)
+    if isinstance(at, int) and at < 0:
+        at += int(size[dim])
+    src = _computed_once(ctx, src)
+    load_x, load_src = x.make_loader(), src.make_loader()
+
+    def inner(idx: Index, ops: OpsHandler) -> Any:
+        hit = ops.eq(ops.index_expr(idx[dim], torch.int64), scalar_value(ops, at, torch.int64))
+
+        def body() -> Any:
+            v = load_src([*idx[:dim], *idx[dim + 1 :]], ops)
+            return v if src.get_dtype() == dtype else ops.to_dtype(v, dtype)
+
+        old = load_x(idx, ops)
+        old = old if x.get_dtype() == dtype else ops.to_dtype(old, dtype)
+        return ops.where(hit, ops.masked(hit, body, 0, dtype), old)
+
+    return Pointwise(size, dtype, inner)
+
+
 @register_lowering(aten.cat.default)
 def _cat(ctx: LoweringContext, node: torch.fx.Node, xs: Any, dim: int = 0) -> IRNode:
     size = out_size(node)
@@ -161,6 +212,8 @@ def _cat(ctx: LoweringContext, node: torch.fx.Node, xs: Any, dim: int = 0) -> IR
     ):
         result: IRNode = tensors[0]
         return result
+    if len(tensors) > 1:
+        tensors = [_computed_once(ctx, x) for x in tensors]
     return cat(tensors, dim, size, out_dtype(node))
 
 
@@ -168,7 +221,8 @@ def _cat(ctx: LoweringContext, node: torch.fx.Node, xs: Any, dim: int = 0) -> IR
 def _stack(ctx: LoweringContext, node: torch.fx.Node, xs: Any, dim: int = 0) -> IRNode:
     size = out_size(node)
     dim = normalize_dim(dim, len(size))
-    return cat([unsqueeze(x, dim) for x in xs], dim, size, out_dtype(node))
+    parts = [_computed_once(ctx, x) for x in xs] if len(xs) > 1 else list(xs)
+    return cat([unsqueeze(x, dim) for x in parts], dim, size, out_dtype(node))
 
 
 @register_lowering(aten.constant_pad_nd.default)
