@@ -38,7 +38,10 @@ return fake tensors of ``u0`` rows, a fresh symbol of an ember ``ShapeEnv`` (the
 arguments' symbolic sizes use, else :attr:`EagerLayoutFakeMode.unbacked_env`), where
 torch's fake mode without its own ShapeEnv raises ``DynamicOutputShapeException``. The
 count of a mask is remembered on the mask (until it is written), so ``x[m]`` and ``y[m]``
-have the same size, as eager guarantees.
+have the same size, as eager guarantees. ``aten._local_scalar_dense`` (``t.item()``) of
+an integer or floating fake tensor returns an unbacked *value* (``v<N>``, ``vf<N>``; ADR
+0060) of the same environment, where torch's fake mode raises
+``DataDependentOutputException``.
 """
 
 from __future__ import annotations
@@ -72,8 +75,8 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
         """Within: the data-dependent sizes ops make are ``old``'s (the value the op gave when
         it was first traced), so a pass that runs a traced op again on new fake tensors
         (functionalization) keeps the symbols the rest of the trace refers to."""
-        sizes = [n for t in pytree.tree_leaves(old) if isinstance(t, torch.Tensor)
-                 for n in t.shape if _is_unbacked(n)]
+        sizes = [n for t in pytree.tree_leaves(old)
+                 for n in (t.shape if isinstance(t, torch.Tensor) else (t,)) if _is_unbacked(n)]
         saved, self._reuse = self._reuse, sizes
         try:
             yield
@@ -95,6 +98,13 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
             return self._nonzero(types, args[0])
         elif func is aten.masked_select.default and len(args) == 2:
             return self._masked_select(types, args[0], args[1])
+        elif (func is aten._local_scalar_dense.default and len(args) == 1
+              and isinstance(args[0], FakeTensor) and args[0].dtype in _VALUE_TYPES):
+            return self._item(args[0])
+        elif func is aten.slice.Tensor and len(args) >= 1 and isinstance(args[0], FakeTensor):
+            sliced = self._slice_by_value(types, *args, **(kwargs or {}))
+            if sliced is not None:
+                return sliced
         out = super().dispatch(func, types, args, kwargs or {})
         if args and _foreach_inplace(func):
             _count_writes(args[0])
@@ -166,6 +176,46 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
             {"dtype": src.dtype, "device": src.device},
         )
 
+    def _item(self, t: FakeTensor) -> object:
+        """``t.item()``: an unbacked value (ADR 0060), ``v<N>`` for an integer tensor and
+        ``vf<N>`` for a floating one; a fresh symbol per read (the tensor may change)."""
+        numel = t.numel()
+        if type(numel) is int and numel != 1:
+            raise RuntimeError(f"a Tensor with {numel} elements cannot be converted to Scalar")
+        pytype = _VALUE_TYPES[t.dtype]
+        if self._reuse:
+            return self._reuse.pop(0)
+        env = self._env([t])
+        self.cache_enabled = False
+        return env.sym_value(env.new_unbacked_value(pytype), pytype)
+
+    def _slice_by_value(self, types: Sequence[type], t: Any, dim: Any = 0,
+                        start: Any = None, end: Any = None, step: Any = 1) -> object:
+        """``t[:k]`` with an end ``k`` read from data (an unbacked value, ADR 0060; torch's
+        fake kernel would make a fresh unbacked size from its own ShapeEnv): the result's
+        size along ``dim`` is a fresh unbacked size ``u<N>`` (``0 <= u<N> <= size``), as in
+        torch; the op's result gives its value at run time. None where the slice is not
+        of that kind (torch's kernel decides it). A start read from data raises
+        :class:`DataDependentError` (the storage offset would depend on data)."""
+        if not (_is_value(end) or _is_value(start)) or t.dim() == 0:
+            return None
+        if _is_value(start) or _is_value(step) or step != 1:
+            raise DataDependentError(getattr(getattr(start, "node", None), "expr", start))
+        if start is not None and not (type(start) is int and start == 0):
+            return None
+        dim = dim % t.dim()
+        size = t.shape[dim]
+        if self._reuse:
+            new = self._reuse.pop(0)
+        else:
+            env = self._env([t, end])
+            new = env.sym_int(env.new_unbacked(size if type(size) is int else None))
+            self.cache_enabled = False
+        sizes = list(t.shape)
+        sizes[dim] = new
+        return super().dispatch(aten.as_strided.default, types,
+                                (t, sizes, list(t.stride()), t.storage_offset()), {})
+
     def _check_index_put(self, types: Sequence[type], dest: Any, indices: Any, values: Any) -> None:
         """Eager's ``index_put`` check (meta kernels skip it): ``values`` broadcasts to the
         shape of ``dest[indices]``."""
@@ -193,6 +243,21 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
                 f"shape mismatch: value tensor of shape {have} cannot be broadcast to indexing "
                 f"result of shape {want}"
             )
+
+
+#: dtypes whose ``.item()`` is an unbacked value, and its Python type (bool and complex: not)
+_VALUE_TYPES: dict[torch.dtype, type] = {
+    **dict.fromkeys((torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64), int),
+    **dict.fromkeys((torch.float16, torch.bfloat16, torch.float32, torch.float64), float),
+}
+
+
+def _is_value(v: object) -> bool:
+    """Whether ``v`` is a number read from tensor data (an unbacked value, ADR 0060)."""
+    node = getattr(v, "node", None)
+    env = getattr(node, "env", None)
+    return isinstance(env, ShapeEnv) and any(
+        s in env.unbacked_values for s in getattr(node.expr, "free_symbols", ()))  # type: ignore[union-attr]
 
 
 def _is_unbacked(size: object) -> bool:
