@@ -140,16 +140,22 @@ def symbol_sources(gm: fx.GraphModule) -> dict[sympy.Symbol, tuple[fx.Node, int 
     return found
 
 
-def unbacked_sources(gm: fx.GraphModule) -> dict[sympy.Symbol, tuple[fx.Node, int]]:
+def unbacked_sources(gm: fx.GraphModule) -> dict[sympy.Symbol, tuple[fx.Node, int | None]]:
     """Each symbol that no placeholder provides but a computed tensor has as a dimension:
-    (the first node producing such a tensor, dim). Unbacked sizes are found this way."""
+    (the first node producing such a tensor, dim). Unbacked sizes are found this way; an
+    unbacked value (``.item()``, ADR 0060) is (the ``_local_scalar_dense`` node, None)."""
     import sympy
     inputs = symbol_sources(gm)
-    found: dict[sympy.Symbol, tuple[fx.Node, int]] = {}
+    found: dict[sympy.Symbol, tuple[fx.Node, int | None]] = {}
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
         val = node.meta.get("val")
+        if node.target is aten._local_scalar_dense.default and isinstance(val, SYM_TYPES):
+            expr = expr_of(val)
+            if isinstance(expr, sympy.Symbol) and expr not in inputs:
+                found.setdefault(expr, (node, None))
+            continue
         if not isinstance(val, torch.Tensor):
             continue
         for d, size in enumerate(val.shape):
@@ -208,6 +214,8 @@ class _Binder:
         #: id(SymNode) -> (the node, kept alive; its graph node), for float recipes
         self.recipes: dict[int, tuple[Any, Any]] = {}
         self.anchor: fx.Node = next(n for n in self.graph.nodes if n.op != "placeholder")
+        #: the graph's nodes before binding (the nodes this binder adds are not among them)
+        self.original: set[fx.Node] = set(self.graph.nodes)
 
     def value(self, value: Any) -> Any:
         expr = expr_of(value)
@@ -233,7 +241,7 @@ class _Binder:
             else:
                 args.append(self.node(o.expr, {int: torch.SymInt, float: torch.SymFloat,
                                                bool: torch.SymBool}[o.pytype]))
-        with self.graph.inserting_before(self.anchor):
+        with self.graph.inserting_before(self._anchor_of(sym.expr)):  # after `.item()`'s read
             made = self.graph.call_function(fn, tuple(args))
         if self.env is not None:
             made.meta["val"] = torch.SymFloat(sym) if sym.pytype is float else sym  # type: ignore[no-untyped-call]
@@ -264,6 +272,8 @@ class _Binder:
         order = {n: i for i, n in enumerate(self.graph.nodes)}
         last: fx.Node = max(reads, key=lambda n: order[n])
         after: fx.Node = last.next
+        while after not in self.original and after.op != "output":
+            after = after.next  # past what was computed after that read already (its operands)
         return after
 
     def _unbacked_read(self, sym: sympy.Symbol) -> fx.Node:
@@ -271,6 +281,9 @@ class _Binder:
         if isinstance(hit, fx.Node):
             return hit
         producer, dim = self.computed[sym]
+        if dim is None:  # ``.item()``'s node: it is the value
+            self.cache[sym] = producer
+            return producer
         with self.graph.inserting_after(producer):
             read = self.graph.call_function(aten.sym_size.int, (producer, dim))
         self._meta(read, sym, torch.SymInt)
@@ -381,7 +394,9 @@ def pass_sizes(part: Partition) -> Partition:
         if env is None:
             raise TraceError("the backward needs sizes but the graphs carry no shape environment")
         out = next(n for n in fw.graph.nodes if n.op == "output")
-        values = [env.sym_value(sym, float if sym in env.floats else int) for sym in missing]
+        floats = {s for s, t in getattr(env, "unbacked_values", {}).items() if t is float}
+        values = [env.sym_value(sym, float if sym in env.floats or sym in floats else int)
+                  for sym in missing]
         out.args = ((*out.args[0], *values),)
         last_saved = [n for n in bw.graph.nodes if n.op == "placeholder" and n.name in part.saved]
         anchor = last_saved[-1].next if last_saved else next(iter(bw.graph.nodes))
