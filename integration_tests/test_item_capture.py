@@ -244,3 +244,30 @@ def test_a_bool_item_still_breaks_and_runs_right() -> None:
     compiled = ed.compile(bool_item, backend="eager")
     for x in (torch.ones(3), -torch.ones(3)):
         torch.testing.assert_close(compiled(x), bool_item(x))
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_inductor_training_compiles_forward_and_backward_around_a_float_item(
+    backend: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the backward needs the value: it gets the 0-d tensor it was read from (not a Python
+    # float, which ember.inductor's kernels cannot take) and its kernels load it
+    cnt, seen = _inductor(backend, monkeypatch)
+    compiled = ed.compile(loss_fn, backend=cnt, fullgraph=True)
+    gen = torch.Generator().manual_seed(3)
+    with caplog.at_level(logging.INFO, logger="ember"):
+        for _ in range(3):
+            x = torch.randn(16, generator=gen, requires_grad=True)
+            y = torch.randn(16, generator=gen, requires_grad=True)
+            ry = y.detach().clone().requires_grad_()
+            got, want = compiled(x, y), loss_fn(x.detach(), ry)
+            got.backward()
+            want.backward()
+            torch.testing.assert_close(got, want)
+            torch.testing.assert_close(y.grad, ry.grad)
+    assert cnt.frame_count == 1
+    assert len(seen) == 2 and all(isinstance(c, CompiledGraph) for c in seen), [
+        getattr(c.report, "eager_reason", None) for c in seen]
+    hints = [r.getMessage() for r in caplog.records if r.name == "ember.perf_hints"
+             and "eager" in r.getMessage()]
+    assert not hints, hints

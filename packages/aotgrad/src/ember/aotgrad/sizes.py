@@ -356,6 +356,15 @@ class _Binder:
         return self.graph.call_function(fn, (acc, self.node(args[-1], kind)))
 
 
+def _symbols_of(value: object) -> set[Any]:
+    found: set[Any] = set()
+    for v in _values(value):
+        expr = expr_of(v)
+        if expr is not None:
+            found |= expr.free_symbols
+    return found
+
+
 def has_symbolic_args(gm: fx.GraphModule) -> bool:
     return any(
         isinstance(a, SYM_TYPES)
@@ -397,15 +406,39 @@ def pass_sizes(part: Partition) -> Partition:
         floats = {s for s, t in getattr(env, "unbacked_values", {}).items() if t is float}
         values = [env.sym_value(sym, float if sym in env.floats or sym in floats else int)
                   for sym in missing]
-        out.args = ((*out.args[0], *values),)
+        # a float ``.item()`` read (ADR 0060): the backward gets the 0-d tensor it was read
+        # from and reads it again, so neither graph hands a Python float across and kernels
+        # keep reading it from memory (ADR 0055)
+        producers = unbacked_sources(fw)
+        tensors: dict[Any, fx.Node] = {}
+        for sym in missing:
+            node, dim = producers.get(sym, (None, 0))
+            if sym in floats and node is not None and dim is None and isinstance(node.args[0], fx.Node):
+                tensors[sym] = node.args[0]
+        out.args = ((*out.args[0], *[tensors.get(sym, v) for sym, v in zip(missing, values,
+                                                                           strict=True)]),)
         last_saved = [n for n in bw.graph.nodes if n.op == "placeholder" and n.name in part.saved]
         anchor = last_saved[-1].next if last_saved else next(iter(bw.graph.nodes))
+        reads: list[tuple[fx.Node, Any]] = []
         for sym, value in zip(missing, values, strict=True):
             with bw.graph.inserting_before(anchor):
-                ph = bw.graph.placeholder(f"size_{sym}")
-            ph.meta["val"] = value
+                ph = bw.graph.placeholder(f"item_{sym}" if sym in tensors else f"size_{sym}")
+            ph.meta["val"] = tensors[sym].meta["val"] if sym in tensors else value
+            if sym in tensors:
+                reads.append((ph, value))
             saved.append(ph.name)
+        first_op = next(n for n in bw.graph.nodes if n.op != "placeholder")
+        for ph, value in reads:
+            with bw.graph.inserting_before(first_op):
+                read = bw.graph.call_function(aten._local_scalar_dense.default, (ph,))
+            read.meta["val"] = value
+        for sym in tensors:  # a read left without a use in the forward
+            node = producers[sym][0]
+            if not node.users and not any(
+                    n is not node and sym in _symbols_of((n.args, n.kwargs)) for n in fw.graph.nodes):
+                fw.graph.erase_node(node)
         fw.recompile()
+        bw.recompile()
     return dataclasses.replace(part, forward=bind_sizes(fw), backward=bind_sizes(bw),
                                saved=tuple(saved))
 
