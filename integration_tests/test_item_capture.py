@@ -95,19 +95,25 @@ def test_int_and_float_of_a_tensor_and_arithmetic_on_the_value(backend: str) -> 
 
 
 def branch(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    z = y * 2
     s = x.sum().item()
     if s > 0:
-        return y + 1
-    return y - 1
+        return z + 1
+    return z - 1
 
 
-def test_a_decision_on_the_value_is_a_graph_break() -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_decision_on_the_value_is_a_graph_break(backend: str) -> None:
     with pytest.raises(ed.Unsupported, match=r"data-dependent decision.*vf0 > 0.*`\.item\(\)`"):
-        ed.compile(branch, backend="eager", fullgraph=True)(torch.ones(3), torch.randn(3))
-    compiled = ed.compile(branch, backend="eager")
-    for v in (1.0, -1.0, 2.0):
+        ed.compile(branch, backend=backend, fullgraph=True)(torch.ones(3), torch.randn(3))
+    cnt = CompileCounterWithBackend(backend)
+    compiled = ed.compile(branch, backend=cnt)
+    for v in (1.0, -1.0, 2.0, -3.0):
         x, y = torch.full((3,), v), torch.randn(3)
         torch.testing.assert_close(compiled(x, y), branch(x, y))
+    # split at the `if` (the graph before it returns the decision), one resume per side;
+    # no guard on the value
+    assert cnt.frame_count == 3
 
 
 def zeros_of(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
