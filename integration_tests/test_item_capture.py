@@ -277,3 +277,26 @@ def test_inductor_training_compiles_forward_and_backward_around_a_float_item(
     hints = [r.getMessage() for r in caplog.records if r.name == "ember.perf_hints"
              and "eager" in r.getMessage()]
     assert not hints, hints
+
+
+def fill_and_arith(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    # Gemma4AssistantMaskedEmbedder's pattern: a fill value from .item() and Python arithmetic
+    m = x.min().item() - 1.0
+    s = x.max().item()  # (a sum would be rounded otherwise by the compiled reduction)
+    out = torch.full((4, 6), m, dtype=y.dtype)
+    return out + y, y * (s * 2 + 1), 1.0 - s + y, y * -s, y.half() * (3 * s)
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_inductor_computes_python_arithmetic_and_fill_values_from_the_tensor(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cnt, seen = _inductor(backend, monkeypatch)
+    compiled = ed.compile(fill_and_arith, backend=cnt, fullgraph=True)
+    gen = torch.Generator().manual_seed(4)
+    for scale in (1.0, 0.1, 30.0):
+        x, y = torch.randn(4, 6, generator=gen) * scale, torch.randn(4, 6, generator=gen)
+        for got, want in zip(compiled(x, y), fill_and_arith(x, y), strict=True):
+            assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+    assert cnt.frame_count == 1 and len(seen) == 1
+    assert isinstance(seen[0], CompiledGraph), getattr(seen[0].report, "eager_reason", None)
