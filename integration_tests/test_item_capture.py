@@ -300,3 +300,26 @@ def test_inductor_computes_python_arithmetic_and_fill_values_from_the_tensor(
             assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
     assert cnt.frame_count == 1 and len(seen) == 1
     assert isinstance(seen[0], CompiledGraph), getattr(seen[0].report, "eager_reason", None)
+
+
+def bounds(x: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, int]:
+    a, b = n.tolist()  # an int tensor's values, one unbacked value each
+    return x[:a] * b, n.sum().tolist() * 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tolist_of_an_int_tensor_is_captured(backend: str) -> None:
+    cnt = CompileCounterWithBackend(backend)
+    compiled = ed.compile(bounds, backend=cnt, fullgraph=True)
+    x = torch.randn(4)
+    for a, b in ((2, 3), (0, 1), (5, -2), (-1, 4)):
+        n = torch.tensor([a, b])
+        (got, got_sum), (want, want_sum) = compiled(x, n), bounds(x, n)
+        torch.testing.assert_close(got, want)
+        assert got_sum == want_sum and type(got_sum) is int
+    assert cnt.frame_count == 1
+
+
+def test_tolist_of_a_float_tensor_breaks_as_in_torch_compile() -> None:
+    with pytest.raises(ed.Unsupported, match=r"Tensor\.tolist\(\)"):
+        ed.compile(lambda x: x + len(x.tolist()), backend="eager", fullgraph=True)(torch.randn(3))

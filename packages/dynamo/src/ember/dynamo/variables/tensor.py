@@ -23,7 +23,7 @@ from ..errors import Unsupported
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .known_scalars import Known, known_value
-from .lists import TupleVariable
+from .lists import ListVariable, TupleVariable
 from .sym import is_symbolic
 
 if TYPE_CHECKING:
@@ -216,6 +216,32 @@ def item(tx: Tx, tensor: TensorVariable, name: str = "item") -> VariableTracker:
     return tx.output.create_op("call_method", "item", [tensor], {})
 
 
+#: the most values ``tolist`` reads one by one into the graph (a longer list breaks)
+TOLIST_LIMIT = 64
+
+
+def tolist(tx: Tx, tensor: TensorVariable) -> VariableTracker | None:
+    """``t.tolist()`` of a 0-d or 1-d integer tensor of static size, at most
+    :data:`TOLIST_LIMIT` values: a list of ``t[i].item()`` values (ADR 0060); None otherwise
+    (the caller breaks, as before). Floating tensors break, as in torch.compile 2.13
+    ("Tensor.tolist() with non-integer tensor")."""
+    shape = tensor.example.shape
+    if _ITEM_TYPES.get(tensor.example.dtype) is not int or len(shape) > 1 or any(
+            is_symbolic(n) for n in shape):
+        return None
+    if not shape:
+        return item(tx, tensor)
+    if int(shape[0]) > TOLIST_LIMIT:
+        return None
+    values: list[VariableTracker] = []
+    for i in range(int(shape[0])):
+        element = tensor_method(tx, tensor, "__getitem__", [ConstantVariable(i)], {})
+        if not isinstance(element, TensorVariable):
+            return None
+        values.append(item(tx, element))
+    return ListVariable(values)
+
+
 #: tensor methods handled by modules above this one (``hooks``: ``register_hook``;
 #: ``ndarray``: ``numpy``),
 #: name -> handler(tx, tensor, args, kwargs)
@@ -238,6 +264,10 @@ def tensor_method(
             return known.materialize(tx.output)
     if name in SCALAR_READS and not args and not kwargs:
         return item(tx, tensor, name)
+    if name == "tolist" and not args and not kwargs and tx.options.capture_scalar_outputs:
+        listed = tolist(tx, tensor)
+        if listed is not None:
+            return listed
     if name in DATA_METHODS:
         raise Unsupported(
             f"`Tensor.{name}()` needs the tensor's data, which is only known when the graph runs"
