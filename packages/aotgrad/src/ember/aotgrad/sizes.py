@@ -410,11 +410,14 @@ def pass_sizes(part: Partition) -> Partition:
         # from and reads it again, so neither graph hands a Python float across and kernels
         # keep reading it from memory (ADR 0055)
         producers = unbacked_sources(fw)
+        inputs = symbol_sources(fw)
         tensors: dict[Any, fx.Node] = {}
         for sym in missing:
             node, dim = producers.get(sym, (None, 0))
             if sym in floats and node is not None and dim is None and isinstance(node.args[0], fx.Node):
                 tensors[sym] = node.args[0]
+            elif inputs.get(sym, (None, None))[1] == ITEM:  # a dynamic float's tensor (ADR 0044)
+                tensors[sym] = inputs[sym][0]
         out.args = ((*out.args[0], *[tensors.get(sym, v) for sym, v in zip(missing, values,
                                                                            strict=True)]),)
         last_saved = [n for n in bw.graph.nodes if n.op == "placeholder" and n.name in part.saved]
@@ -424,7 +427,7 @@ def pass_sizes(part: Partition) -> Partition:
             with bw.graph.inserting_before(anchor):
                 ph = bw.graph.placeholder(f"item_{sym}" if sym in tensors else f"size_{sym}")
             ph.meta["val"] = tensors[sym].meta["val"] if sym in tensors else value
-            if sym in tensors:
+            if sym in tensors and sym not in inputs:  # (a dynamic float's: bind_sizes reads it)
                 reads.append((ph, value))
             saved.append(ph.name)
         first_op = next(n for n in bw.graph.nodes if n.op != "placeholder")
@@ -433,6 +436,8 @@ def pass_sizes(part: Partition) -> Partition:
                 read = bw.graph.call_function(aten._local_scalar_dense.default, (ph,))
             read.meta["val"] = value
         for sym in tensors:  # a read left without a use in the forward
+            if sym not in producers:
+                continue
             node = producers[sym][0]
             if not node.users and not any(
                     n is not node and sym in _symbols_of((n.args, n.kwargs)) for n in fw.graph.nodes):
