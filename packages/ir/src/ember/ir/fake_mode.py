@@ -67,6 +67,10 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
     #: the shape environment unbacked sizes come from when no argument has symbolic sizes
     #: (made on first use when its owner set none)
     unbacked_env: ShapeEnv | None = None
+    #: ``_local_scalar_dense`` (``.item()``) gives an unbacked value (ADR 0060); off, it raises
+    #: as torch's fake mode does (ember.dynamo turns it on only for a ``.item()`` it captures,
+    #: so an op reading a 0-d tensor's value inside, ``torch.arange(t)``, breaks as before)
+    item_values: bool = True
     #: unbacked sizes to give out again, in order, instead of fresh ones (``rerun_like``)
     _reuse: list[Any] | None = None
 
@@ -98,7 +102,7 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
             return self._nonzero(types, args[0])
         elif func is aten.masked_select.default and len(args) == 2:
             return self._masked_select(types, args[0], args[1])
-        elif (func is aten._local_scalar_dense.default and len(args) == 1
+        elif (func is aten._local_scalar_dense.default and len(args) == 1 and self.item_values
               and isinstance(args[0], FakeTensor) and args[0].dtype in _VALUE_TYPES):
             return self._item(args[0])
         elif func is aten.slice.Tensor and len(args) >= 1 and isinstance(args[0], FakeTensor):

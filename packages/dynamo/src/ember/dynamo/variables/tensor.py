@@ -213,7 +213,12 @@ def item(tx: Tx, tensor: TensorVariable, name: str = "item") -> VariableTracker:
             f"`Tensor.{shown}()` needs the tensor's data, which is only known when the graph "
             f"runs ({reason})"
         )
-    return tx.output.create_op("call_method", "item", [tensor], {})
+    mode = tx.output.fake_mode
+    saved, mode.item_values = mode.item_values, True
+    try:
+        return tx.output.create_op("call_method", "item", [tensor], {})
+    finally:
+        mode.item_values = saved
 
 
 #: the most values ``tolist`` reads one by one into the graph (a longer list breaks)
