@@ -323,3 +323,22 @@ def test_tolist_of_an_int_tensor_is_captured(backend: str) -> None:
 def test_tolist_of_a_float_tensor_breaks_as_in_torch_compile() -> None:
     with pytest.raises(ed.Unsupported, match=r"Tensor\.tolist\(\)"):
         ed.compile(lambda x: x + len(x.tolist()), backend="eager", fullgraph=True)(torch.randn(3))
+
+
+def returns_a_constant(x: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    c = torch.tensor([[1.0, 0.5], [2.0, -1.0]])  # returned as it is: a constant of the graph
+    y = ((x.sin() * 2 + 1).cos() - x).exp()
+    return y[: n.item()] * 3, c
+
+
+def test_a_graph_compiled_in_runs_returns_its_constants(monkeypatch: pytest.MonkeyPatch) -> None:
+    # fuzz seed 545: int(t.argmax()) captured; the split graph looked the constant up in the
+    # values its runs made (KeyError: _tensor_constant0)
+    cnt, seen = _inductor("cpp", monkeypatch)
+    compiled = ed.compile(returns_a_constant, backend=cnt, fullgraph=True)
+    x = torch.randn(5, 2)
+    for k in (2, 0, 7):
+        for got, want in zip(compiled(x, torch.tensor(k)), returns_a_constant(x, torch.tensor(k)),
+                             strict=True):
+            torch.testing.assert_close(got, want)
+    assert isinstance(seen[0], SplitGraph)
