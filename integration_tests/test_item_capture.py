@@ -342,3 +342,39 @@ def test_a_graph_compiled_in_runs_returns_its_constants(monkeypatch: pytest.Monk
                              strict=True):
             torch.testing.assert_close(got, want)
     assert isinstance(seen[0], SplitGraph)
+
+
+def checked_size(x: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    k = n.item()
+    torch._check(k >= 0)  # torch's way to say the value is a size: new_zeros/arange trace
+    return x.new_zeros(k) + 1, torch.arange(k) * 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_torch_check_bounds_a_value_and_is_checked_at_run_time(backend: str) -> None:
+    cnt = CompileCounterWithBackend(backend)
+    compiled = ed.compile(checked_size, backend=cnt, fullgraph=True)
+    for k in (3, 0, 5):
+        for got, want in zip(compiled(torch.randn(2), torch.tensor(k)),
+                             checked_size(torch.randn(2), torch.tensor(k)), strict=True):
+            torch.testing.assert_close(got, want)
+    assert cnt.frame_count == 1
+    with pytest.raises(RuntimeError):
+        compiled(torch.randn(2), torch.tensor(-1))  # the check fails, as eager's does
+    with pytest.raises(RuntimeError):
+        checked_size(torch.randn(2), torch.tensor(-1))
+
+
+def size_checked(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    k = n.item()
+    torch._check_is_size(k)
+    return x.new_zeros(k, 2) + x.sum()
+
+
+def test_check_is_size_is_a_lower_bound_of_zero() -> None:
+    cnt = CompileCounterWithBackend("aot_eager")
+    compiled = ed.compile(size_checked, backend=cnt, fullgraph=True)
+    x = torch.randn(3)
+    for k in (4, 0, 1):
+        torch.testing.assert_close(compiled(x, torch.tensor(k)), size_checked(x, torch.tensor(k)))
+    assert cnt.frame_count == 1

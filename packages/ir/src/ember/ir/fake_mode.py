@@ -105,6 +105,9 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
         elif (func is aten._local_scalar_dense.default and len(args) == 1 and self.item_values
               and isinstance(args[0], FakeTensor) and args[0].dtype in _VALUE_TYPES):
             return self._item(args[0])
+        elif func is aten._assert_scalar.default and args and _is_value(args[0]):
+            _assume(args[0])  # ``torch._check(k >= 0)`` of an ``.item()`` value
+            return None
         elif func is aten.slice.Tensor and len(args) >= 1 and isinstance(args[0], FakeTensor):
             sliced = self._slice_by_value(types, *args, **(kwargs or {}))
             if sliced is not None:
@@ -254,6 +257,35 @@ _VALUE_TYPES: dict[torch.dtype, type] = {
     **dict.fromkeys((torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64), int),
     **dict.fromkeys((torch.float16, torch.bfloat16, torch.float32, torch.float64), float),
 }
+
+
+def _assume(cond: Any) -> None:
+    """``torch._check(cond)`` of an unbacked value (ADR 0060): a lower bound of one int value
+    (``k >= c``, ``k > c``, ``c <= k``; ``torch._check_is_size(k)`` is ``k >= 0``) becomes its
+    range, so tracing decides relations it implies (``new_zeros(k)`` asks ``k >= 0``); the
+    graph keeps the check (``_assert_scalar``), which raises at run time as eager does. Any
+    other condition raises :class:`DataDependentError` (capture breaks the graph there)."""
+    import sympy
+    node = cond.node
+    env, expr = node.env, node.expr
+    if env.static_value(expr) is True:
+        return
+    rels = (sympy.GreaterThan, sympy.StrictGreaterThan, sympy.LessThan, sympy.StrictLessThan)
+    if isinstance(expr, rels):
+        diff = sympy.expand(expr.lhs - expr.rhs)  # diff >= 0 / > 0 (<= 0 / < 0 for Le/Lt)
+        if isinstance(expr, (sympy.LessThan, sympy.StrictLessThan)):
+            diff = -diff
+        syms = list(diff.free_symbols)
+        if len(syms) == 1 and env.unbacked_values.get(syms[0]) is int:
+            sym = syms[0]
+            coeff = diff.coeff(sym)
+            rest = sympy.expand(diff - coeff * sym)
+            if coeff == 1 and rest.is_Integer:
+                strict = isinstance(expr, (sympy.StrictGreaterThan, sympy.StrictLessThan))
+                low = int(-rest) + (1 if strict else 0)
+                env.lower[sym] = max(low, env.lower.get(sym, low))
+                return
+    raise DataDependentError(expr)
 
 
 def _is_value(v: object) -> bool:
