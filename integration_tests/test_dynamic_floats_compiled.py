@@ -5,9 +5,10 @@ used to run every such graph through ATen. Now the float's uses as an arithmetic
 operand read it from its 0-d tensor inside the kernels: the graph compiles once for every later
 value, no "running graph eagerly" hint, results equal to eager bit for bit (where no
 transcendental function's rounding differs). Inference, C++ and Triton (Triton's
-interpreter, on CPU tensors). Not yet: training (aotgrad hands the backward the float as a
-``SymFloat`` input, which ember.inductor does not take), floats derived by Python arithmetic
-(``t / 3.0``), and the float's other uses (``alpha=``, ``lerp``, ``pow``, ``clamp``).
+interpreter, on CPU tensors). Training too since ADR 0060 (aotgrad hands the backward the
+float's 0-d tensor, not a ``SymFloat``), and ``+``, ``-``, ``*`` on the float (float64 0-d
+tensor ops). Not yet: division (``t / 3.0``) and the float's other uses (``alpha=``,
+``lerp``, ``pow``, ``clamp``).
 """
 
 from __future__ import annotations
@@ -78,3 +79,28 @@ def test_float_operands_compile_once_for_every_later_value(
             torch.testing.assert_close(compiled2(x, t), fused(x, t), rtol=1e-6, atol=1e-6)
     assert cnt2.frame_count == 2
     _no_eager(seen2, caplog)
+
+
+def scaled_loss(x: torch.Tensor, t: float) -> torch.Tensor:
+    return (x * (t * 2 - 1)).sin().sum()
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_training_with_a_dynamic_float_compiles_forward_and_backward(
+    backend: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    cnt, seen = _setup(backend, monkeypatch)
+    compiled = ed.compile(scaled_loss, backend=cnt)
+    gen = torch.Generator().manual_seed(1)
+    with caplog.at_level(logging.INFO, logger="ember"):
+        for t in VALUES[:4]:
+            x = torch.randn(32, generator=gen, requires_grad=True)
+            rx = x.detach().clone().requires_grad_()
+            got, want = compiled(x, t), scaled_loss(rx, t)
+            got.backward()
+            want.backward()
+            torch.testing.assert_close(got, want)
+            torch.testing.assert_close(x.grad, rx.grad)
+    assert cnt.frame_count == 2
+    _no_eager(seen, caplog)
+    assert len(seen) == 4  # forward and backward, static then for every later value

@@ -864,15 +864,15 @@ def eliminate_dead_code(graph: fx.Graph) -> None:
 
 
 def _made_symbols(node: fx.Node) -> list[Any]:
-    """The bare symbols among the sizes of ``node``'s tensor value."""
+    """The bare symbols among the sizes of ``node``'s tensor value, or its value itself
+    (``.item()``'s unbacked value, ADR 0060)."""
     val = node.meta.get("val")
     found = []
     for t in tree_flatten(val)[0]:
-        if isinstance(t, torch.Tensor):
-            for size in t.shape:
-                expr = getattr(getattr(size, "node", None), "expr", None)
-                if expr is not None and getattr(expr, "is_Symbol", False):
-                    found.append(expr)
+        for size in t.shape if isinstance(t, torch.Tensor) else (t,):
+            expr = getattr(getattr(size, "node", None), "expr", None)
+            if expr is not None and getattr(expr, "is_Symbol", False):
+                found.append(expr)
     return found
 
 

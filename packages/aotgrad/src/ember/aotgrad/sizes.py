@@ -140,16 +140,22 @@ def symbol_sources(gm: fx.GraphModule) -> dict[sympy.Symbol, tuple[fx.Node, int 
     return found
 
 
-def unbacked_sources(gm: fx.GraphModule) -> dict[sympy.Symbol, tuple[fx.Node, int]]:
+def unbacked_sources(gm: fx.GraphModule) -> dict[sympy.Symbol, tuple[fx.Node, int | None]]:
     """Each symbol that no placeholder provides but a computed tensor has as a dimension:
-    (the first node producing such a tensor, dim). Unbacked sizes are found this way."""
+    (the first node producing such a tensor, dim). Unbacked sizes are found this way; an
+    unbacked value (``.item()``, ADR 0060) is (the ``_local_scalar_dense`` node, None)."""
     import sympy
     inputs = symbol_sources(gm)
-    found: dict[sympy.Symbol, tuple[fx.Node, int]] = {}
+    found: dict[sympy.Symbol, tuple[fx.Node, int | None]] = {}
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
         val = node.meta.get("val")
+        if node.target is aten._local_scalar_dense.default and isinstance(val, SYM_TYPES):
+            expr = expr_of(val)
+            if isinstance(expr, sympy.Symbol) and expr not in inputs:
+                found.setdefault(expr, (node, None))
+            continue
         if not isinstance(val, torch.Tensor):
             continue
         for d, size in enumerate(val.shape):
@@ -208,6 +214,8 @@ class _Binder:
         #: id(SymNode) -> (the node, kept alive; its graph node), for float recipes
         self.recipes: dict[int, tuple[Any, Any]] = {}
         self.anchor: fx.Node = next(n for n in self.graph.nodes if n.op != "placeholder")
+        #: the graph's nodes before binding (the nodes this binder adds are not among them)
+        self.original: set[fx.Node] = set(self.graph.nodes)
 
     def value(self, value: Any) -> Any:
         expr = expr_of(value)
@@ -233,7 +241,7 @@ class _Binder:
             else:
                 args.append(self.node(o.expr, {int: torch.SymInt, float: torch.SymFloat,
                                                bool: torch.SymBool}[o.pytype]))
-        with self.graph.inserting_before(self.anchor):
+        with self.graph.inserting_before(self._anchor_of(sym.expr)):  # after `.item()`'s read
             made = self.graph.call_function(fn, tuple(args))
         if self.env is not None:
             made.meta["val"] = torch.SymFloat(sym) if sym.pytype is float else sym  # type: ignore[no-untyped-call]
@@ -264,6 +272,8 @@ class _Binder:
         order = {n: i for i, n in enumerate(self.graph.nodes)}
         last: fx.Node = max(reads, key=lambda n: order[n])
         after: fx.Node = last.next
+        while after not in self.original and after.op != "output":
+            after = after.next  # past what was computed after that read already (its operands)
         return after
 
     def _unbacked_read(self, sym: sympy.Symbol) -> fx.Node:
@@ -271,6 +281,9 @@ class _Binder:
         if isinstance(hit, fx.Node):
             return hit
         producer, dim = self.computed[sym]
+        if dim is None:  # ``.item()``'s node: it is the value
+            self.cache[sym] = producer
+            return producer
         with self.graph.inserting_after(producer):
             read = self.graph.call_function(aten.sym_size.int, (producer, dim))
         self._meta(read, sym, torch.SymInt)
@@ -343,6 +356,15 @@ class _Binder:
         return self.graph.call_function(fn, (acc, self.node(args[-1], kind)))
 
 
+def _symbols_of(value: object) -> set[Any]:
+    found: set[Any] = set()
+    for v in _values(value):
+        expr = expr_of(v)
+        if expr is not None:
+            found |= expr.free_symbols
+    return found
+
+
 def has_symbolic_args(gm: fx.GraphModule) -> bool:
     return any(
         isinstance(a, SYM_TYPES)
@@ -381,16 +403,47 @@ def pass_sizes(part: Partition) -> Partition:
         if env is None:
             raise TraceError("the backward needs sizes but the graphs carry no shape environment")
         out = next(n for n in fw.graph.nodes if n.op == "output")
-        values = [env.sym_value(sym, float if sym in env.floats else int) for sym in missing]
-        out.args = ((*out.args[0], *values),)
+        floats = {s for s, t in getattr(env, "unbacked_values", {}).items() if t is float}
+        values = [env.sym_value(sym, float if sym in env.floats or sym in floats else int)
+                  for sym in missing]
+        # a float ``.item()`` read (ADR 0060): the backward gets the 0-d tensor it was read
+        # from and reads it again, so neither graph hands a Python float across and kernels
+        # keep reading it from memory (ADR 0055)
+        producers = unbacked_sources(fw)
+        inputs = symbol_sources(fw)
+        tensors: dict[Any, fx.Node] = {}
+        for sym in missing:
+            node, dim = producers.get(sym, (None, 0))
+            if sym in floats and node is not None and dim is None and isinstance(node.args[0], fx.Node):
+                tensors[sym] = node.args[0]
+            elif inputs.get(sym, (None, None))[1] == ITEM:  # a dynamic float's tensor (ADR 0044)
+                tensors[sym] = inputs[sym][0]
+        out.args = ((*out.args[0], *[tensors.get(sym, v) for sym, v in zip(missing, values,
+                                                                           strict=True)]),)
         last_saved = [n for n in bw.graph.nodes if n.op == "placeholder" and n.name in part.saved]
         anchor = last_saved[-1].next if last_saved else next(iter(bw.graph.nodes))
+        reads: list[tuple[fx.Node, Any]] = []
         for sym, value in zip(missing, values, strict=True):
             with bw.graph.inserting_before(anchor):
-                ph = bw.graph.placeholder(f"size_{sym}")
-            ph.meta["val"] = value
+                ph = bw.graph.placeholder(f"item_{sym}" if sym in tensors else f"size_{sym}")
+            ph.meta["val"] = tensors[sym].meta["val"] if sym in tensors else value
+            if sym in tensors and sym not in inputs:  # (a dynamic float's: bind_sizes reads it)
+                reads.append((ph, value))
             saved.append(ph.name)
+        first_op = next(n for n in bw.graph.nodes if n.op != "placeholder")
+        for ph, value in reads:
+            with bw.graph.inserting_before(first_op):
+                read = bw.graph.call_function(aten._local_scalar_dense.default, (ph,))
+            read.meta["val"] = value
+        for sym in tensors:  # a read left without a use in the forward
+            if sym not in producers:
+                continue
+            node = producers[sym][0]
+            if not node.users and not any(
+                    n is not node and sym in _symbols_of((n.args, n.kwargs)) for n in fw.graph.nodes):
+                fw.graph.erase_node(node)
         fw.recompile()
+        bw.recompile()
     return dataclasses.replace(part, forward=bind_sizes(fw), backward=bind_sizes(bw),
                                saved=tuple(saved))
 

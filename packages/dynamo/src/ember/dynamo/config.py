@@ -52,6 +52,14 @@ class DynamoOptions:
     #: the recompile takes it as a graph input (a symbolic float), so further values
     #: reuse the graph (ADR 0044). ``True``: every value is a constant and recompiles.
     specialize_float: bool = False
+    #: ``True`` (the default; what torch.compile 2.13 does whatever its flag of this name
+    #: says): ``tensor.item()`` (and ``int(t)``/``float(t)`` of a one-value integer or
+    #: floating tensor) is a graph node whose result is an unbacked symbolic value, an int
+    #: ``v<N>`` or a float ``vf<N>``, never guarded on (ADR 0060); a decision on it is a
+    #: graph break. ``False``: every such read is a graph break. The environment's
+    #: ``TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS``/``EMBER_CAPTURE_SCALAR_OUTPUTS`` (1 or 0)
+    #: set it at import and ``reset()``.
+    capture_scalar_outputs: bool = True
     #: Trace *through* the ``forward`` of torch.nn built-in modules instead of
     #: emitting one ``call_module`` node per leaf module.
     inline_inbuilt_nn_modules: bool = False
@@ -185,11 +193,26 @@ class Config:
 DYNAMIC_SHAPES_ENV: tuple[str, ...] = ("EMBER_DYNAMIC_SHAPES", "TORCHDYNAMO_DYNAMIC_SHAPES")
 
 
+#: The environment variables that switch ``capture_scalar_outputs`` (ember's, TorchDynamo's).
+CAPTURE_SCALAR_OUTPUTS_ENV: tuple[str, ...] = ("EMBER_CAPTURE_SCALAR_OUTPUTS",
+                                               "TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS")
+
+
 def _defaults() -> dict[str, Any]:
     """``DynamoOptions``' defaults, with the environment's dynamic-shapes switch applied
     (``1``: ``dynamic=True``, the seeds' "won't recompile on shape changes"; ``0``:
-    ``dynamic=False``; unset: automatic dynamic)."""
+    ``dynamic=False``; unset: automatic dynamic), and its ``capture_scalar_outputs``
+    switch (1 or 0)."""
     values: dict[str, Any] = {f.name: f.default for f in fields(DynamoOptions)}
+    for name in CAPTURE_SCALAR_OUTPUTS_ENV:
+        raw = os.environ.get(name)
+        if raw is None or raw == "":
+            continue
+        if raw not in ("0", "1"):
+            raise ValueError(f"{name} must be 1 (capture .item() in the graph) or 0 (break), "
+                             f"got {raw!r}")
+        values["capture_scalar_outputs"] = raw == "1"
+        break
     for name in DYNAMIC_SHAPES_ENV:
         raw = os.environ.get(name)
         if raw is None or raw == "":

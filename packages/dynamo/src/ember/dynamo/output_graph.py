@@ -133,6 +133,7 @@ class OutputGraph:
         self.shapes = shapes if shapes is not None else ShapePolicy()
         #: sizes that depend on data (``x[mask]``) are unbacked symbols of the same environment
         self.fake_mode.unbacked_env = self.shapes.env
+        self.fake_mode.item_values = False  # on for a captured ``.item()`` only (ADR 0060)
         #: (tensor node, dim) -> the graph's ``size`` node for a symbolic dimension
         self.size_nodes: dict[tuple[torch.fx.Node, int], SymNodeVariable] = {}
         #: the translator running now (innermost inlined call); names guard sites

@@ -132,7 +132,12 @@ class TranslatorCore:
         if handler is None:
             why = GRAPH_BREAK_OPCODES.get(inst.opname)
             raise Unsupported(f"opcode {inst.opname} is not supported" + (f": {why}" if why else ""))
-        handler(inst)
+        try:
+            handler(inst)
+        except DataDependentError as e:
+            # here, not only in ``run``: a translator that may split the frame splits it
+            # at this instruction (``if s > 0`` of an ``.item()`` value, ADR 0060)
+            raise Unsupported(f"data-dependent decision: {e}") from e
 
     def user_stack(self) -> list[traceback.FrameSummary]:
         frames = []

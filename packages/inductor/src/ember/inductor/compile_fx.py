@@ -233,11 +233,21 @@ def _eager_reason(
     if not any(n.op == "call_function" for n in gm.graph.nodes):
         return "graph has no operations"
     for n in gm.graph.nodes:
-        if n.target is torch.ops.aten._local_scalar_dense.default or isinstance(
-                n.meta.get("val"), torch.SymFloat):
-            return ("graph computes with a dynamic Python float (ember.dynamo's automatic dynamic "
-                    "floats, ADR 0044); ember.inductor's kernels take constant scalars only")
+        val = n.meta.get("val")
+        if isinstance(val, torch.SymFloat) or (
+                n.target is torch.ops.aten._local_scalar_dense.default
+                and not _unbacked_int(val)):
+            return ("graph computes with a float that is not an elementwise operand, a dynamic "
+                    "Python float (ADR 0044) or one `.item()` read (ADR 0060); ember.inductor's "
+                    "kernels take constant scalars only")
     return None
+
+
+def _unbacked_int(val: object) -> bool:
+    """Whether ``val`` is an int read from tensor data (``.item()``: an unbacked value, ADR
+    0060), which the graph's runs around unbacked symbols handle (ADR 0046)."""
+    env = getattr(getattr(val, "node", None), "env", None)
+    return isinstance(val, torch.SymInt) and env is not None and bool(env.has_unbacked(val.node.expr))
 
 
 def _compile_around_unbacked(
@@ -248,7 +258,7 @@ def _compile_around_unbacked(
     compiling, the graph writes its inputs, or the split fails."""
     names = ", ".join(unbacked)
     why = (f"sizes {names} depend on tensor data (boolean-mask indexing, nonzero, "
-           "masked_select); ember.inductor binds sizes from its inputs only (ADR 0046)")
+           "masked_select, `.item()`); ember.inductor binds sizes from its inputs only (ADR 0046)")
     split: tuple[list[Run], int] | None = None
     if not input_updates_of(gm):
         try:

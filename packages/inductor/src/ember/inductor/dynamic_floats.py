@@ -19,6 +19,7 @@ float with CUDA tensors still runs eagerly: ``_eager_reason`` refuses mixed devi
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -99,30 +100,71 @@ def _compute_dtype(user: fx.Node, value: fx.Node) -> torch.dtype | None:
     return torch.get_default_dtype()
 
 
+#: Python arithmetic on a float (``s - 1.0``) that an op on float64 0-d tensors computes
+#: exactly as Python does (one IEEE double operation). Division is left out: Python raises
+#: on a zero divisor where a tensor gives inf.
+_ARITH: dict[Any, Any] = {operator.add: aten.add.Tensor, operator.sub: aten.sub.Tensor,
+                          operator.mul: aten.mul.Tensor}
+
+
+def _float_values(gm: fx.GraphModule) -> list[fx.Node]:
+    """The graph's float values in order: reads (``_local_scalar_dense``) and Python
+    arithmetic of ``_ARITH``/``neg`` over them and numbers; [] where some other node makes a
+    ``SymFloat`` (nothing is rewritten then: the graph runs eagerly anyway)."""
+    values: list[fx.Node] = []
+    known: set[fx.Node] = set()
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or not isinstance(n.meta.get("val"), torch.SymFloat):
+            continue
+        ok = n.target is aten._local_scalar_dense.default or (
+            n.target in _ARITH and len(n.args) == 2 and not n.kwargs
+            and any(a in known for a in n.args)
+            and all(a in known or type(a) in (int, float) for a in n.args)
+        ) or (n.target is operator.neg and len(n.args) == 1 and n.args[0] in known)
+        if not ok:
+            return []
+        values.append(n)
+        known.add(n)
+    return values
+
+
 def floats_as_tensors(gm: fx.GraphModule) -> fx.GraphModule:
     """``gm`` with each dynamic float operand read from its 0-d tensor (a new module), or
-    ``gm`` itself when it has none or some use of one cannot be rewritten."""
-    reads = [
-        n for n in gm.graph.nodes
-        if n.target is aten._local_scalar_dense.default and isinstance(n.meta.get("val"), torch.SymFloat)
-    ]
-    if not reads:
+    ``gm`` itself when it has none or some use of one cannot be rewritten. Python
+    arithmetic on a float (``s - 1.0``, ADR 0060) becomes the same operation on float64 0-d
+    tensors, and ``full(size, s)`` an expanded copy of the converted tensor."""
+    values = _float_values(gm)
+    if not values:
         return gm
-    # (float read, its user, the user's new overload (None: a scalar_tensor replaced whole),
-    # the float's positions among the user's operands, the dtype it is converted to)
+    in_values = set(values)
+    device = None
+    for v in values:
+        if v.target is aten._local_scalar_dense.default:
+            source = v.args[0]
+            if not isinstance(source, fx.Node) or not isinstance(source.meta.get("val"), torch.Tensor):
+                return gm
+            if device is None:
+                device = source.meta["val"].device
+            elif source.meta["val"].device != device:
+                return gm
+    # (float value, its user, the user's new overload (None: a scalar_tensor replaced whole;
+    # "full": a full replaced whole), the float's positions among the user's operands, the
+    # dtype it is converted to)
     plan: list[tuple[fx.Node, fx.Node, Any, list[int | str], torch.dtype]] = []
-    for read in reads:
-        source = read.args[0]
-        if not isinstance(source, fx.Node) or not isinstance(source.meta.get("val"), torch.Tensor):
-            return gm
+    for read in values:
         for user in read.users:
+            if user in in_values:
+                continue
             if user.op != "call_function" or not isinstance(user.target, torch._ops.OpOverload):
                 return gm
-            if user.target is aten.scalar_tensor.default:  # the float as a 0-d tensor: a copy
-                val = user.meta.get("val")
-                if not isinstance(val, torch.Tensor) or val.device != source.meta["val"].device:
+            val = user.meta.get("val")
+            if user.target in (aten.scalar_tensor.default, aten.full.default):
+                # the float as a tensor of its own: a copy (``full``: expanded to the size)
+                full = user.target is aten.full.default
+                if (not isinstance(val, torch.Tensor) or val.device != device
+                        or _positions(user, read) != [1 if full else 0]):
                     return gm
-                plan.append((read, user, None, [], val.dtype))
+                plan.append((read, user, "full" if full else None, [], val.dtype))
                 continue
             positions = _positions(user, read)
             op = _tensor_overload(user.target, positions)
@@ -134,19 +176,68 @@ def floats_as_tensors(gm: fx.GraphModule) -> fx.GraphModule:
     remap: dict[fx.Node, fx.Node] = {}
     out = graph.graph_copy(gm.graph, remap)
     graph.output(out)
+    fake = next(v.args[0].meta["val"] for v in values  # type: ignore[union-attr]
+                if v.target is aten._local_scalar_dense.default).fake_mode
+    # each float value as a 0-d tensor: a read is its source tensor (any floating dtype
+    # holds the value exactly); arithmetic, a float64 tensor computed as Python does
+    base: dict[fx.Node, fx.Node] = {}
+    double: dict[fx.Node, fx.Node] = {}
+
+    def emit(after: fx.Node, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> fx.Node:
+        with graph.inserting_after(after):
+            node = graph.call_function(op, args, kwargs)
+        vals = [a.meta["val"] if isinstance(a, fx.Node) else a for a in args]
+        with fake:
+            node.meta["val"] = op(*vals, **kwargs)
+        return node
+
+    def as_double(v: fx.Node) -> fx.Node:
+        hit = double.get(v)
+        if hit is None:
+            src = base[v]
+            hit = src if src.meta["val"].dtype == torch.float64 else emit(
+                src, aten._to_copy.default, (src,), {"dtype": torch.float64})
+            double[v] = hit
+        return hit
+
+    for v in values:
+        if v.target is aten._local_scalar_dense.default:
+            base[v] = remap[v.args[0]]  # type: ignore[index]
+            continue
+        at = remap[v]
+        operands = [as_double(a) if isinstance(a, fx.Node) else a for a in v.args]
+        anchor = at.prev  # the new nodes go where the Python arithmetic was
+        if v.target is operator.neg:
+            made = emit(anchor, aten.neg.default, (operands[0],), {})
+        elif isinstance(operands[0], fx.Node):
+            made = emit(anchor, _ARITH[v.target], (operands[0], operands[1]), {})
+        elif v.target is operator.sub:  # number - float
+            made = emit(anchor, aten.rsub.Scalar, (operands[1], operands[0]), {})
+        else:  # number + float, number * float: commutative in IEEE arithmetic
+            made = emit(anchor, _ARITH[v.target], (operands[1], operands[0]), {})
+        base[v] = made
     converted: dict[tuple[fx.Node, torch.dtype], fx.Node] = {}
     for read, user, op, positions, dtype in plan:
-        new_user, source = remap[user], remap[read.args[0]]  # type: ignore[index]
+        new_user, source = remap[user], base[read]
         conv = converted.get((source, dtype))
         if conv is None:
-            with graph.inserting_after(source):
-                conv = graph.call_function(aten._to_copy.default, (source,), {"dtype": dtype})
-            val = source.meta["val"]
-            with val.fake_mode:
-                conv.meta["val"] = val.to(dtype)
+            conv = source if source.meta["val"].dtype == dtype and op is not None else emit(
+                source, aten._to_copy.default, (source,), {"dtype": dtype})
             converted[(source, dtype)] = conv
         if op is None:  # scalar_tensor(f0): the converted tensor itself
             new_user.replace_all_uses_with(conv)
+            graph.erase_node(new_user)
+            continue
+        if op == "full":  # full(size, f0): the converted tensor expanded, copied
+            size = new_user.args[0]
+            with graph.inserting_before(new_user):
+                expanded = graph.call_function(aten.expand.default, (conv, size))
+                filled = graph.call_function(aten.clone.default, (expanded,),
+                                             {"memory_format": torch.contiguous_format})
+            with fake:
+                expanded.meta["val"] = conv.meta["val"].expand(user.meta["val"].shape)
+                filled.meta["val"] = expanded.meta["val"].clone(memory_format=torch.contiguous_format)
+            new_user.replace_all_uses_with(filled)
             graph.erase_node(new_user)
             continue
         args, kwargs = list(new_user.args), dict(new_user.kwargs)
@@ -157,8 +248,8 @@ def floats_as_tensors(gm: fx.GraphModule) -> fx.GraphModule:
                 kwargs[pos] = conv
         new_user.args, new_user.kwargs = tuple(args), kwargs
         new_user.target = op
-    for read in reads:
-        graph.erase_node(remap[read])
+    for v in reversed(values):
+        graph.erase_node(remap[v])
     new = fx.GraphModule(gm, graph)
     new.meta = dict(getattr(gm, "meta", {}))  # the frontend's debug folder, among others
     return new

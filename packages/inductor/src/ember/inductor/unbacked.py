@@ -125,6 +125,10 @@ class SplitGraph:
         self.report = report
         self._placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self._output = next(n for n in gm.graph.nodes if n.op == "output")
+        # constants the graph returns as they are (``torch.tensor([...])`` returned): no run
+        # makes them
+        self._constants: dict[torch.fx.Node, Any] = {
+            n: _fetch(gm, str(n.target)) for n in gm.graph.nodes if n.op == "get_attr"}
         # each value is dropped after the last run reading it (intermediates freed as a
         # compiled graph frees them); the graph's outputs are kept
         last: dict[torch.fx.Node, int] = {}
@@ -141,6 +145,7 @@ class SplitGraph:
         if len(args) == 1 and isinstance(args[0], list):
             args = tuple(args[0])
         env: dict[torch.fx.Node, Any] = dict(zip(self._placeholders, args, strict=True))
+        env.update(self._constants)
         for run, free in zip(self.runs, self._free, strict=True):
             assert run.fn is not None
             outs = run.fn(*[env[i] for i in run.inputs])
@@ -151,6 +156,13 @@ class SplitGraph:
         return pytree.tree_map(
             lambda x: env[x] if isinstance(x, torch.fx.Node) else x, self._output.args[0]
         )
+
+
+def _fetch(gm: torch.fx.GraphModule, target: str) -> Any:
+    value: Any = gm
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def split_compile(

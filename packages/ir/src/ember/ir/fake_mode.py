@@ -38,7 +38,10 @@ return fake tensors of ``u0`` rows, a fresh symbol of an ember ``ShapeEnv`` (the
 arguments' symbolic sizes use, else :attr:`EagerLayoutFakeMode.unbacked_env`), where
 torch's fake mode without its own ShapeEnv raises ``DynamicOutputShapeException``. The
 count of a mask is remembered on the mask (until it is written), so ``x[m]`` and ``y[m]``
-have the same size, as eager guarantees.
+have the same size, as eager guarantees. ``aten._local_scalar_dense`` (``t.item()``) of
+an integer or floating fake tensor returns an unbacked *value* (``v<N>``, ``vf<N>``; ADR
+0060) of the same environment, where torch's fake mode raises
+``DataDependentOutputException``.
 """
 
 from __future__ import annotations
@@ -64,6 +67,10 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
     #: the shape environment unbacked sizes come from when no argument has symbolic sizes
     #: (made on first use when its owner set none)
     unbacked_env: ShapeEnv | None = None
+    #: ``_local_scalar_dense`` (``.item()``) gives an unbacked value (ADR 0060); off, it raises
+    #: as torch's fake mode does (ember.dynamo turns it on only for a ``.item()`` it captures,
+    #: so an op reading a 0-d tensor's value inside, ``torch.arange(t)``, breaks as before)
+    item_values: bool = True
     #: unbacked sizes to give out again, in order, instead of fresh ones (``rerun_like``)
     _reuse: list[Any] | None = None
 
@@ -72,8 +79,8 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
         """Within: the data-dependent sizes ops make are ``old``'s (the value the op gave when
         it was first traced), so a pass that runs a traced op again on new fake tensors
         (functionalization) keeps the symbols the rest of the trace refers to."""
-        sizes = [n for t in pytree.tree_leaves(old) if isinstance(t, torch.Tensor)
-                 for n in t.shape if _is_unbacked(n)]
+        sizes = [n for t in pytree.tree_leaves(old)
+                 for n in (t.shape if isinstance(t, torch.Tensor) else (t,)) if _is_unbacked(n)]
         saved, self._reuse = self._reuse, sizes
         try:
             yield
@@ -95,6 +102,16 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
             return self._nonzero(types, args[0])
         elif func is aten.masked_select.default and len(args) == 2:
             return self._masked_select(types, args[0], args[1])
+        elif (func is aten._local_scalar_dense.default and len(args) == 1 and self.item_values
+              and isinstance(args[0], FakeTensor) and args[0].dtype in _VALUE_TYPES):
+            return self._item(args[0])
+        elif func is aten._assert_scalar.default and args and _is_value(args[0]):
+            _assume(args[0])  # ``torch._check(k >= 0)`` of an ``.item()`` value
+            return None
+        elif func is aten.slice.Tensor and len(args) >= 1 and isinstance(args[0], FakeTensor):
+            sliced = self._slice_by_value(types, *args, **(kwargs or {}))
+            if sliced is not None:
+                return sliced
         out = super().dispatch(func, types, args, kwargs or {})
         if args and _foreach_inplace(func):
             _count_writes(args[0])
@@ -166,6 +183,46 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
             {"dtype": src.dtype, "device": src.device},
         )
 
+    def _item(self, t: FakeTensor) -> object:
+        """``t.item()``: an unbacked value (ADR 0060), ``v<N>`` for an integer tensor and
+        ``vf<N>`` for a floating one; a fresh symbol per read (the tensor may change)."""
+        numel = t.numel()
+        if type(numel) is int and numel != 1:
+            raise RuntimeError(f"a Tensor with {numel} elements cannot be converted to Scalar")
+        pytype = _VALUE_TYPES[t.dtype]
+        if self._reuse:
+            return self._reuse.pop(0)
+        env = self._env([t])
+        self.cache_enabled = False
+        return env.sym_value(env.new_unbacked_value(pytype), pytype)
+
+    def _slice_by_value(self, types: Sequence[type], t: Any, dim: Any = 0,
+                        start: Any = None, end: Any = None, step: Any = 1) -> object:
+        """``t[:k]`` with an end ``k`` read from data (an unbacked value, ADR 0060; torch's
+        fake kernel would make a fresh unbacked size from its own ShapeEnv): the result's
+        size along ``dim`` is a fresh unbacked size ``u<N>`` (``0 <= u<N> <= size``), as in
+        torch; the op's result gives its value at run time. None where the slice is not
+        of that kind (torch's kernel decides it). A start read from data raises
+        :class:`DataDependentError` (the storage offset would depend on data)."""
+        if not (_is_value(end) or _is_value(start)) or t.dim() == 0:
+            return None
+        if _is_value(start) or _is_value(step) or step != 1:
+            raise DataDependentError(getattr(getattr(start, "node", None), "expr", start))
+        if start is not None and not (type(start) is int and start == 0):
+            return None
+        dim = dim % t.dim()
+        size = t.shape[dim]
+        if self._reuse:
+            new = self._reuse.pop(0)
+        else:
+            env = self._env([t, end])
+            new = env.sym_int(env.new_unbacked(size if type(size) is int else None))
+            self.cache_enabled = False
+        sizes = list(t.shape)
+        sizes[dim] = new
+        return super().dispatch(aten.as_strided.default, types,
+                                (t, sizes, list(t.stride()), t.storage_offset()), {})
+
     def _check_index_put(self, types: Sequence[type], dest: Any, indices: Any, values: Any) -> None:
         """Eager's ``index_put`` check (meta kernels skip it): ``values`` broadcasts to the
         shape of ``dest[indices]``."""
@@ -193,6 +250,50 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
                 f"shape mismatch: value tensor of shape {have} cannot be broadcast to indexing "
                 f"result of shape {want}"
             )
+
+
+#: dtypes whose ``.item()`` is an unbacked value, and its Python type (bool and complex: not)
+_VALUE_TYPES: dict[torch.dtype, type] = {
+    **dict.fromkeys((torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64), int),
+    **dict.fromkeys((torch.float16, torch.bfloat16, torch.float32, torch.float64), float),
+}
+
+
+def _assume(cond: Any) -> None:
+    """``torch._check(cond)`` of an unbacked value (ADR 0060): a lower bound of one int value
+    (``k >= c``, ``k > c``, ``c <= k``; ``torch._check_is_size(k)`` is ``k >= 0``) becomes its
+    range, so tracing decides relations it implies (``new_zeros(k)`` asks ``k >= 0``); the
+    graph keeps the check (``_assert_scalar``), which raises at run time as eager does. Any
+    other condition raises :class:`DataDependentError` (capture breaks the graph there)."""
+    import sympy
+    node = cond.node
+    env, expr = node.env, node.expr
+    if env.static_value(expr) is True:
+        return
+    rels = (sympy.GreaterThan, sympy.StrictGreaterThan, sympy.LessThan, sympy.StrictLessThan)
+    if isinstance(expr, rels):
+        diff = sympy.expand(expr.lhs - expr.rhs)  # diff >= 0 / > 0 (<= 0 / < 0 for Le/Lt)
+        if isinstance(expr, (sympy.LessThan, sympy.StrictLessThan)):
+            diff = -diff
+        syms = list(diff.free_symbols)
+        if len(syms) == 1 and env.unbacked_values.get(syms[0]) is int:
+            sym = syms[0]
+            coeff = diff.coeff(sym)
+            rest = sympy.expand(diff - coeff * sym)
+            if coeff == 1 and rest.is_Integer:
+                strict = isinstance(expr, (sympy.StrictGreaterThan, sympy.StrictLessThan))
+                low = int(-rest) + (1 if strict else 0)
+                env.lower[sym] = max(low, env.lower.get(sym, low))
+                return
+    raise DataDependentError(expr)
+
+
+def _is_value(v: object) -> bool:
+    """Whether ``v`` is a number read from tensor data (an unbacked value, ADR 0060)."""
+    node = getattr(v, "node", None)
+    env = getattr(node, "env", None)
+    return isinstance(env, ShapeEnv) and any(
+        s in env.unbacked_values for s in getattr(node.expr, "free_symbols", ()))  # type: ignore[union-attr]
 
 
 def _is_unbacked(size: object) -> bool:

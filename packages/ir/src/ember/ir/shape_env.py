@@ -68,7 +68,8 @@ class DataDependentError(RuntimeError):
     def __init__(self, expr: object) -> None:
         super().__init__(
             f"the program decides on {expr}, which depends on tensor data (an unbacked size "
-            "such as the number of True values of a mask); it cannot be decided while tracing"
+            "such as the number of True values of a mask, or a value `.item()` read); it "
+            "cannot be decided while tracing"
         )
         self.expr = expr
 
@@ -97,6 +98,10 @@ class ShapeEnv:
     unbacked: dict[sympy.Symbol, int] = field(default_factory=dict)
     #: the largest value an unbacked symbol may take, where known (a mask's element count)
     upper: dict[sympy.Symbol, int] = field(default_factory=dict)
+    #: unbacked *values* (ADR 0060): numbers read from tensor data by ``.item()`` (``v<N>``
+    #: ints of any sign, ``vf<N>`` floats) -> their Python type; each is also in ``unbacked``
+    #: (no relation over one is decided from a value), never in ``lower`` (no range)
+    unbacked_values: dict[sympy.Symbol, type] = field(default_factory=dict)
     #: Dynamic Python floats (``f<N>``, ADR 0044) and their values for the traced inputs.
     floats: dict[sympy.Symbol, float] = field(default_factory=dict)
     #: Float symbols a decision was taken on (``if t > 0.5``, a kernel choice), with
@@ -123,6 +128,17 @@ class ShapeEnv:
         self.lower[sym] = 0
         if upper is not None:
             self.upper[sym] = int(upper)
+        return sym
+
+    def new_unbacked_value(self, pytype: type) -> sympy.Symbol:
+        """A fresh unbacked value symbol: the number ``.item()`` reads from a tensor, an int
+        ``v<N>`` (any sign) or a float ``vf<N>``. It has no value and no range while
+        tracing; its hint (for heuristics only) is :data:`UNBACKED_HINT`."""
+        prefix = "vf" if pytype is float else "v"
+        n = sum(1 for t in self.unbacked_values.values() if (t is float) == (pytype is float))
+        sym = size_symbol(f"{prefix}{n}")
+        self.unbacked_values[sym] = pytype
+        self.unbacked[sym] = UNBACKED_HINT
         return sym
 
     def has_unbacked(self, expr: Expr) -> bool:
@@ -169,7 +185,8 @@ class ShapeEnv:
         stand-in hint, so a value with one is for heuristics only)."""
         import sympy
         values: dict[Any, Any] = {s: sympy.Integer(v) for s, v in self.hints.items()}
-        values.update({s: sympy.Integer(v) for s, v in self.unbacked.items()})
+        values.update({s: (sympy.Float(v) if self.unbacked_values.get(s) is float else sympy.Integer(v))
+                       for s, v in self.unbacked.items()})
         values.update({s: sympy.Float(v) for s, v in self.floats.items()})
         value = sympy.sympify(expr).xreplace(values)
         if value is sympy.true or value is sympy.false:
@@ -777,7 +794,8 @@ class SymNode:
         general case is also correct for 0 and 1 where torch asks this)."""
         if self.pytype is bool and self.env.has_unbacked(self.expr):
             lower = dict(self.env.lower)
-            lower.update({s: MIN_SIZE for s in self.env.unbacked})
+            # (sizes only: a value ``.item()`` read, ``v<N>``, has no range)
+            lower.update({s: MIN_SIZE for s in self.env.unbacked if s not in self.env.unbacked_values})
             decided = _decide(self.expr, lower)
             if decided is not None:
                 return decided

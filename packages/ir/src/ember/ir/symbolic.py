@@ -46,15 +46,19 @@ _SIZE_SYMBOL = re.compile(r"s\d+")
 _UNBACKED_SYMBOL = re.compile(r"u\d+")
 #: a dynamic Python float (``f<N>``, ADR 0044): a real symbol, not an integer
 _FLOAT_SYMBOL = re.compile(r"f\d+")
+#: a float read from tensor data (``.item()`` of a floating tensor, ``vf<N>``): real, no
+#: value while tracing; an int read so is ``v<N>`` (an integer of any sign)
+_UNBACKED_FLOAT_SYMBOL = re.compile(r"vf\d+")
 
 
 @cache
 def size_symbol(name: str) -> sympy.Symbol:
     """The sympy symbol ember uses for ``name`` (integer; positive for ``s<N>``,
-    nonnegative for an unbacked size ``u<N>``; real for ``f<N>``, a dynamic Python float)."""
+    nonnegative for an unbacked size ``u<N>``; real for ``f<N>``, a dynamic Python float,
+    and ``vf<N>``, a float read from tensor data; any sign for ``v<N>``, an int read so)."""
     import sympy
 
-    if _FLOAT_SYMBOL.fullmatch(name):
+    if _FLOAT_SYMBOL.fullmatch(name) or _UNBACKED_FLOAT_SYMBOL.fullmatch(name):
         return sympy.Symbol(name, real=True, finite=True)
     if _SIZE_SYMBOL.fullmatch(name):
         return sympy.Symbol(name, integer=True, positive=True)

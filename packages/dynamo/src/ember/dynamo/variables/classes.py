@@ -43,6 +43,7 @@ from .objects import (
 from .operators import Args, Kwargs, all_const, fold, iterate
 from .sets import SetVariable
 from .tensor import TensorVariable
+from .tensor import item as tensor_item
 
 if TYPE_CHECKING:
     from ..codegen import PyCodegen
@@ -333,6 +334,8 @@ def construct_builtin_type(tx: Tx, cls: Any, args: Args, kwargs: Kwargs) -> Vari
         known = known_value(args[0])  # ``int(torch.tensor(n))``: n, known while tracing
         if known is not None:
             return known.materialize(tx.output)
+    if cls in (int, float) and len(args) == 1 and not kwargs and isinstance(args[0], TensorVariable):
+        return tensor_item(tx, args[0], "__int__" if cls is int else "__float__")  # ADR 0060
     if cls in (int, float, bool, str, complex) and args and isinstance(args[0], TensorVariable):
         raise Unsupported(
             f"`{cls.__name__}(tensor)` needs the tensor's data, which is only known at run time"

@@ -23,7 +23,7 @@ from ..errors import Unsupported
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .known_scalars import Known, known_value
-from .lists import TupleVariable
+from .lists import ListVariable, TupleVariable
 from .sym import is_symbolic
 
 if TYPE_CHECKING:
@@ -180,6 +180,73 @@ DATA_METHODS = frozenset({"item", "tolist", "numpy", "__bool__", "__int__", "__f
 KNOWN_READS = frozenset({"item", "tolist", "__int__", "__index__"})
 
 
+#: the reads :func:`item` captures as graph nodes (``capture_scalar_outputs``, ADR 0060)
+SCALAR_READS = frozenset({"item", "__int__", "__float__", "__index__"})
+#: dtypes whose ``.item()`` is captured, and the Python type of the value
+_ITEM_TYPES: dict[torch.dtype, type] = {
+    **dict.fromkeys((torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64), int),
+    **dict.fromkeys((torch.float16, torch.bfloat16, torch.float32, torch.float64), float),
+}
+
+
+def item(tx: Tx, tensor: TensorVariable, name: str = "item") -> VariableTracker:
+    """``tensor.item()`` (``int(t)``, ``float(t)``): a graph node whose value is an unbacked
+    symbolic int (``v<N>``) or float (``vf<N>``), as torch.compile captures it (ADR 0060).
+    Nothing is guarded on the value, so a new one reuses the graph; a decision on it
+    (``if s > 0``) raises ``DataDependentError``, a graph break. A bool or complex value, a
+    conversion to the other type (``int`` of a float tensor), a tensor not of one value,
+    or ``capture_scalar_outputs=False``: a graph break, as before."""
+    pytype = _ITEM_TYPES.get(tensor.example.dtype)
+    want = {"__int__": int, "__index__": int, "__float__": float}.get(name, pytype)
+    reason = None
+    if not tx.options.capture_scalar_outputs:
+        reason = "with `config.capture_scalar_outputs = False`"
+    elif pytype is None:
+        reason = f"of a {tensor.example.dtype} tensor (only integer and floating values are captured)"
+    elif want is not pytype:
+        reason = f"as {want.__name__ if want else '?'} of a {tensor.example.dtype} tensor"
+    elif is_symbolic(tensor.example.numel()) or tensor.example.numel() != 1:
+        reason = "of a tensor that may not have exactly one value"
+    if reason is not None:
+        shown = "item" if name == "item" else name
+        raise Unsupported(
+            f"`Tensor.{shown}()` needs the tensor's data, which is only known when the graph "
+            f"runs ({reason})"
+        )
+    mode = tx.output.fake_mode
+    saved, mode.item_values = mode.item_values, True
+    try:
+        return tx.output.create_op("call_method", "item", [tensor], {})
+    finally:
+        mode.item_values = saved
+
+
+#: the most values ``tolist`` reads one by one into the graph (a longer list breaks)
+TOLIST_LIMIT = 64
+
+
+def tolist(tx: Tx, tensor: TensorVariable) -> VariableTracker | None:
+    """``t.tolist()`` of a 0-d or 1-d integer tensor of static size, at most
+    :data:`TOLIST_LIMIT` values: a list of ``t[i].item()`` values (ADR 0060); None otherwise
+    (the caller breaks, as before). Floating tensors break, as in torch.compile 2.13
+    ("Tensor.tolist() with non-integer tensor")."""
+    shape = tensor.example.shape
+    if _ITEM_TYPES.get(tensor.example.dtype) is not int or len(shape) > 1 or any(
+            is_symbolic(n) for n in shape):
+        return None
+    if not shape:
+        return item(tx, tensor)
+    if int(shape[0]) > TOLIST_LIMIT:
+        return None
+    values: list[VariableTracker] = []
+    for i in range(int(shape[0])):
+        element = tensor_method(tx, tensor, "__getitem__", [ConstantVariable(i)], {})
+        if not isinstance(element, TensorVariable):
+            return None
+        values.append(item(tx, element))
+    return ListVariable(values)
+
+
 #: tensor methods handled by modules above this one (``hooks``: ``register_hook``;
 #: ``ndarray``: ``numpy``),
 #: name -> handler(tx, tensor, args, kwargs)
@@ -200,6 +267,12 @@ def tensor_method(
         known = known_value(tensor)
         if known is not None:
             return known.materialize(tx.output)
+    if name in SCALAR_READS and not args and not kwargs:
+        return item(tx, tensor, name)
+    if name == "tolist" and not args and not kwargs and tx.options.capture_scalar_outputs:
+        listed = tolist(tx, tensor)
+        if listed is not None:
+            return listed
     if name in DATA_METHODS:
         raise Unsupported(
             f"`Tensor.{name}()` needs the tensor's data, which is only known when the graph runs"

@@ -8,6 +8,7 @@ to a constant, which is safe because the inputs' metadata is guarded.
 
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -152,6 +153,16 @@ def assert_call(
         try:
             holds = cond.truth(tx)
         except Exception:
+            node = cond.example.node
+            values = getattr(getattr(node, "env", None), "unbacked_values", {})
+            if not is_assert and isinstance(cond.example, torch.SymBool) and any(
+                    s in values for s in getattr(node.expr, "free_symbols", ())):
+                # a bound on an ``.item()`` value (``torch._check(k >= 0)``): its range from
+                # here on, and checked when the graph runs (ADR 0060); any other condition
+                # breaks the graph, as before
+                tx.output.create_op("call_function", torch.ops.aten._assert_scalar.default,
+                                    [cond, ConstantVariable(f"torch.{fn.__name__} failed")], {})
+                return ConstantVariable(None)
             return None  # decided at run time (unbacked): the call stays in the graph
     elif is_assert and isinstance(cond, TensorVariable):
         msg = args[1] if len(args) > 1 else kwargs.get("message")
@@ -194,6 +205,8 @@ class TorchFunctionVariable(VariableTracker):
             return _call_on_arrays(tx, fn, args, kwargs)
         if getattr(fn, "__name__", "") in NOT_TRACEABLE:
             raise Unsupported(f"{self.describe()} changes global state and cannot be traced")
+        if fn is getattr(torch, "_check_is_size", None) and len(args) == 1 and not kwargs:
+            fn, args = torch._check, [tx.binary(operator.ge, args[0], ConstantVariable(0))]
         if fn is torch._assert or fn in CHECKS:
             checked = assert_call(tx, fn, args, kwargs)
             if checked is not None:
