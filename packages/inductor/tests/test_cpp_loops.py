@@ -8,6 +8,7 @@ the check sits outside the vectorized loop.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
@@ -97,3 +98,50 @@ def test_values_computed_in_the_loop_stay_in_it(check: Check) -> None:
     x, idx = torch.rand(6, 24) + 0.5, torch.tensor([3, 0, 5, 1])
     c = check(f, x, idx, atol=1e-5, rtol=1e-5)
     assert _checks_inside_simd_loops(_src(c)) == [], _src(c)
+
+
+def _simd_bodies(src: str) -> list[str]:
+    """The body text of every ``omp simd`` loop."""
+    bodies: list[str] = []
+    lines = src.splitlines()
+    for i, line in enumerate(lines):
+        if "#pragma omp simd" not in line:
+            continue
+        depth, body = 0, []
+        for text in lines[i + 1 :]:
+            depth += text.count("{") - text.count("}")
+            body.append(text)
+            if depth <= 0:
+                break
+        bodies.append("\n".join(body[1:]))
+    return bodies
+
+
+def test_a_border_mask_that_is_the_same_along_the_vector_loop_is_versioned(check: Check) -> None:
+    """A channels-last max pool: whether a window row or column falls in the padding does
+    not depend on the channel (the vectorized index), so the loop over channels is copied
+    once per value of those masks, and in each copy the loads are plain (gcc 12 left the
+    loop with the masked loads scalar)."""
+    x = torch.randn(2, 24, 9, 8).to(memory_format=torch.channels_last)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return F.max_pool2d(torch.relu(x), 3, 2, 1)
+
+    c = check(f, x)
+    src = _src(c)
+    bodies = _simd_bodies(src)
+    assert any("if (true)" in b for b in bodies), src
+    assert any(re.search(r"\bif \(tmp\d+\)", b) is None for b in bodies if "if (true)" in b), src
+
+
+def test_versioned_loops_match_eager_at_every_border(check: Check) -> None:
+    """Padding on both sides of both spatial dims, a reduction kernel reading a padded
+    value, and parts of a cat along an outer dim: every combination of masks runs."""
+    x = torch.randn(2, 5, 7, 6).to(memory_format=torch.channels_last)
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        p = F.pad(torch.sigmoid(x), (2, 1, 1, 3), value=0.5)
+        c = torch.cat([p[:, :, :4] * 2, torch.exp(p[:, :, 4:])], 2)
+        return c + 1, p.sum(1)
+
+    check(f, x, atol=1e-5, rtol=1e-5)

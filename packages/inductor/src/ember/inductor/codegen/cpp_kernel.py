@@ -69,6 +69,7 @@ def generate_kernel(
                 simd_inner=True,
                 reductions=[],
                 before_inner=k.before_inner,
+                specialize=k.specialize,
             )
         )
     elif cpp.column_reductions and column_plan(plan, outer) is not None:

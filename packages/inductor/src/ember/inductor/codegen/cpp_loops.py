@@ -8,6 +8,7 @@ scheduler's plan (``KernelPlan.outer_loops``, ``Loop.ranges``).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import sympy
 import torch
@@ -42,9 +43,11 @@ def loop_nest(
     reductions: list[str],
     parallel_reduction: bool = False,
     before_inner: list[str] | None = None,
+    specialize: list[str] | None = None,
 ) -> list[str]:
     """``before_inner``: lines placed inside the next-to-innermost loop, before the
-    innermost one (values that do not depend on the innermost index)."""
+    innermost one (values that do not depend on the innermost index); ``specialize``:
+    masks the innermost loop is versioned on (``versioned``), where there are outer loops."""
     depth = len(loops.sizes)
     if depth == 0:
         return ["{", *("  " + b for b in body), "}"]
@@ -67,9 +70,19 @@ def loop_nest(
             pragma = f"#pragma omp simd {red}".rstrip()
         if d == depth - 1 and before_inner:
             out.extend("  " * d + b for b in before_inner)
+        head = f"for (int64_t {sym.name} = 0; {sym.name} < {cexpr(size)}; ++{sym.name}) {{"
+        if d == depth - 1 and depth > 1 and specialize:
+
+            def one(lines: list[str], pragma: str = pragma, head: str = head) -> list[str]:
+                return [*([pragma] if pragma else []), head, *("  " + b for b in lines), "}"]
+
+            out.extend("  " * d + b for b in versioned(one, body, specialize))
+            for d2 in reversed(range(depth - 1)):
+                out.append("  " * d2 + "}")
+            return out
         if pragma:
             out.append("  " * d + pragma)
-        out.append("  " * d + f"for (int64_t {sym.name} = 0; {sym.name} < {cexpr(size)}; ++{sym.name}) {{")
+        out.append("  " * d + head)
     out.extend("  " * depth + b for b in body)
     for d in reversed(range(depth)):
         out.append("  " * d + "}")
@@ -98,7 +111,8 @@ def _tiled_loop(size: Size, var: str, body: list[str], red: str) -> list[str]:
 _DECL = re.compile(r"^(?:const )?[A-Za-z_][\w:<>]* (tmp\d+) = ([^;{}]*);$")
 #: identifiers outside number literals (``1e-05f`` has none)
 _NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
-_TMP = re.compile(r"\btmp\d+\b")
+#: a value a line writes (``tmp3 = ...``, ``tmp3 += ...``; not ``tmp3 == ...``)
+_ASSIGNED = re.compile(r"\b(tmp\d+)\s*[-+*/|&^]?=(?!=)")
 
 
 def hoist_invariant(
@@ -120,8 +134,9 @@ def hoist_invariant(
     runs = all(isinstance(s, int | sympy.Integer) and int(s) > 0 for s in sizes)
     variant = set(loop_vars)
     for line in lines:
-        if not _DECL.match(line):
-            variant.update(_TMP.findall(line))
+        if not _DECL.match(line):  # what other lines write: accumulators, masked values
+            variant.update(_ASSIGNED.findall(line))
+            variant.update(_DECLARED.findall(line))
     hoisted: list[str] = []
     rest: list[str] = []
     for line in lines:
@@ -144,6 +159,63 @@ def _invariant(k: CppKernel, expr: str, variant: set[str], runs: bool) -> bool:
         if not runs and (name in k.readonly or name == "ember_check_index"):
             return False
     return True
+
+
+#: the mask of a masked value: ``float tmp7; if (tmp5) { ... } else { ... }``
+_MASKED = re.compile(r"\bif \((tmp\d+)\) \{")
+#: a value declared by a line (with or without a value)
+_DECLARED = re.compile(r"(?:^|[;{}] )(?:const )?[A-Za-z_][\w:<>]* (tmp\d+)(?: =|;)")
+#: most masks one loop gets a copy per combination of (2**n copies); with more, one copy
+#: where all are true (the interior of an image) and the loop as it was for the rest
+MAX_VERSIONED_MASKS = 3
+
+
+def invariant_masks(lines: list[str]) -> list[str]:
+    """The masks of masked values in a loop body that the body does not compute (values
+    computed before the loop: the same for every iteration), in order of first use."""
+    declared = {name for line in lines for name in _DECLARED.findall(line)}
+    masks: list[str] = []
+    for line in lines:
+        for name in _MASKED.findall(line):
+            if name not in declared and name not in masks:
+                masks.append(name)
+    return masks
+
+
+def versioned(
+    loop: Callable[[list[str]], list[str]], body: list[str], masks: list[str]
+) -> list[str]:
+    """``loop(body)`` once per value of each mask, chosen by ``if``s on the masks before the
+    loop, each copy with the mask written as a constant. A mask that does not depend on
+    the loop's index (a window at the image border, a part of a ``cat`` along an outer
+    dim) leaves the loads in ``if (mask)`` blocks, which gcc 12 does not vectorize on
+    this machine ("no vectype for MASK_LOAD": a channels-last 3x3 max pool 0.3 ms); with
+    the mask a constant, gcc removes the branch and vectorizes each copy. Past
+    ``MAX_VERSIONED_MASKS`` masks, one copy runs where all are true and the loop as it
+    was elsewhere."""
+    if not masks:
+        return loop(body)
+    if len(masks) > MAX_VERSIONED_MASKS:
+        inside = body
+        for mask in masks:
+            inside = [line.replace(f"if ({mask}) {{", "if (true) {") for line in inside]
+        return [
+            f"if ({' && '.join(masks)}) {{",
+            *("  " + b for b in loop(inside)),
+            "} else {",
+            *("  " + b for b in loop(body)),
+            "}",
+        ]
+    mask, rest = masks[0], masks[1:]
+    on = [line.replace(f"if ({mask}) {{", "if (true) {") for line in body]
+    off = [line.replace(f"if ({mask}) {{", "if (false) {") for line in body]
+    return [
+        f"if ({mask}) {{",
+        *("  " + b for b in versioned(loop, on, rest)),
+        "} else {",
+        *("  " + b for b in versioned(loop, off, rest)),
+        "}",
+    ]
 
 
 def store_line(k: CppKernel, node: SchedNode, value: CppVar, index: sympy.Expr) -> str:
@@ -172,6 +244,7 @@ def emit_loop_body(k: CppKernel, outer: MergedLoops) -> list[str]:
     k.before_inner, body = hoist_invariant(
         k, k.scope.lines, {outer.symbols[-1].name}, outer.sizes[-1:]
     )
+    k.specialize = invariant_masks(body)
     return body
 
 
@@ -248,7 +321,12 @@ def emit_inner_loop(k: CppKernel, loop: Loop, outer: MergedLoops, *, parallel_in
     out = list(pre)
     if loop.inner:
         parallel = parallel_inner and can_simd
-        out += loop_nest(inner, body, parallel=parallel, simd_inner=can_simd, reductions=clauses)
+        masks = invariant_masks(body) if can_simd and not parallel else []
+
+        def nest(lines: list[str]) -> list[str]:
+            return loop_nest(inner, lines, parallel=parallel, simd_inner=can_simd, reductions=clauses)
+
+        out += versioned(nest, body, masks)
     else:
         out += body
     out += post

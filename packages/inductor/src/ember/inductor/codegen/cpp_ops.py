@@ -334,6 +334,8 @@ class CppKernel:
     readonly: set[str] = field(default_factory=set)
     #: a pointwise kernel's lines that run before its innermost loop
     before_inner: list[str] = field(default_factory=list)
+    #: masks a pointwise kernel's innermost loop is versioned on (``cpp_loops.versioned``)
+    specialize: list[str] = field(default_factory=list)
 
     def new_var(self) -> str:
         self.counter += 1
