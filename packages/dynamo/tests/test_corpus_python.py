@@ -461,6 +461,15 @@ def is_grad_enabled_branch(x):
     return x
 
 
+def dict_fromkeys(x: torch.Tensor) -> tuple[torch.Tensor, bool, int]:
+    # transformers' cache layers build their state dicts this way
+    states = dict.fromkeys(range(3))
+    flags = dict.fromkeys(["conv", "rec"], False)
+    states[1] = x * 2
+    flags["rec"] = True
+    return states[1] + len(states), states[0] is None and flags["rec"], sum(map(int, flags.values()))
+
+
 CASES = [
     Case("call_helper", call_helper, lambda n: (r(n), r(n))),
     Case("call_varargs", call_varargs, lambda n: (r(n), r(n), r(n))),
@@ -526,6 +535,7 @@ CASES = [
     Case("layer_list_python", layer_list_python, lambda n: (r(n, 4), [r(4, 4), r(4, 4)], [r(4), r(4)])),
     Case("is_grad_enabled_branch", is_grad_enabled_branch, lambda n: (r(n),)),
     Case("autocast_block", autocast_block, lambda n: (r(n, 4), r(4, 4)), atol=1e-2),
+    Case("dict_fromkeys", dict_fromkeys, lambda n: (r(n),)),
 ]
 
 

@@ -278,12 +278,21 @@ class BuiltinVariable(VariableTracker):
         cg.load_const(self.value)
 
     def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
+        if self.value is dict and name == "fromkeys":
+            # a new bound method on every read: not an object to wrap or guard; the call
+            # builds the dict (transformers' cache layers: ``dict.fromkeys(range(n))``)
+            return BuiltinVariable(dict.fromkeys)
         return tx.wrap(getattr(self.value, name), None)
 
     def call_function(self, tx: Tx, args: Args, kwargs: Kwargs) -> VariableTracker:
         fn = self.value
         if fn in ARITH and not kwargs:
             return apply_operator(tx, fn, args)
+        if _is_dict_fromkeys(fn) and 1 <= len(args) <= 2 and not kwargs:
+            value = args[1] if len(args) == 2 else ConstantVariable(None)
+            d = DictVariable({})
+            d.write(tx, {dict_key(k): value for k in iterate(tx, args[0])})
+            return d
         if fn is operator.getitem and len(args) == 2:
             return tx.getitem(args[0], args[1])
         if fn is operator.contains and len(args) == 2:
@@ -355,3 +364,8 @@ class BuiltinVariable(VariableTracker):
             raise Unsupported("builtin `print` cannot be traced")
         name = getattr(fn, "__name__", str(fn))
         raise Unsupported(f"builtin `{name}` cannot be traced")
+
+
+def _is_dict_fromkeys(fn: Any) -> bool:
+    """Whether ``fn`` is ``dict.fromkeys`` (bound anew on every attribute read)."""
+    return getattr(fn, "__self__", None) is dict and getattr(fn, "__name__", "") == "fromkeys"
