@@ -22,19 +22,12 @@ Check = Callable[..., CompiledGraph]
 
 def _checks_inside_simd_loops(src: str) -> list[str]:
     """``ember_check_index`` lines inside the body of an ``omp simd`` loop."""
-    bad: list[str] = []
-    lines = src.splitlines()
-    for i, line in enumerate(lines):
-        if "#pragma omp simd" not in line:
-            continue
-        depth = 0
-        for body in lines[i + 1 :]:
-            depth += body.count("{") - body.count("}")
-            if "ember_check_index(" in body:
-                bad.append(body.strip())
-            if depth <= 0:
-                break
-    return bad
+    return [
+        line.strip()
+        for body in _simd_bodies(src)
+        for line in body.splitlines()
+        if "ember_check_index(" in line
+    ]
 
 
 def _src(c: CompiledGraph) -> str:
