@@ -555,7 +555,7 @@ class GraphLowering:
                 # (stored in a kernel-local array when both land in one kernel); a value
                 # read through a permutation, once (Whisper's residual stream starts as
                 # the transposed convolution output: every layer re-read it strided)
-                or ((heavy or _reads_transposed(value)) and _feeds_reduction(node))
+                or (_feeds_reduction(node) and (heavy or _reads_transposed(value)))
             )
         ):
             self.env[node] = self.realize(value, _output_stride(node))
