@@ -23,6 +23,8 @@ import torch.utils._pytree as pytree
 
 from ember.ir.shape_env import ShapeEnv
 
+from .fx_util import attr_value
+
 #: a run of fewer ops without unbacked sizes runs through ATen with its neighbours
 MIN_OPS = 4
 
@@ -128,7 +130,7 @@ class SplitGraph:
         # constants the graph returns as they are (``torch.tensor([...])`` returned): no run
         # makes them
         self._constants: dict[torch.fx.Node, Any] = {
-            n: _fetch(gm, str(n.target)) for n in gm.graph.nodes if n.op == "get_attr"}
+            n: attr_value(gm, str(n.target)) for n in gm.graph.nodes if n.op == "get_attr"}
         # each value is dropped after the last run reading it (intermediates freed as a
         # compiled graph frees them); the graph's outputs are kept
         last: dict[torch.fx.Node, int] = {}
@@ -156,13 +158,6 @@ class SplitGraph:
         return pytree.tree_map(
             lambda x: env[x] if isinstance(x, torch.fx.Node) else x, self._output.args[0]
         )
-
-
-def _fetch(gm: torch.fx.GraphModule, target: str) -> Any:
-    value: Any = gm
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
 
 
 def split_compile(
