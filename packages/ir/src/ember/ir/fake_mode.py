@@ -103,7 +103,7 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
         elif func is aten.masked_select.default and len(args) == 2:
             return self._masked_select(types, args[0], args[1])
         elif (func is aten._local_scalar_dense.default and len(args) == 1 and self.item_values
-              and isinstance(args[0], FakeTensor) and args[0].dtype in _VALUE_TYPES):
+              and isinstance(args[0], FakeTensor) and args[0].dtype in ITEM_VALUE_TYPES):
             return self._item(args[0])
         elif func is aten._assert_scalar.default and args and _is_value(args[0]):
             _assume(args[0])  # ``torch._check(k >= 0)`` of an ``.item()`` value
@@ -189,7 +189,7 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
         numel = t.numel()
         if type(numel) is int and numel != 1:
             raise RuntimeError(f"a Tensor with {numel} elements cannot be converted to Scalar")
-        pytype = _VALUE_TYPES[t.dtype]
+        pytype = ITEM_VALUE_TYPES[t.dtype]
         if self._reuse:
             return self._reuse.pop(0)
         env = self._env([t])
@@ -253,7 +253,7 @@ class EagerLayoutFakeMode(FakeTensorMode):  # type: ignore[no-untyped-call]
 
 
 #: dtypes whose ``.item()`` is an unbacked value, and its Python type (bool and complex: not)
-_VALUE_TYPES: dict[torch.dtype, type] = {
+ITEM_VALUE_TYPES: dict[torch.dtype, type] = {
     **dict.fromkeys((torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64), int),
     **dict.fromkeys((torch.float16, torch.bfloat16, torch.float32, torch.float64), float),
 }
@@ -469,7 +469,7 @@ def _iterator_output_strides(shape: list[int], strides: list[list[int]]) -> list
     return out
 
 
-__all__ = ["EagerLayoutFakeMode", "index_strides"]
+__all__ = ["ITEM_VALUE_TYPES", "EagerLayoutFakeMode", "index_strides"]
 
 
 def symbolic_dispatch(symbolic: bool) -> contextlib.AbstractContextManager[Any]:

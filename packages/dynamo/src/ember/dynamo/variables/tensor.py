@@ -18,6 +18,7 @@ import torch
 import torch.fx
 
 from ember.ir import Source
+from ember.ir.fake_mode import ITEM_VALUE_TYPES  # dtypes whose .item() is captured
 
 from ..errors import Unsupported
 from .base import VariableTracker
@@ -182,11 +183,6 @@ KNOWN_READS = frozenset({"item", "tolist", "__int__", "__index__"})
 
 #: the reads :func:`item` captures as graph nodes (``capture_scalar_outputs``, ADR 0060)
 SCALAR_READS = frozenset({"item", "__int__", "__float__", "__index__"})
-#: dtypes whose ``.item()`` is captured, and the Python type of the value
-_ITEM_TYPES: dict[torch.dtype, type] = {
-    **dict.fromkeys((torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64), int),
-    **dict.fromkeys((torch.float16, torch.bfloat16, torch.float32, torch.float64), float),
-}
 
 
 def item(tx: Tx, tensor: TensorVariable, name: str = "item") -> VariableTracker:
@@ -196,7 +192,7 @@ def item(tx: Tx, tensor: TensorVariable, name: str = "item") -> VariableTracker:
     (``if s > 0``) raises ``DataDependentError``, a graph break. A bool or complex value, a
     conversion to the other type (``int`` of a float tensor), a tensor not of one value,
     or ``capture_scalar_outputs=False``: a graph break, as before."""
-    pytype = _ITEM_TYPES.get(tensor.example.dtype)
+    pytype = ITEM_VALUE_TYPES.get(tensor.example.dtype)
     want = {"__int__": int, "__index__": int, "__float__": float}.get(name, pytype)
     reason = None
     if not tx.options.capture_scalar_outputs:
@@ -231,7 +227,7 @@ def tolist(tx: Tx, tensor: TensorVariable) -> VariableTracker | None:
     (the caller breaks, as before). Floating tensors break, as in torch.compile 2.13
     ("Tensor.tolist() with non-integer tensor")."""
     shape = tensor.example.shape
-    if _ITEM_TYPES.get(tensor.example.dtype) is not int or len(shape) > 1 or any(
+    if ITEM_VALUE_TYPES.get(tensor.example.dtype) is not int or len(shape) > 1 or any(
             is_symbolic(n) for n in shape):
         return None
     if not shape:
