@@ -467,7 +467,8 @@ def dict_fromkeys(x: torch.Tensor) -> tuple[torch.Tensor, bool, int]:
     flags = dict.fromkeys(["conv", "rec"], False)
     states[1] = x * 2
     flags["rec"] = True
-    return states[1] + len(states), states[0] is None and flags["rec"], sum(map(int, flags.values()))
+    n = int.from_bytes(b"\x02", "big") + int(float.fromhex("0x1p0"))
+    return states[1] + len(states) + n, states[0] is None and flags["rec"], sum(map(int, flags.values()))
 
 
 CASES = [

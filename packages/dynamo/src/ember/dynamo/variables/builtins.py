@@ -278,21 +278,26 @@ class BuiltinVariable(VariableTracker):
         cg.load_const(self.value)
 
     def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
-        if self.value is dict and name == "fromkeys":
-            # a new bound method on every read: not an object to wrap or guard; the call
-            # builds the dict (transformers' cache layers: ``dict.fromkeys(range(n))``)
-            return BuiltinVariable(dict.fromkeys)
-        return tx.wrap(getattr(self.value, name), None)
+        attr = getattr(self.value, name)
+        if _builtin_classmethod(attr):
+            # ``dict.fromkeys``, ``int.from_bytes``: a new bound method on every read, not an
+            # object to wrap or guard (the type it is read from is); the call builds the
+            # value (transformers' cache layers: ``dict.fromkeys(range(n))``)
+            return BuiltinVariable(attr)
+        return tx.wrap(attr, None)
 
     def call_function(self, tx: Tx, args: Args, kwargs: Kwargs) -> VariableTracker:
         fn = self.value
         if fn in ARITH and not kwargs:
             return apply_operator(tx, fn, args)
-        if _is_dict_fromkeys(fn) and 1 <= len(args) <= 2 and not kwargs:
-            value = args[1] if len(args) == 2 else ConstantVariable(None)
-            d = DictVariable({})
-            d.write(tx, {dict_key(k): value for k in iterate(tx, args[0])})
-            return d
+        if _builtin_classmethod(fn):
+            if fn.__self__ is dict and fn.__name__ == "fromkeys" and 1 <= len(args) <= 2 and not kwargs:
+                value = args[1] if len(args) == 2 else ConstantVariable(None)
+                d = DictVariable({})
+                d.write(tx, {dict_key(k): value for k in iterate(tx, args[0])})
+                return d
+            if fn.__self__ in _IMMUTABLE_TYPES and all_const([*args, *kwargs.values()]):
+                return fold(tx, fn, args, kwargs)  # ``int.from_bytes(b"..", "big")``
         if fn is operator.getitem and len(args) == 2:
             return tx.getitem(args[0], args[1])
         if fn is operator.contains and len(args) == 2:
@@ -366,6 +371,13 @@ class BuiltinVariable(VariableTracker):
         raise Unsupported(f"builtin `{name}` cannot be traced")
 
 
-def _is_dict_fromkeys(fn: Any) -> bool:
-    """Whether ``fn`` is ``dict.fromkeys`` (bound anew on every attribute read)."""
-    return getattr(fn, "__self__", None) is dict and getattr(fn, "__name__", "") == "fromkeys"
+#: builtin types whose classmethods give immutable values (folded on constant arguments)
+_IMMUTABLE_TYPES = (int, float, complex, str, bytes)
+
+
+def _builtin_classmethod(fn: Any) -> bool:
+    """Whether ``fn`` is a C classmethod of a builtin type read from it (``dict.fromkeys``,
+    ``int.from_bytes``; bound anew on every attribute read)."""
+    owner = getattr(fn, "__self__", None)
+    return isinstance(fn, types.BuiltinMethodType) and isinstance(owner, type) and owner in (
+        dict, *_IMMUTABLE_TYPES)
