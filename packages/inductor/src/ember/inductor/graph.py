@@ -155,7 +155,7 @@ class GraphLowering:
         self.size_inputs: dict[int, Any] = {}
         self.env: dict[torch.fx.Node, Any] = {}
         self._updates = _update_nodes(gm)
-        #: buffer name -> layout, for ``_stored_in_order`` (rebuilt when buffers were added)
+        #: buffer name -> layout of every input and registered buffer (``_stored_in_order``)
         self._layouts: dict[str, Layout] = {}
         self._depth = 0
         self._shared: dict[IRNode, Buffer] = {}  # IR nodes hash by identity; _realize_shared
@@ -168,6 +168,7 @@ class GraphLowering:
 
     def register(self, buf: Buffer) -> Buffer:
         self.buffers.append(buf)
+        self._layouts[buf.name] = buf.layout
         return buf
 
     def realize(
@@ -194,12 +195,7 @@ class GraphLowering:
 
     def _stored_in_order(self, name: str) -> bool:
         """Whether buffer ``name``'s memory is in its logical (row-major) order."""
-        layouts = self._layouts
-        if len(layouts) != len(self.buffers) + len(self.inputs):
-            layouts.clear()
-            for buf in (*self.inputs, *self.buffers):
-                layouts[buf.name] = buf.layout
-        layout = layouts.get(name)
+        layout = self._layouts.get(name)
         if layout is None and name.startswith("const"):
             value = self.constants[name]
             return bool(value.is_contiguous())
@@ -400,6 +396,7 @@ class GraphLowering:
                 )
             buf = InputBuffer(f"arg{i}", Layout(as_sizes(ex.shape), as_sizes(ex.stride()), ex.dtype))
             self.inputs.append(buf)
+            self._layouts[buf.name] = buf.layout
             self.env[node] = buf
         outputs: list[OutputSpec] = []
         out_spec = None
