@@ -23,6 +23,7 @@ import ember.guards
 from ember.guards.check_fn import CheckFn
 from ember.ir import (
     Attr,
+    DictEntry,
     DictItem,
     Global,
     Guard,
@@ -282,6 +283,33 @@ def test_reads_attr_item_dictitem_size_stride_global() -> None:
     assert verdict(fn, {**L, "ns": types.SimpleNamespace(t=(1, [2, 3]), d={"a": 1})}, G) is False
     assert verdict(fn, {**L, "ns": types.SimpleNamespace(t=(1, []), d=Missing(a=1))}, G) is False
     assert verdict(fn, {**L, "ns": types.SimpleNamespace(d=Missing(a=1))}, G) is False
+
+
+def test_dict_entries_read_by_position() -> None:
+    """``list(dict.keys(d))[i]`` / ``list(dict.values(d))[i]``: a registry keyed by
+    classes, its keys by identity and its values at the same positions."""
+
+    def handle_int() -> None: ...
+
+    def handle_str() -> None: ...
+
+    table = {int: handle_int, str: handle_str}
+    L = {"ns": types.SimpleNamespace(table=table)}
+    base = Attr(Local("ns"), "table")
+    fn = compiled([
+        Guard(base, GuardKind.LENGTH_MATCH, {"length": 2}),
+        Guard(DictEntry(base, 0, "keys"), GuardKind.ID_MATCH, {"id": id(int), "repr": "int"}),
+        Guard(DictEntry(base, 1, "keys"), GuardKind.ID_MATCH, {"id": id(str), "repr": "str"}),
+        Guard(DictEntry(base, 1, "values"), GuardKind.FUNCTION_MATCH,
+              {"id": id(handle_str), "qualname": "handle_str"}),
+    ], L)
+    assert verdict(fn, L) is True
+    again = {"ns": types.SimpleNamespace(table={int: None, str: handle_str})}
+    assert verdict(fn, again) is True  # the value at 0 is not guarded
+    assert verdict(fn, {"ns": types.SimpleNamespace(table={str: handle_str, int: handle_int})}) is False
+    assert verdict(fn, {"ns": types.SimpleNamespace(table={int: handle_int, str: handle_int})}) is False
+    assert verdict(fn, {"ns": types.SimpleNamespace(table={int: handle_int})}) is False
+    assert verdict(fn, {"ns": types.SimpleNamespace(table=[int, str])}) is False
 
 
 def test_module_fast_reads() -> None:

@@ -5,6 +5,8 @@ import torch
 
 from ember.ir import (
     PAYLOAD_SCHEMA,
+    Attr,
+    DictEntry,
     DictItem,
     FormatError,
     Global,
@@ -136,7 +138,7 @@ def test_sourceless_kinds_reject_a_source() -> None:
         ('{"format": "ember.guards", "version": [1, 0], "guards": [', "truncated"),
         ("[]", "must be a JSON object"),
         ('{"format": "ember.graph", "version": [1, 0]}', "expected format 'ember.guards'"),
-        ('{"format": "ember.guards", "version": [3, 0], "guards": []}', r"version 3\.0 is a newer major.*2\.0.*reads any 2\.x or 1\.x"),
+        ('{"format": "ember.guards", "version": [3, 0], "guards": []}', r"version 3\.0 is a newer major.*2\.1.*reads any 2\.x or 1\.x"),
         ('{"format": "ember.guards", "version": [0, 9], "guards": []}', "version 0.9 is a older major"),
         ('{"format": "ember.guards", "version": "1.0", "guards": []}', "MAJOR, MINOR"),
         ('{"format": "ember.guards", "version": [1, 0]}', "'guards' must be a list"),
@@ -193,6 +195,20 @@ def test_a_set_is_written_in_the_oldest_format_that_holds_it() -> None:
     text = _with_dict_item().dumps()
     assert json.loads(text)["version"] == [2, 0]
     assert GuardSet.loads(text) == _with_dict_item()
+
+
+def test_a_set_reading_a_dict_by_position_is_format_2_1() -> None:
+    key = DictEntry(Global("HANDLERS"), 1, "keys")
+    value = Attr(DictEntry(Global("HANDLERS"), 1, "values"), "__code__")
+    guards = GuardSet(
+        (
+            Guard(key, GuardKind.ID_MATCH, {"id": 7, "repr": "<class 'int'>"}),
+            Guard(value, GuardKind.ID_MATCH, {"id": 9, "repr": "<code>"}),
+        )
+    )
+    text = guards.dumps()
+    assert json.loads(text)["version"] == [2, 1]
+    assert GuardSet.loads(text) == guards
 
 
 def test_a_dict_item_source_in_a_format_1_file_is_refused() -> None:

@@ -2,6 +2,7 @@ import pytest
 
 from ember.ir import (
     Attr,
+    DictEntry,
     DictItem,
     FormatError,
     Global,
@@ -9,6 +10,7 @@ from ember.ir import (
     Local,
     Size,
     Stride,
+    format_needed,
     needs_format_2,
     parse_source,
     root_of,
@@ -32,6 +34,12 @@ CASES = [
     (Item(DictItem(Attr(Local("self"), "acts"), "gelu"), 1), "dict.__getitem__(L['self'].acts, 'gelu')[1]"),
     (DictItem(DictItem(Local("d"), 0), "a, b)"), "dict.__getitem__(dict.__getitem__(L['d'], 0), 'a, b)')"),
     (DictItem(Item(Local("d"), "k"), (1, "x")), "dict.__getitem__(L['d']['k'], (1, 'x'))"),
+    (DictEntry(Global("TABLE"), 2, "keys"), "list(dict.keys(G['TABLE']))[2]"),
+    (Attr(DictEntry(Attr(Local("self"), "registry"), 0, "values"), "fn"),
+     "list(dict.values(L['self'].registry))[0].fn"),
+    (DictEntry(DictItem(DictEntry(Global("t"), 1, "values"), "k"), 3, "keys"),
+     "list(dict.keys(dict.__getitem__(list(dict.values(G['t']))[1], 'k')))[3]"),
+    (DictEntry(Item(Local("d"), (1, ")")), 0, "values"), "list(dict.values(L['d'][(1, ')')]))[0]"),
 ]
 
 
@@ -152,6 +160,30 @@ def test_only_dict_item_sources_need_format_2() -> None:
     assert needs_format_2(parse_source("dict.__getitem__(G['A'], 'x').y.size()[0]"))
     assert needs_format_2(Item(DictItem(Local("d"), "k"), 0))
     assert not needs_format_2(parse_source("L['self'].layers[2].weight"))
+
+
+def test_dict_entry_text_is_python_reading_entries_by_position() -> None:
+    table = {int: "handle_int", str: "handle_str"}
+    read = {part: eval(DictEntry(Global("T"), 1, part).expr(), {"L": {}, "G": {"T": table}})  # test only
+            for part in ("keys", "values")}
+    assert read == {"keys": str, "values": "handle_str"}
+
+
+def test_the_format_a_source_needs() -> None:
+    assert format_needed(parse_source("L['self'].layers[2].weight")) == (1, 0)
+    assert format_needed(parse_source("dict.__getitem__(G['A'], 'x').y")) == (2, 0)
+    assert format_needed(Attr(DictItem(DictEntry(Global("T"), 0, "values"), "k"), "y")) == (2, 1)
+    assert needs_format_2(DictEntry(Global("T"), 0, "keys"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["list(dict.keys(G['T']))[-1]", "list(dict.items(G['T']))[0]", "list(dict.keys(G['T']))['a']",
+     "list(dict.values(G['T'])[0]", "list(dict.keys(G['T']))"],
+)
+def test_bad_dict_entry_text_is_refused(text: str) -> None:
+    with pytest.raises(FormatError):
+        parse_source(text)
 
 
 def test_dict_item_parses_from_a_remembered_base() -> None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ember.ir import Attr, Item, Source
+from ember.ir import Attr, DictEntry, Item, Source
 
 from . import trace_rules
 from .errors import Unsupported
@@ -133,6 +133,50 @@ def control_kind(value: Any) -> str | None:
     return trace_rules.control_kind(value)
 
 
+def is_slotted_python_object(value: Any) -> bool:
+    """An instance of a class written in Python that keeps its attributes in
+    ``__slots__`` (``dataclasses.Field``): read through its slots as any object."""
+    cls = type(value)
+    return bool(cls.__flags__ & (1 << 9)) and any("__slots__" in k.__dict__ for k in cls.__mro__[:-1])
+
+
+def is_identity_key(key: Any) -> bool:
+    """A dict key that compares and hashes by identity and has no literal text: a
+    class, a ``typing`` construct, a function."""
+    return isinstance(key, (type, types.FunctionType, types.BuiltinFunctionType)) or is_typing_value(key)
+
+
+def wrap_identity_keyed_dict(tx: Tx, value: dict[Any, Any], source: Source | None) -> VariableTracker:
+    """A dict whose keys include classes, ``typing`` constructs or functions (a
+    registry of handlers per type: ``{list: check_list, Union: check_union}``).
+    No source text names such a key, so the dict is read by position
+    (``DictEntry``): its length, each key (by identity, or by value for str/int
+    keys) and, when used, each value at its position are guarded."""
+    if not all(isinstance(k, (str, int)) or is_identity_key(k) for k in value):
+        raise Unsupported("dict with keys other than str, int, classes and functions read from the frame")
+    g = tx.output.guards if source is not None else None
+    if g is not None and source is not None:
+        g.add_type(source, value)
+        g.add_length(source, value)
+        for i, k in enumerate(value):
+            key_source = DictEntry(source, i, "keys")
+            if is_identity_key(k):
+                g.add_id(key_source, k)
+            else:
+                g.add_constant(key_source, k)
+    return tx.output.side_effects.existing_dict(
+        value,
+        lambda: DictVariable(
+            {
+                k: LazyVariable(v, DictEntry(source, i, "values")) if source else wrap(tx, v, None)
+                for i, (k, v) in enumerate(value.items())
+            },
+            source,
+            dict_type=type(value),
+        ),
+    )
+
+
 def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
     """The tracker for ``value`` read from ``source`` (guards recorded)."""
     g = tx.output.guards if source is not None else None
@@ -197,7 +241,7 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
         )
     if type(value) in (dict, collections.OrderedDict):
         if not all(isinstance(k, (str, int)) for k in value):
-            raise Unsupported("dict with non-str/int keys read from the frame")
+            return wrap_identity_keyed_dict(tx, value, source)
         if g is not None and source is not None:
             g.add_dict_keys(source, value)
         return tx.output.side_effects.existing_dict(
@@ -313,7 +357,7 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
         return OpaqueObjectVariable(value, source)
     if type(value).__module__.startswith(("numpy", "torch")):
         raise Unsupported(f"value of type `{type(value).__qualname__}` cannot be traced")
-    if hasattr(value, "__dict__") and (
+    if (hasattr(value, "__dict__") or is_slotted_python_object(value)) and (
         not callable(value)
         or isinstance(inspect.getattr_static(type(value), "__call__", None), types.FunctionType)
     ):

@@ -18,10 +18,11 @@ import torch
 from bytecode import Instr
 from bytecode.instr import CellVar, FreeVar
 
-from ember.ir import Attr, DictItem, Global, Item, Local, Source
+from ember.ir import Attr, DictEntry, DictItem, Global, Item, Local, Source
 
 from .errors import Unsupported
 from .instructions import NULL_AFTER_CALLABLE, SET_FUNCTION_ATTRIBUTE, emit_call, load_attr_arg
+from .rebuild import dict_entry
 from .tensor_subclass import is_plain_subclass, restore
 
 if TYPE_CHECKING:
@@ -178,6 +179,12 @@ class PyCodegen:
             self.load_source(source.base)
             self.load_const(source.index)
             self.call(2)
+        elif isinstance(source, DictEntry):
+            self.load_callable_const(dict_entry)
+            self.load_source(source.base)
+            self.load_const(source.position)
+            self.load_const(source.part)
+            self.call(3)
         else:
             raise TypeError(f"cannot load source {source.expr()}")
 

@@ -159,7 +159,7 @@ class CommonInstructions(TranslatorCore):
         obj = self.pop()
         if not isinstance(obj, NewObjectVariable):
             raise Unsupported(f"`del` of attribute `{inst.argval}` of {obj.describe()}")
-        obj.delete_attr(self, inst.argval)
+        obj.del_attr(self, inst.argval)
 
     def BINARY_SUBSCR(self, inst: Inst) -> None:
         key = self.pop()

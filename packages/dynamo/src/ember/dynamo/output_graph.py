@@ -25,7 +25,7 @@ import torch.fx
 from bytecode import Instr
 from torch.utils import _pytree as pytree
 
-from ember.ir import Attr, DictItem, Global, Item, Local, Source
+from ember.ir import Attr, DictEntry, DictItem, Global, Item, Local, Source
 from ember.ir.fake_mode import EagerLayoutFakeMode, symbolic_dispatch
 from ember.ir.shape_env import float_int_pow
 
@@ -80,6 +80,8 @@ def _path_text(source: Source) -> str:
         return f"{_path_text(source.base)}_{source.member}"
     if isinstance(source, (Item, DictItem)):
         return f"{_path_text(source.base)}_{source.index}"
+    if isinstance(source, DictEntry):
+        return f"{_path_text(source.base)}_{source.part}_{source.position}"
     raise TypeError(f"no name for source {source.expr()}")
 
 

@@ -42,3 +42,9 @@ def rebuild_module(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any], tra
     module = cls(*args, **kwargs)
     module.train(training)
     return module
+
+
+def dict_entry(d: dict[Any, Any], position: int, part: str) -> Any:
+    """The key (``part == "keys"``) or value at ``position`` of ``d``'s own order:
+    what an ``ember.ir.DictEntry`` source names."""
+    return list(dict.keys(d) if part == "keys" else dict.values(d))[position]

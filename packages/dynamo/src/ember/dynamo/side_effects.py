@@ -90,6 +90,11 @@ class SideEffects:
         store = self.attrs.get((id(getattr(obj, "value", obj)), name))
         return store.value if store is not None else None
 
+    def has_pending_attrs(self, obj: VariableTracker) -> bool:
+        """Whether the frame wrote an attribute of ``obj`` that is not yet replayed."""
+        target = id(getattr(obj, "value", obj))
+        return any(key[0] == target for key in self.attrs)
+
     def store_global(self, name: str, value: VariableTracker) -> None:
         self._put(self._globals, name, value)
 

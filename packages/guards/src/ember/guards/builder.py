@@ -29,6 +29,7 @@ from ember.guards.errors import GuardCompileError
 from ember.guards.reads import fast_read, plain_op, plain_read
 from ember.ir import (
     Attr,
+    DictEntry,
     DictItem,
     Global,
     Guard,
@@ -96,6 +97,8 @@ def eval_source(source: Source, f_locals: Mapping[str, Any], f_globals: Mapping[
         return base[source.index]
     if isinstance(source, DictItem):
         return dict.__getitem__(base, source.index)
+    if isinstance(source, DictEntry):
+        return list(dict.keys(base) if source.part == "keys" else dict.values(base))[source.position]
     if isinstance(source, Size):
         return base.size()[source.dim]
     return base.stride()[source.dim]

@@ -225,6 +225,8 @@ def _read(op: tuple[Any, ...], slot: dict[str, int], t: _Tables) -> str:
         return f"get_key({base}, {t.o(op[2])})"
     if kind == "dict_item":
         return f"dict_item({base}, {t.o(op[2])}, {t.o(dict.__getitem__)})"
+    if kind == "dict_entry":
+        return f"dict_entry({base}, {int(op[2])}, {int(op[3] == 'values')})"
     if kind in ("size", "stride"):
         return f"dim_of({base}, {t.s(kind)}, {t.o(op[2])})"
     if kind == "module_attr":

@@ -68,6 +68,28 @@ dict_item(PyObject *d, PyObject *k, PyObject *getitem)
     return PyObject_Vectorcall(getitem, args, 2, NULL);
 }
 
+/* ``list(dict.keys(d))[i]`` / ``list(dict.values(d))[i]`` (value != 0): the entry at a
+   position of a dict's own order, without building the list */
+static __attribute__((noinline)) PyObject *
+dict_entry(PyObject *d, Py_ssize_t i, int value)
+{
+    if (!PyDict_Check(d)) {
+        PyErr_SetString(PyExc_TypeError, "a dict entry read from an object that is not a dict");
+        return NULL;
+    }
+    Py_ssize_t pos = 0, n = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(d, &pos, &k, &v)) {
+        if (n++ == i) {
+            PyObject *r = value ? v : k;
+            Py_INCREF(r);
+            return r;
+        }
+    }
+    PyErr_SetString(PyExc_IndexError, "list index out of range");
+    return NULL;
+}
+
 /* ``v.size()[d]`` / ``v.stride()[d]`` */
 static __attribute__((noinline)) PyObject *
 dim_of(PyObject *v, PyObject *method, PyObject *d)

@@ -37,8 +37,8 @@ from typing import Any
 
 import torch
 
-from ember.ir import Attr, DictItem, Global, Item, Local, Size, Source, Stride
-from ember.ir.source import DICT_ITEM_PREFIX
+from ember.ir import Attr, DictEntry, DictItem, Global, Item, Local, Size, Source, Stride
+from ember.ir.source import DICT_ENTRY_PREFIXES, DICT_ITEM_PREFIX
 
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
 
@@ -52,6 +52,9 @@ def plain_read(source: Source, names: Mapping[Source, str]) -> str:
     if isinstance(source, DictItem):  # ``dict.__getitem__(<base>, key)``: the base inside
         head = len(DICT_ITEM_PREFIX)
         return DICT_ITEM_PREFIX + names[base] + text[head + len(base_text) :]
+    if isinstance(source, DictEntry):  # ``list(dict.values(<base>))[i]``: the base inside
+        prefix = DICT_ENTRY_PREFIXES[source.part]
+        return prefix + names[base] + text[len(prefix) + len(base_text) :]
     return names[base] + text[len(base_text) :]
 
 
@@ -72,6 +75,8 @@ def plain_op(source: Source, names: Mapping[Source, str]) -> tuple[Any, ...]:
         return ("item", base, source.index)
     if isinstance(source, DictItem):
         return ("dict_item", base, source.index)
+    if isinstance(source, DictEntry):
+        return ("dict_entry", base, source.position, source.part)
     if isinstance(source, Size):
         return ("size", base, source.dim)
     if isinstance(source, Stride):

@@ -7,7 +7,7 @@
 
 * The guard IR (:class:`GuardSet`, :class:`Guard`, :class:`GuardKind`,
   sources :class:`Local` / :class:`Global` / :class:`Attr` / :class:`Item` /
-  :class:`Size` / :class:`Stride` / :class:`DictItem` with :func:`parse_source`): what a compiled
+  :class:`Size` / :class:`Stride` / :class:`DictItem` / :class:`DictEntry` with :func:`parse_source`): what a compiled
   graph assumed about its frame.
 * The value encoding (:func:`encode_value` / :func:`decode_value`): tagged
   JSON for the constants found in graphs and guard payloads.
@@ -49,6 +49,7 @@ from ember.ir.guards import (
 from ember.ir.serialize import dumps, loads
 from ember.ir.source import (
     Attr,
+    DictEntry,
     DictItem,
     Global,
     Item,
@@ -56,6 +57,7 @@ from ember.ir.source import (
     Size,
     Source,
     Stride,
+    format_needed,
     needs_format_2,
     parse_source,
     root_of,
@@ -111,6 +113,7 @@ __all__ = [
     "PAYLOAD_SCHEMA",
     "SOURCELESS_KINDS",
     "Attr",
+    "DictEntry",
     "DictItem",
     "FormatError",
     "Global",
@@ -130,6 +133,7 @@ __all__ = [
     "encode_value",
     "global_state_payload",
     "is_relation",
+    "format_needed",
     "needs_format_2",
     "parse_device",
     "parse_dtype",

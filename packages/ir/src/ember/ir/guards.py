@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ember.ir.errors import FormatError
-from ember.ir.source import Local, Source, needs_format_2, parse_source, root_of
+from ember.ir.source import Local, Source, format_needed, needs_format_2, parse_source, root_of
 from ember.ir.symbolic import is_relation, parse_sym_expr
 from ember.ir.values import JSON, decode_value, dtype_name, parse_device, parse_dtype
 from ember.ir.versioning import (
@@ -310,10 +310,9 @@ class GuardSet:
 
     def format_version(self) -> tuple[int, int]:
         """The oldest guard format that holds this set: 1.0 unless a source reads
-        through ``dict.__getitem__`` (2.0), so readers of 1.0 keep reading what they can."""
-        if any(g.source is not None and needs_format_2(g.source) for g in self.guards):
-            return GUARDS_VERSION
-        return (1, 0)
+        through ``dict.__getitem__`` (2.0) or a dict entry by position (2.1), so older
+        readers keep reading what they can."""
+        return max((format_needed(g.source) for g in self.guards if g.source is not None), default=(1, 0))
 
     def to_json(self) -> dict[str, JSON]:
         return {
@@ -365,8 +364,8 @@ class GuardSet:
             for g in result.guards:
                 if g.source is not None and needs_format_2(g.source):
                     raise FormatError(
-                        f"source {g.source.expr()} reads through dict.__getitem__, which guard format "
-                        f"{major}.{minor} does not have (new in 2.0)",
+                        f"source {g.source.expr()} reads through a dict's own methods, which guard "
+                        f"format {major}.{minor} does not have (new in 2.0)",
                         file=file,
                         field="source",
                     )

@@ -182,17 +182,66 @@ class DictItem:
 #: how a :class:`DictItem` source's text starts
 DICT_ITEM_PREFIX = "dict.__getitem__("
 
-Source: TypeAlias = Local | Global | Attr | Item | Size | Stride | DictItem
-SOURCE_TYPES: tuple[type, ...] = (Local, Global, Attr, Item, Size, Stride, DictItem)
+
+@dataclass(frozen=True, slots=True)
+class DictEntry:
+    """The key or the value at a position of a dict's own order:
+    ``list(dict.keys(G['table']))[2]``, ``list(dict.values(G['table']))[2]``.
+
+    A dict keyed by objects that are not constants (classes, ``typing.Union``:
+    a registry of handlers per type) has keys no source text can name. Its keys
+    are guarded by position (each key by identity) and its values are read by
+    the same positions, which name them exactly while the keys match. Written
+    as the Python that reads it (``dict``'s methods, past a subclass's
+    overrides). New in guard format 2.1.
+    """
+
+    base: Source
+    position: int
+    #: ``"keys"`` or ``"values"``
+    part: str
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        return self._hash or _cache_hash(self, (DictEntry, self.base, self.position, self.part))
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return DictEntry, (self.base, self.position, self.part)  # the cached hash is never pickled
+
+    def __post_init__(self) -> None:
+        if self.part not in ("keys", "values"):
+            raise FormatError(f"a dict entry source reads 'keys' or 'values', not {self.part!r}")
+        if not isinstance(self.position, int) or isinstance(self.position, bool) or self.position < 0:
+            raise FormatError(f"a dict entry's position is an int >= 0, got {self.position!r}")
+
+    def expr(self) -> str:
+        return f"list(dict.{self.part}({self.base.expr()}))[{self.position}]"
+
+
+#: how a :class:`DictEntry` source's text starts, per part
+DICT_ENTRY_PREFIXES = {"keys": "list(dict.keys(", "values": "list(dict.values("}
+
+Source: TypeAlias = Local | Global | Attr | Item | Size | Stride | DictItem | DictEntry
+SOURCE_TYPES: tuple[type, ...] = (Local, Global, Attr, Item, Size, Stride, DictItem, DictEntry)
+
+
+def format_needed(source: Source) -> tuple[int, int]:
+    """The oldest guard format whose source text holds ``source``: 1.0, 2.0 (it reads
+    through a :class:`DictItem`) or 2.1 (through a :class:`DictEntry`)."""
+    need = (1, 0)
+    while not isinstance(source, (Local, Global)):
+        if isinstance(source, DictEntry):
+            return (2, 1)
+        if isinstance(source, DictItem):
+            need = (2, 0)
+        source = source.base
+    return need
 
 
 def needs_format_2(source: Source) -> bool:
-    """Whether ``source``'s text needs guard format 2.0 (it reads through a :class:`DictItem`)."""
-    while not isinstance(source, (Local, Global)):
-        if isinstance(source, DictItem):
-            return True
-        source = source.base
-    return False
+    """Whether ``source``'s text needs guard format 2 (it reads through a
+    :class:`DictItem` or a :class:`DictEntry`)."""
+    return format_needed(source) >= (2, 0)
 
 
 def root_of(source: Source) -> Local | Global:
@@ -235,6 +284,9 @@ class _Parser:
         self.skip_ws()
         if self.text.startswith(DICT_ITEM_PREFIX, self.pos):
             return self.trailers(self.dict_item())
+        for part, prefix in DICT_ENTRY_PREFIXES.items():
+            if self.text.startswith(prefix, self.pos):
+                return self.trailers(self.dict_entry(part, prefix))
         head = self.peek()
         if head not in ("L", "G"):
             raise self.fail("a source starts with L[...], G[...] or dict.__getitem__(")
@@ -258,6 +310,21 @@ class _Parser:
         self.expect(")")
         return DictItem(base, index)
 
+    def dict_entry(self, part: str, prefix: str) -> DictEntry:
+        """``list(dict.keys(<source>))[<int>]`` (or ``values``) from ``pos`` on."""
+        self.pos += len(prefix)
+        self.skip_ws()
+        inner = _Parser(self.text, self.pos, nested=True)
+        base = inner.parse()
+        self.pos = inner.pos
+        self.expect("))")
+        self.expect("[")
+        position = self.constant()
+        if not isinstance(position, int) or isinstance(position, bool):
+            raise self.fail("a dict entry's position is an int")
+        self.expect("]")
+        return DictEntry(base, position, part)
+
     def trailers(self, src: Source) -> Source:
         """``src`` followed by the ``.member`` / ``[index]`` trailers from ``pos`` on; each
         prefix parsed is remembered, so sources sharing a base parse only their own end."""
@@ -266,7 +333,7 @@ class _Parser:
                 _PARSED.setdefault(self.text[self.start : self.pos], src)
             self.skip_ws()
             ch = self.peek()
-            if ch == "" or (self.nested and ch == ","):
+            if ch == "" or (self.nested and ch in ",)"):
                 return src
             if ch == "[":
                 self.pos += 1

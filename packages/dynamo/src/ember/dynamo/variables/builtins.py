@@ -19,7 +19,7 @@ import torch
 
 from ember.ir import Attr
 
-from ..errors import MissingKey, Unsupported
+from ..errors import MissingKey, Unsupported, UserRaised
 from .base import VariableTracker
 from .classes import BUILTIN_CONSTRUCTORS, construct_builtin_type, make_super
 from .constant import ConstantVariable
@@ -219,8 +219,8 @@ def has_attr(tx: Tx, obj: VariableTracker, name: str) -> bool:
         return hasattr(obj.as_python_constant(), name)
     if isinstance(obj, NewObjectVariable):
         known = obj.has_attr(tx, name)
-        if known is None:
-            raise Unsupported(f"hasattr() on {obj.describe()} would run its __getattr__")
+        if known is None:  # its class's __getattribute__/__getattr__ decide: traced
+            return _getattr_succeeds(tx, obj, name)
         return known
     if isinstance(obj, (BaseListVariable, DictVariable, SetVariable)):
         return hasattr(obj.python_type(), name)
@@ -232,6 +232,19 @@ def has_attr(tx: Tx, obj: VariableTracker, name: str) -> bool:
         guard_hasattr(tx, obj.source, real)
         return hasattr(real, name)
     raise Unsupported(f"hasattr() on {obj.describe()}")
+
+
+def _getattr_succeeds(tx: Tx, obj: VariableTracker, name: str) -> bool:
+    """``hasattr`` as Python computes it: ``getattr`` traced, an ``AttributeError``
+    that changed nothing on the way is False."""
+    writes = tx.output.trail.writes
+    try:
+        obj.var_getattr(tx, name)
+    except UserRaised as e:
+        if issubclass(e.exc_type, AttributeError) and tx.output.trail.writes == writes:
+            return False
+        raise
+    return True
 
 
 def guard_hasattr(tx: Tx, source: Any, real: Any) -> None:
@@ -316,6 +329,11 @@ class BuiltinVariable(VariableTracker):
             return ConstantVariable(has_attr(tx, args[0], args[1].as_python_constant()))
         if fn is setattr and len(args) == 3:
             tx.store_attr(args[0], args[1].as_python_constant(), args[2])
+            return ConstantVariable(None)
+        if fn is delattr and len(args) == 2:
+            if not isinstance(args[0], NewObjectVariable):
+                raise Unsupported(f"`delattr` of an attribute of {args[0].describe()}")
+            args[0].del_attr(tx, args[1].as_python_constant())
             return ConstantVariable(None)
         if fn is sum:
             return builtin_sum(tx, args, kwargs)

@@ -263,7 +263,10 @@ class ObjectVariable(VariableTracker):
         fallback = static_lookup(self.cls, "__getattr__")
         if isinstance(fallback, types.FunctionType):
             return UserFunctionVariable(fallback).call_function(tx, [self, ConstantVariable(name)], {})
-        raise Unsupported(f"{self.describe()} has no attribute `{name}` (AttributeError)")
+        missing = f"{self.describe()} has no attribute `{name}` (AttributeError)"
+        if self.fresh:  # made in the frame: every attribute it has is known
+            raise UserRaised(AttributeError, missing)
+        raise Unsupported(missing)
 
     def has_attr(self, tx: Tx, name: str) -> bool | None:
         """``hasattr(self, name)`` where it is known without running code, else None."""
@@ -473,6 +476,17 @@ class NewObjectVariable(ObjectVariable):
         attrs = dict(self.attrs.value)
         del attrs[name]
         tx.output.trail.set(self.attrs, attrs)
+
+    def del_attr(self, tx: Tx, name: str) -> None:
+        """``del obj.name`` / ``delattr(obj, name)``: the class's ``__delattr__``
+        traced where it is Python code, else object's."""
+        hook = static_lookup(self.cls, "__delattr__")
+        if isinstance(hook, types.FunctionType):
+            UserFunctionVariable(hook).call_function(tx, [self, ConstantVariable(name)], {})
+        elif base_method_owner(hook) is not None:
+            self.delete_attr(tx, name)
+        else:
+            raise Unsupported(f"`del` of attribute `{name}` of {self.describe()}: a C-level __delattr__")
 
     def base_method(
         self, tx: Tx, owner: type, name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]

@@ -30,6 +30,7 @@ from ..errors import Unsupported
 from .base import VariableTracker
 from .classes import ClassVariable
 from .constant import ConstantVariable
+from .copying import COPY_FUNCTIONS
 from .functions import (
     NestedFunctionVariable,
     PartialVariable,
@@ -242,6 +243,7 @@ STDLIB: dict[Any, Handler] = {
     operator.attrgetter: getter(operator.attrgetter),
     operator.methodcaller: getter(operator.methodcaller),
     warnings.warn: warn,
+    **COPY_FUNCTIONS,
 }
 
 
