@@ -33,13 +33,7 @@ from . import zoo
 from .zoo_harness import assert_same, case_param, run, torch_fullgraph_graphs
 
 #: models ember cannot yet compile with fullgraph=True where torch.compile can, and why
-CAPTURE_GAPS: dict[str, str] = {
-    "deberta": (
-        "its pooler makes ACT2FN['gelu'], a GELUActivation, inside the forward: ember does "
-        "not trace a module class's own __init__ (ADR 0045); the torch.tensor(int) slice "
-        "bounds before it are captured since ADR 0043 (14 graphs -> 4)"
-    ),
-}
+CAPTURE_GAPS: dict[str, str] = {}
 #: models whose inductor run does not yet match eager (or raises), and why
 INDUCTOR_GAPS: dict[str, str] = {}
 

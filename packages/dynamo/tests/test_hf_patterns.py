@@ -291,14 +291,15 @@ def test_dict_subclass_getitem_making_a_module_is_captured_and_guarded() -> None
 
 
 def test_module_with_its_own_init_made_in_the_frame_runs_as_eager() -> None:
-    """A user ``__init__`` is code each eager call runs (here: a counter), so its class is
-    not made at trace time: the call runs eagerly, with eager's side effects."""
+    """A user ``__init__`` is code each eager call runs (here: a counter on the class), so
+    its class is not made at trace time: the break names the line of the write, and the
+    call runs eagerly, with eager's side effects."""
 
     def f(x):
         return ACTS["counting"](x) * 2
 
     x = torch.randn(3)
-    with pytest.raises(Exception, match="CountingActivation.__init__"):
+    with pytest.raises(Exception, match="CountingActivation.made"):
         ed.compile(f, backend=CompileCounter(), fullgraph=True)(x)
     ed.reset()
     c = ed.compile(f, backend=CompileCounter())

@@ -131,6 +131,11 @@ class SideEffects:
         self.seen[id(value)] = (value, var)
         return var
 
+    def snapshot(self) -> tuple[object, ...]:
+        """The recorded writes now: every record replaces its table, so two snapshots
+        are equal (item by item, by identity) exactly when nothing was recorded between."""
+        return (self.attrs, self.globals, self.lists, self.dicts, self.cells, self._calls.value)
+
     def is_empty(self) -> bool:
         return not (
             self.attrs or self.globals or self.lists or self.dicts or self.cells or self._calls.value

@@ -28,7 +28,7 @@ from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
 from .iterators import ITERTOOLS_TYPES, construct_itertools, take_parallel
 from .known_scalars import known_value
 from .lists import ListIteratorVariable, ListVariable, NamedTupleVariable, TupleVariable
-from .nn_module import construct_module
+from .nn_module import NewModuleVariable, TorchInitVariable, construct_module, is_torch_nn_class
 from .objects import (
     DICT_BASES,
     MISSING,
@@ -146,6 +146,9 @@ class SuperVariable(VariableTracker):
             if name not in klass.__dict__:
                 continue
             found = klass.__dict__[name]
+            if (name == "__init__" and isinstance(obj, NewModuleVariable) and obj.constructing
+                    and is_torch_nn_class(klass)):
+                return TorchInitVariable(found, obj)
             if isinstance(found, types.FunctionType) and not is_torch_internal_method(found):
                 if of_class:
                     return UserFunctionVariable(found)

@@ -29,7 +29,7 @@ from ..function_entry import CompiledFunction
 from ..rebuild import rebuild_module
 from .base import VariableTracker
 from .constant import ConstantVariable
-from .functions import UserFunctionVariable
+from .functions import UserFunctionVariable, UserMethodVariable
 from .lists import ListIteratorVariable, TupleVariable
 from .objects import class_attribute, is_data_descriptor
 
@@ -378,6 +378,9 @@ class NewModuleVariable(NNModuleVariable):
         super().__init__(value, None)
         self.args = args
         self.kwargs = kwargs
+        #: its class's Python ``__init__`` is being traced: attribute writes and torch.nn's
+        #: ``__init__`` run for real on the new module (``construct_with_traced_init``)
+        self.constructing = False
         #: where its class was read: its ``forward`` and class attributes are guarded
         #: through it (``objects.class_attribute``), as a module from the frame's are
         #: through ``L['m'].__class__``
@@ -385,6 +388,28 @@ class NewModuleVariable(NNModuleVariable):
 
     def describe(self) -> str:
         return f"module `{type(self.value).__name__}` (made in the compiled region)"
+
+    def store_attr(self, tx: Tx, name: str, value: VariableTracker) -> None:
+        if not self.constructing:
+            super().store_attr(tx, name, value)
+            return
+        real = self.real_value(value)
+        with torch.random.fork_rng(devices=[]):
+            setattr(self.value, name, real)  # nn.Module.__setattr__, on a module nobody else holds
+
+    def real_value(self, v: VariableTracker) -> Any:
+        """The Python value a tracker stands for, where ``__init__`` may store it on the
+        new module: a constant, a function, a method of the module, a module made here."""
+        if isinstance(v, UserMethodVariable) and v.obj is self:
+            return types.MethodType(v.fn.as_python_constant(), self.value)
+        if isinstance(v, NewModuleVariable) and not v.constructing:
+            return v.value
+        if v.is_python_constant():
+            return v.as_python_constant()
+        raise Unsupported(
+            f"`{type(self.value).__name__}.__init__` stores {v.describe()} on the new module "
+            "(only constants, functions and modules made from constants are kept)"
+        )
 
     def reconstruct(self, cg: PyCodegen) -> None:
         def build() -> None:
@@ -422,6 +447,81 @@ def user_construction_code(cls: type) -> str:
     return ""
 
 
+def python_init(cls: type) -> types.FunctionType | None:
+    """The ``__init__`` a user class of ``cls``'s MRO defines, where that is its only
+    construction code of its own (no ``__new__``, no metaclass ``__call__``)."""
+    if type(cls).__call__ is not type.__call__:
+        return None
+    for klass in cls.__mro__:
+        if klass is object or is_torch_nn_class(klass):
+            return None
+        if "__new__" in klass.__dict__:
+            return None
+        init = klass.__dict__.get("__init__")
+        if init is not None:
+            return init if isinstance(init, types.FunctionType) else None
+    return None
+
+
+class TorchInitVariable(VariableTracker):
+    """``super().__init__(...)`` reaching a torch.nn class from a module whose Python
+    ``__init__`` is being traced: torch's constructor touches only the new module,
+    so it runs for real on it (with constant arguments)."""
+
+    def __init__(self, fn: Any, module: NewModuleVariable) -> None:
+        super().__init__(None)
+        self.fn = fn
+        self.module = module
+
+    def describe(self) -> str:
+        return f"`{self.fn.__qualname__}` of a module made in the compiled region"
+
+    def call_function(
+        self, tx: Tx, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        real = self.module.real_value
+        cargs = [real(a) for a in args]
+        ckwargs = {k: real(v) for k, v in kwargs.items()}
+        with torch.random.fork_rng(devices=[]):  # parameter init must not move the user's RNG
+            try:
+                self.fn(self.module.value, *cargs, **ckwargs)
+            except Exception as e:
+                raise Unsupported(f"{self.describe()} raised {type(e).__name__}: {e}") from e
+        return ConstantVariable(None)
+
+
+def construct_with_traced_init(
+    tx: Tx,
+    cls: type,
+    init: types.FunctionType,
+    args: list[VariableTracker],
+    kwargs: dict[str, VariableTracker],
+    cls_source: Source,
+) -> NewModuleVariable:
+    """``cls(*args)`` for a module class with a Python ``__init__`` (transformers'
+    ``GELUActivation``, which ``ACT2FN["gelu"]`` makes in ``forward``): the ``__init__``
+    is traced over a new real module, writing its attributes and running torch.nn's
+    constructors for real. Allowed only where that changes nothing outside the new
+    module (no side effect recorded while tracing it), so making the module once now
+    is what every call would have done."""
+    module: nn.Module = object.__new__(cls)  # (python_init: no class of cls defines __new__)
+    var = NewModuleVariable(module, tuple(a.as_python_constant() for a in args),
+                            {k: v.as_python_constant() for k, v in kwargs.items()}, cls_source)
+    before = tx.output.side_effects.snapshot()
+    var.constructing = True
+    try:
+        result = UserFunctionVariable(init).call_function(tx, [var, *args], kwargs)
+    finally:
+        var.constructing = False
+    if not (result.is_python_constant() and result.as_python_constant() is None):
+        raise Unsupported(f"`{init.__qualname__}` returned a value (TypeError)")
+    if tx.output.side_effects.snapshot() != before:
+        raise Unsupported(f"`{init.__qualname__}` changes state outside the module it makes")
+    if "_parameters" not in module.__dict__:
+        raise Unsupported(f"`{init.__qualname__}` did not call nn.Module.__init__")
+    return var
+
+
 def construct_module(
     tx: Tx,
     cls: type,
@@ -433,21 +533,29 @@ def construct_module(
     ``torch.nn`` class, or a subclass that adds no construction code of its own
     (``user_construction_code``); either must end up with no parameters or buffers."""
     refused = "" if is_torch_nn_class(cls) else user_construction_code(cls)
-    if not refused and not is_torch_nn_class(cls) and cls_source is None:
+    init = python_init(cls) if refused else None
+    if not is_torch_nn_class(cls) and cls_source is None:
         refused = "its class has no source to guard its forward by"
-    if refused:
+        init = None
+    if refused and init is None:
         raise Unsupported(f"creating a `{cls.__name__}` module inside a compiled region: {refused}")
     if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
         raise Unsupported(f"creating a `{cls.__name__}` module from non-constant arguments")
-    cargs = tuple(a.as_python_constant() for a in args)
-    ckwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
-    with torch.random.fork_rng(devices=[]):  # parameter init must not move the user's RNG
-        try:
-            module = cls(*cargs, **ckwargs)
-        except Exception as e:
-            raise Unsupported(f"{cls.__name__}(...) raised {type(e).__name__}: {e}") from e
+    if init is not None:
+        assert cls_source is not None
+        made = construct_with_traced_init(tx, cls, init, args, kwargs, cls_source)
+        module = made.value
+    else:
+        cargs = tuple(a.as_python_constant() for a in args)
+        ckwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
+        with torch.random.fork_rng(devices=[]):  # parameter init must not move the user's RNG
+            try:
+                module = cls(*cargs, **ckwargs)
+            except Exception as e:
+                raise Unsupported(f"{cls.__name__}(...) raised {type(e).__name__}: {e}") from e
+        made = NewModuleVariable(module, cargs, ckwargs, cls_source)
     if next(module.parameters(), None) is not None or next(module.buffers(), None) is not None:
         raise Unsupported(
             f"creating a `{cls.__name__}` module with parameters or buffers inside a compiled region"
         )
-    return NewModuleVariable(module, cargs, ckwargs, cls_source)
+    return made
