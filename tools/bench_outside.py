@@ -99,6 +99,10 @@ MODELS: dict[str, Callable[[], Built]] = {
     "blenderbot_small": _seq2seq("BlenderbotSmallConfig", "BlenderbotSmallModel"),
     "convbert": _classifier("ConvBertConfig", "ConvBertForSequenceClassification", embedding_size=64),
     "roformer": _classifier("RoFormerConfig", "RoFormerForSequenceClassification", embedding_size=64),
+    "squeezebert": _classifier(
+        "SqueezeBertConfig", "SqueezeBertForSequenceClassification", embedding_size=64, q_groups=2,
+        k_groups=2, v_groups=2, post_attention_groups=2, intermediate_groups=2, output_groups=2,
+    ),
     "recurrent_gemma": recurrent_gemma,
     "hubert": hubert,
 }

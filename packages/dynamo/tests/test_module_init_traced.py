@@ -155,3 +155,24 @@ def test_an_init_storing_a_tensor_breaks() -> None:
     assert explained.graph_break_count >= 1
     x = torch.randn(3)
     torch.testing.assert_close(ed.compile(fn, backend="eager")(x), fn(x))
+
+
+class ChannelsFirstNorm(nn.LayerNorm):
+    """transformers' SqueezeBertLayerNorm: a subclass calling its base's forward by name."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.permute(0, 2, 1)
+        x = nn.LayerNorm.forward(self, x)
+        return x.permute(0, 2, 1)
+
+
+class ConvViaBase(nn.Conv1d):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.Conv1d.forward(self, x).relu()
+
+
+def test_a_torch_module_forward_called_by_its_class_name_is_inlined() -> None:
+    norm, conv = ChannelsFirstNorm(8).eval(), ConvViaBase(8, 4, 3).eval()
+    with torch.no_grad():
+        norm.weight.normal_()
+    one_graph(lambda x: conv(norm(x)), torch.randn(2, 8, 5))

@@ -55,7 +55,26 @@ INLINED_TORCH_MODULES = frozenset({"torch.nn.modules.utils", "torch.utils._conte
 
 
 def is_inlined_torch_function(fn: Any) -> bool:
-    return isinstance(fn, types.FunctionType) and fn.__module__ in INLINED_TORCH_MODULES
+    return isinstance(fn, types.FunctionType) and (
+        fn.__module__ in INLINED_TORCH_MODULES or is_torch_module_method(fn)
+    )
+
+
+def is_torch_module_method(fn: types.FunctionType) -> bool:
+    """A method of a torch.nn module class read from the class (``nn.LayerNorm.forward``,
+    called as ``nn.LayerNorm.forward(self, x)`` by a subclass that overrides ``forward``):
+    traced like the module's own code, not put in the graph as one call taking a module."""
+    module = fn.__module__ or ""
+    if not module.startswith("torch.nn.modules."):
+        return False
+    owner_name, _, name = fn.__qualname__.rpartition(".")
+    owner = getattr(sys.modules.get(module), owner_name, None)
+    return (
+        isinstance(owner, type)
+        and issubclass(owner, torch.nn.Module)
+        and owner is not torch.nn.Module  # its machinery (__call__, hooks, state) stays as it is
+        and owner.__dict__.get(name) is fn
+    )
 
 
 def allow_in_graph(fn: Any) -> None:
