@@ -336,3 +336,39 @@ def test_module_made_per_call_does_not_recompile() -> None:
         x, y = torch.randn(5, 4), torch.randint(0, 3, (5,))
         torch.testing.assert_close(c(x, y), m(x, y))
     assert cnt.frame_count == 1
+
+
+def test_an_ordered_dict_made_in_the_frame_is_returned_as_one() -> None:
+    """torchvision's ``IntermediateLayerGetter`` (segmentation models) returns the
+    ``OrderedDict`` it filled: rebuilt after the graph, same type and order."""
+    import collections
+
+    def fn(x: torch.Tensor) -> collections.OrderedDict[str, torch.Tensor]:
+        out: collections.OrderedDict[str, torch.Tensor] = collections.OrderedDict()
+        out["out"] = x.relu()
+        out["aux"] = x * 2
+        out.move_to_end("out")
+        return out
+
+    cnt = CompileCounter()
+    got = ed.compile(fn, backend=cnt, fullgraph=True)(torch.randn(3))
+    assert type(got) is collections.OrderedDict and list(got) == ["aux", "out"]
+    assert cnt.frame_count == 1
+
+
+def test_ordered_dict_reordering_methods() -> None:
+    import collections
+
+    def fn(x: torch.Tensor) -> tuple[Any, ...]:
+        d = collections.OrderedDict(a=1, b=2, c=3)
+        d.move_to_end("a")
+        d.move_to_end("c", last=False)
+        first = d.popitem(last=False)
+        newest = d.popitem()
+        plain = {"p": 1, "q": 2}
+        return x + len(d), tuple(d), first, newest, plain.popitem(), d.copy()
+
+    x = torch.randn(2)
+    got, want = ed.compile(fn, backend="eager", fullgraph=True)(x), fn(x)
+    torch.testing.assert_close(got[0], want[0])
+    assert got[1:] == want[1:] and type(got[-1]) is collections.OrderedDict

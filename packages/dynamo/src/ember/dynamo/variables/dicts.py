@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -122,13 +124,46 @@ class DictVariable(VariableTracker):
     def var_getattr(self, tx: Tx, name: str) -> VariableTracker:
         return BoundCallVariable(self, name)
 
+    def reorder(
+        self, tx: Tx, name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        """``OrderedDict.move_to_end(key, last=True)`` and ``popitem()`` (``last=`` on an
+        OrderedDict; a dict pops its newest item)."""
+        ordered = self.dict_type is collections.OrderedDict
+        rest = [*args[1:], *kwargs.values()] if name == "move_to_end" else [*args, *kwargs.values()]
+        if len(rest) > 1 or set(kwargs) - {"last"} or (rest and not ordered) or (
+            name == "move_to_end" and not ordered
+        ) or not all(v.is_python_constant() for v in rest):
+            raise Unsupported(f"method `{self.dict_type.__name__}.{name}` with these arguments")
+        last = bool(rest[0].as_python_constant()) if rest else True
+        items = dict(self.items)
+        if name == "popitem":
+            if not items:
+                raise MissingKey(f"popitem(): {self.dict_type.__name__} is empty (KeyError)")
+            k = next(reversed(items)) if last else next(iter(items))
+            v = self.realize(tx, k)
+            del items[k]
+            self.write(tx, items)
+            return TupleVariable([ConstantVariable(k), v])
+        k = dict_key(args[0])
+        if k not in items:
+            raise MissingKey(f"move_to_end of missing key {k!r} (KeyError)", k)
+        v = items.pop(k)
+        self.write(tx, {**items, k: v} if last else {k: v, **items})
+        return ConstantVariable(None)
+
     def reconstruct_items(self, cg: PyCodegen) -> None:
-        if self.dict_type is not dict:
+        ordered = self.dict_type is collections.OrderedDict
+        if self.dict_type is not dict and not ordered:
             raise Unsupported(f"rebuilding a `{self.dict_type.__name__}` after the graph")
+        if ordered:  # OrderedDict(<the items as a dict>): a dict keeps their order
+            cg.load_callable_const(collections.OrderedDict)
         for k, v in self.items.items():
             cg.load_const(k)
             v.reconstruct(cg)
         cg.build(dict, len(self.items))
+        if ordered:
+            cg.call(1)
 
     def call_method(
         self,
@@ -160,7 +195,10 @@ class DictVariable(VariableTracker):
         if name == "__len__":
             return ConstantVariable(len(self.items))
         if name == "copy" and not args:
-            return DictVariable(self.items)
+            return DictVariable(self.items, dict_type=self.dict_type if self.dict_type is collections.OrderedDict
+                                else dict)
+        if name in ("move_to_end", "popitem") and (name == "popitem" or args):
+            return self.reorder(tx, name, args, kwargs)
         if name in ("__setitem__",) and len(args) == 2:
             self.set_item(tx, dict_key(args[0]), args[1])
             return none
