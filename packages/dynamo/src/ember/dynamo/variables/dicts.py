@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
