@@ -282,3 +282,12 @@ def test_stack_of_costly_parts_computes_each_once(check: Check, backend: str) ->
         sources = list(c.report.kernel_sources.values())
         assert sum(s.count("ember_expf(") for s in sources) == 5, sources
         assert any("ember_expf(" not in s for s in sources), sources
+
+
+def test_scalar_overloads_take_alpha_positionally(check: Check) -> None:
+    """``add.Scalar(self, other, alpha)`` / ``sub.Scalar`` / ``rsub.Scalar`` have ``alpha``
+    positional (the ``.Tensor`` overloads keyword-only); diffusers' Flux graph has one."""
+    aten = torch.ops.aten
+    x = torch.randn(8, 5)
+    c = check(lambda t: aten.add.Scalar(t, 2.0, 3) + aten.sub.Scalar(t, 1.5, 2) + aten.rsub.Scalar(t, 4.0, 0.5), x)
+    assert c.report.kernels == 1

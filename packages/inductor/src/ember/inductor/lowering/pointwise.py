@@ -129,8 +129,8 @@ for _op, _name in {
 
 
 def _with_alpha(name: str) -> Callable[..., Any]:
-    def lower(
-        ctx: LoweringContext, node: torch.fx.Node, a: Any, b: Any, *, alpha: Any = 1
+    def lower(  # alpha: keyword-only in the .Tensor overloads, positional in the .Scalar ones
+        ctx: LoweringContext, node: torch.fx.Node, a: Any, b: Any, alpha: Any = 1
     ) -> Pointwise:
         compute = promote([a, b])
         if alpha == 1:
@@ -147,7 +147,7 @@ def _with_alpha(name: str) -> Callable[..., Any]:
 for _op, _name in {aten.add: "add", aten.sub: "sub"}.items():
     register_lowering(_op.Tensor, _op.Scalar)(_with_alpha(_name))
 register_lowering(aten.rsub.Tensor, aten.rsub.Scalar)(
-    lambda ctx, node, a, b, *, alpha=1: _with_alpha("sub")(ctx, node, b, a, alpha=alpha)
+    lambda ctx, node, a, b, alpha=1: _with_alpha("sub")(ctx, node, b, a, alpha=alpha)
 )
 
 
