@@ -229,3 +229,98 @@ def test_a_dict_keyed_by_classes_is_read_and_guarded_by_position() -> None:
     finally:
         HANDLERS.clear()
         HANDLERS.update(saved)
+
+
+SUPPORTED = {"relu", "gelu"}
+FROZEN_NAMES = frozenset({"a", "b"})
+
+
+def test_a_module_level_set_is_read_and_guarded_by_value() -> None:
+    def fn(x: torch.Tensor, kind: str) -> tuple[torch.Tensor, set[str]]:
+        hit = kind in SUPPORTED and "a" in FROZEN_NAMES
+        return (x + len(SUPPORTED) if hit else x - 1), SUPPORTED
+
+    c, cnt = compiled(fn)
+    x = torch.ones(2)
+    try:
+        out, same = c(x, "relu")
+        torch.testing.assert_close(out, fn(x, "relu")[0])
+        assert same is SUPPORTED  # the set itself leaves the frame, not a copy
+        assert cnt.frame_count == 1
+        SUPPORTED.add("tanh")  # its contents are guarded
+        torch.testing.assert_close(c(x, "relu")[0], fn(x, "relu")[0])
+        assert cnt.frame_count == 2
+        torch.testing.assert_close(c(x, "tanh")[0], fn(x, "tanh")[0])
+    finally:
+        SUPPORTED.discard("tanh")
+
+
+def test_changing_a_set_read_from_the_frame_breaks_and_stays_correct() -> None:
+    seen = {"a"}
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        seen.add("b")
+        return x * len(seen)
+
+    explained = ed.explain(fn)(torch.ones(2))
+    assert any("changing the set" in str(b.reason) for b in explained.break_reasons)
+    seen.discard("b")
+    torch.testing.assert_close(ed.compile(fn, backend="eager")(torch.ones(2)), torch.full((2,), 2.0))
+    assert seen == {"a", "b"}
+
+
+class Backend(str, __import__("enum").Enum):
+    NATIVE = "native"
+    FLASH = "flash"
+
+
+#: diffusers' attention registry (enum keys, set values) and unsupported dtypes per device
+ARG_NAMES: dict[Backend, set[str]] = {Backend.NATIVE: {"scale", "is_causal"}, Backend.FLASH: {"scale"}}
+UNSUPPORTED: dict[torch.dtype, tuple[str, ...]] = {torch.float64: ("mps",), torch.bfloat16: ()}
+
+
+def test_dicts_keyed_by_enum_members_and_dtypes() -> None:
+    def fn(x: torch.Tensor, backend: Backend) -> torch.Tensor:
+        kwargs = {k: v for k, v in {"scale": 2.0, "dropout": 0.1}.items() if k in ARG_NAMES[backend]}
+        bad = UNSUPPORTED.get(x.dtype, ())
+        return x * kwargs.get("scale", 1.0) + len(bad)
+
+    c, cnt = compiled(fn)
+    for dtype in (torch.float32, torch.float64):
+        x = torch.ones(2, dtype=dtype)
+        torch.testing.assert_close(c(x, Backend.NATIVE), fn(x, Backend.NATIVE))
+    ARG_NAMES[Backend.NATIVE].discard("scale")  # a value's contents are guarded
+    try:
+        x = torch.ones(2)
+        torch.testing.assert_close(c(x, Backend.NATIVE), fn(x, Backend.NATIVE))
+    finally:
+        ARG_NAMES[Backend.NATIVE].add("scale")
+
+
+class Holder(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+
+    @property
+    def dtype(self) -> torch.dtype:  # diffusers' ModelMixin.dtype
+        for _, p in self.named_parameters():
+            if p.is_floating_point():
+                return p.dtype
+        return torch.float32
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        names = [n for n, _ in self.named_parameters(prefix="m")]
+        n_buffers = len(list(self.buffers())) + len(list(self.named_buffers(recurse=False)))
+        return self.lin(x.to(self.dtype)) * len(names) + n_buffers
+
+
+def test_named_parameters_and_buffers_in_forward() -> None:
+    m = Holder()
+    c, cnt = compiled(m)
+    x = torch.randn(2, 3, dtype=torch.float64)
+    torch.testing.assert_close(c(x), m(x))
+    m.lin.bias = None  # which parameters there are is guarded
+    torch.testing.assert_close(c(x), m(x))
+    assert cnt.frame_count == 2

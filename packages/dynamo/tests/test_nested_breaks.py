@@ -145,3 +145,31 @@ def test_closure_callee_is_called_as_it_is_now() -> None:
     with redirect_stdout(io.StringIO()):
         torch.testing.assert_close(c(x, make(2.0)), f(x, make(2.0)))
         torch.testing.assert_close(c(x, make(5.0)), f(x, make(5.0)))
+
+
+class ConfigFallback(nn.Module):
+    """diffusers' ``ModelMixin.__getattr__``: a break with a value on the stack, then
+    zero-argument ``super()``, which reads the frame's first local."""
+
+    def __getattr__(self, name: str) -> Any:
+        n = len(self.__dict__) + (print("looked up", name) or 0)
+        if n < 0:
+            return n
+        return super().__getattr__(name)
+
+
+class WithChild(ConfigFallback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+
+def test_a_resume_function_keeps_the_receiver_of_zero_argument_super_first() -> None:
+    m = WithChild()
+    getattr_compiled = ed.compile(ConfigFallback.__getattr__, backend="eager")
+    with redirect_stdout(io.StringIO()) as out:
+        for _ in range(2):
+            assert getattr_compiled(m, "lin") is m.lin
+    assert out.getvalue().count("looked up lin") == 4  # each call, as eager prints it
+    with pytest.raises(AttributeError, match="missing"):
+        getattr_compiled(m, "missing")

@@ -34,6 +34,7 @@ from ember.ir import (
     Size,
     Source,
     Stride,
+    encode_guard_value,
     encode_value,
     global_state_payload,
     qualname,
@@ -310,6 +311,19 @@ def test_dict_entries_read_by_position() -> None:
     assert verdict(fn, {"ns": types.SimpleNamespace(table={int: handle_int, str: handle_int})}) is False
     assert verdict(fn, {"ns": types.SimpleNamespace(table={int: handle_int})}) is False
     assert verdict(fn, {"ns": types.SimpleNamespace(table=[int, str])}) is False
+
+
+def test_a_set_pinned_by_value() -> None:
+    names = {"relu", "gelu"}
+    G = {"NAMES": names}
+    fn = compiled([
+        Guard(Global("NAMES"), GuardKind.TYPE_MATCH, {"type": qualname(set), "type_id": id(set)}),
+        Guard(Global("NAMES"), GuardKind.EQUALS_MATCH, {"value": encode_guard_value(names)}),
+    ], {}, G)
+    assert verdict(fn, {}, G) is True
+    assert verdict(fn, {}, {"NAMES": {"gelu", "relu"}}) is True
+    assert verdict(fn, {}, {"NAMES": {"gelu"}}) is False
+    assert verdict(fn, {}, {"NAMES": frozenset(names)}) is False
 
 
 def test_module_fast_reads() -> None:

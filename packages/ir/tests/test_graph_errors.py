@@ -203,7 +203,7 @@ def test_aten_dialect_rejects_torch_level_nodes() -> None:
         (lambda m: m.pop("training"), "node 'lin', field 'training'"),
         (lambda m: m["params"].update(weight="nowhere.weight"), "refers to param 'nowhere.weight'"),
         (lambda m: m["params"].update(weight=3), "tensor name or null"),
-        (lambda m: m["attrs"].update(in_features={"$set": [1]}), "unknown value tag '\\$set'"),
+        (lambda m: m["attrs"].update(in_features={"$bogus": [1]}), "unknown value tag '\\$bogus'"),
         (lambda m: m.update(function_attrs={"act": "os.system"}), "node 'lin', field 'function_attrs.act': unknown op target 'os.system'"),
         (lambda m: m.update(function_attrs={"act": 3}), "must be a target string"),
         (lambda m: m.update(children={"sub": {"class": "builtins.object"}}), "node 'lin.sub'"),

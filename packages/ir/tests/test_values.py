@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from ember.ir import FormatError, NodeRef, decode_value, encode_value
+from ember.ir import FormatError, NodeRef, decode_value, encode_guard_value, encode_value
 
 VALUES = [
     None,
@@ -42,6 +42,25 @@ VALUES = [
     float("inf"),
     float("-inf"),
 ]
+
+SETS = [{"relu", "gelu", "silu"}, frozenset({1, "a", (2, None)}), set()]
+
+
+@pytest.mark.parametrize("value", SETS, ids=["set", "frozenset", "empty"])
+def test_guard_values_round_trip_sets(value: object) -> None:
+    back = decode_value(json.loads(json.dumps(encode_guard_value(value))))
+    assert back == value and type(back) is type(value)
+    with pytest.raises(FormatError, match="builtins.set"):  # graph IR does not write them
+        encode_value({1, 2})
+
+
+def test_a_set_has_one_text_whatever_its_iteration_order() -> None:
+    a = {"x", "y", 3}
+    b = {3, "y", "x"}
+    assert json.dumps(encode_guard_value(a)) == json.dumps(encode_guard_value(b))
+    assert type(decode_value(encode_guard_value(frozenset(a)))) is frozenset
+    with pytest.raises(FormatError, match="not hashable"):
+        decode_value({"$set": [[1, 2]]})
 
 
 @pytest.mark.parametrize("value", VALUES, ids=repr)

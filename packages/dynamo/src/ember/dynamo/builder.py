@@ -66,6 +66,7 @@ from .variables.objects import (
     UserObjectVariable,
     base_method_owner,
 )
+from .variables.sets import SetVariable
 from .variables.stdlib import wrap_stdlib
 from .variables.torch import (
     AUTOCAST_CLASSES,
@@ -140,20 +141,28 @@ def is_slotted_python_object(value: Any) -> bool:
     return bool(cls.__flags__ & (1 << 9)) and any("__slots__" in k.__dict__ for k in cls.__mro__[:-1])
 
 
+#: constant dict keys a guard pins by value at their position (``wrap_identity_keyed_dict``)
+POSITIONAL_KEY_CONSTANTS = (str, int, float, type(None), torch.dtype, torch.device)
+
+
 def is_identity_key(key: Any) -> bool:
-    """A dict key that compares and hashes by identity and has no literal text: a
-    class, a ``typing`` construct, a function."""
-    return isinstance(key, (type, types.FunctionType, types.BuiltinFunctionType)) or is_typing_value(key)
+    """A dict key that is itself and has no literal text: a class, a ``typing``
+    construct, a function, an enum member."""
+    return isinstance(key, (type, types.FunctionType, types.BuiltinFunctionType, enum.Enum)) or is_typing_value(key)
 
 
 def wrap_identity_keyed_dict(tx: Tx, value: dict[Any, Any], source: Source | None) -> VariableTracker:
-    """A dict whose keys include classes, ``typing`` constructs or functions (a
-    registry of handlers per type: ``{list: check_list, Union: check_union}``).
+    """A dict whose keys include classes, ``typing`` constructs, functions or constants
+    no source text names (a registry of handlers per type: ``{list: check_list, Union:
+    check_union}``; diffusers' ``{torch.float64: ("mps",)}``).
     No source text names such a key, so the dict is read by position
-    (``DictEntry``): its length, each key (by identity, or by value for str/int
-    keys) and, when used, each value at its position are guarded."""
-    if not all(isinstance(k, (str, int)) or is_identity_key(k) for k in value):
-        raise Unsupported("dict with keys other than str, int, classes and functions read from the frame")
+    (``DictEntry``): its length, each key (by identity, or by value for constants)
+    and, when used, each value at its position are guarded."""
+    if not all(isinstance(k, POSITIONAL_KEY_CONSTANTS) or is_identity_key(k) for k in value):
+        raise Unsupported(
+            "dict with keys other than constants (str, int, float, dtype, device), classes and "
+            "functions read from the frame"
+        )
     g = tx.output.guards if source is not None else None
     if g is not None and source is not None:
         g.add_type(source, value)
@@ -239,8 +248,15 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
                 source,
             ),
         )
+    if type(value) in (set, frozenset) and all(is_constant_value(v) for v in value):
+        # a module-level set of names (``if kind in SUPPORTED:``): guarded by value
+        if g is not None and source is not None:
+            g.add_constant(source, value)
+        return SetVariable(
+            {v: ConstantVariable(v) for v in value}, frozen=type(value) is frozenset, source=source
+        )
     if type(value) in (dict, collections.OrderedDict):
-        if not all(isinstance(k, (str, int)) for k in value):
+        if not all(type(k) in (str, int) for k in value):  # (a str enum member is no literal)
             return wrap_identity_keyed_dict(tx, value, source)
         if g is not None and source is not None:
             g.add_dict_keys(source, value)

@@ -77,7 +77,7 @@ class GuardCollector:
             else ir.GuardKind.EQUALS_MATCH
         )
         try:
-            encoded = ir.encode_value(value)
+            encoded = ir.encode_guard_value(value)
         except ir.FormatError:
             self.add_id(source, value)
             return

@@ -2,7 +2,9 @@
 
 ``__resume_at_<offset>_<n>(___stack0, ..., live locals...)`` is a copy of
 the original code that pushes the saved stack values and jumps to
-``offset``. Its own frame is captured afresh by the runtime. Resume code is
+``offset``. Where the code can call zero-argument ``super()``, which reads
+the frame's first local, that local (``self``) comes first, before the stack
+values (:func:`super_receiver`). Its own frame is captured afresh by the runtime. Resume code is
 always made from the *original* code (a break inside a resume function maps
 back through :func:`origin_of`), and cached per (code, offset, stack depth,
 arguments), so a loop that breaks on every iteration reuses one resume
@@ -92,6 +94,15 @@ class ResumeCodes:
         return code, name
 
 
+def super_receiver(code: types.CodeType) -> str | None:
+    """The local zero-argument ``super()`` reads in ``code`` (its first local, named by no
+    instruction), where ``code`` can call it (it has the ``__class__`` cell); a resume
+    function of such code takes that local as its first parameter, before the stack."""
+    if "__class__" in code.co_freevars and code.co_argcount > 0:
+        return code.co_varnames[0]
+    return None
+
+
 def real_instructions(code: types.CodeType) -> list[dis.Instruction]:
     return [i for i in dis.get_instructions(code) if i.opname not in ("EXTENDED_ARG", "CACHE")]
 
@@ -169,7 +180,8 @@ def resume_code(
     new.qualname = orig.co_qualname
     new.filename = orig.co_filename
     new.first_lineno = orig.co_firstlineno
-    new.argnames = list(stack_names + argnames)
+    lead = argnames[:1] if argnames and argnames[0] == super_receiver(orig) else ()
+    new.argnames = list(lead + stack_names + argnames[len(lead):])
     new.freevars = closure_names
     # The stack inside the resumed code is the original's at the same point,
     # so the original's stack size and handler depths still hold; taking

@@ -36,7 +36,7 @@ from .instructions import (
     native_stack_effect,
     replay_arg,
 )
-from .resume import live_locals
+from .resume import live_locals, super_receiver
 from .trace_rules import is_frame_disabled, is_torch_disabled
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable
@@ -108,6 +108,12 @@ def compile_break(
     if consumed(inst) == 0 and any(isinstance(v, NullVariable) for v in tx.stack):
         raise Unsupported(f"graph break at {inst.opname} in the middle of a call sequence")
     live = sorted(live_locals(code, targets) & set(tx.symbolic_locals))
+    receiver = super_receiver(code)
+    if receiver is not None and receiver in tx.symbolic_locals:
+        # zero-argument super() reads the first local, which no instruction names
+        live = [receiver, *(n for n in live if n != receiver)]
+    else:
+        receiver = None
     stack, call_args = rewrite_call(tx, inst, hooks)
     # iterators below what the instruction consumes travel as tuples
     iter_slots = tuple(
@@ -161,6 +167,11 @@ def compile_break(
         # (re)installed on every split: the wrapper belongs to the runtime
         # (backend, cache table) that is capturing now
         cg.emit("BUILD_TUPLE", stack_after)
+        if receiver is not None:  # the resume function takes it first: (receiver, *stack, *rest)
+            cg.load_local(receiver)
+            cg.emit("BUILD_TUPLE", 1)
+            cg.emit("SWAP", 2)
+            cg.emit("BINARY_OP", 0)
         if code.co_freevars or code.co_cellvars:
             # A closure: the resume function shares this frame's cells, so
             # it is made (and handed to the runtime) on each call.
@@ -181,9 +192,10 @@ def compile_break(
             cg.load_global(rname, push_null=True)
         cg.emit("SWAP", 2)
         cg.emit("SWAP", 3)
-        for name in live:
+        rest = live[1:] if receiver is not None else live
+        for name in rest:
             cg.load_local(name)
-        cg.emit("BUILD_TUPLE", len(live))
+        cg.emit("BUILD_TUPLE", len(rest))
         cg.emit("BINARY_OP", 0)
         cg.emit("CALL_FUNCTION_EX", 0)
         cg.return_value()

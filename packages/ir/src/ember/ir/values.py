@@ -16,7 +16,13 @@ the tag, which starts with ``$``::
     slice(1, None, 2)      {"$slice": [1, null, 2]}
     ...                    {"$ellipsis": null}
     1+2j                   {"$complex": [1.0, 2.0]}
+    {"b", "a"}             {"$set": ["a", "b"]}       (items sorted by their JSON text)
+    frozenset({1})         {"$frozenset": [1]}
     NodeRef("add")         {"$node": "add"}           (graph IR only)
+
+``$set`` and ``$frozenset`` are new in guard format 2.1 (a module-level set of names
+guarded by value): only :func:`encode_guard_value` writes them (graph IR does not), every
+reader reads them; a reader older than 2.1 rejects them as an unknown tag.
 
 Because every JSON object is a tag, a user dict can never be mistaken for a
 tag. Decoding never evaluates text: dtypes, layouts and memory formats are
@@ -25,6 +31,7 @@ looked up in tables built from the ``torch`` namespace.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -152,6 +159,21 @@ def encode_value(value: object, *, hook: Hook | None = None, field: str | None =
     )
 
 
+def encode_guard_value(value: object, *, field: str | None = None) -> JSON:
+    """:func:`encode_value` for a guard's payload, which may also hold sets and frozensets
+    (``$set``/``$frozenset``, guard format 2.1: a module-level set of names pinned by
+    value). Graph IR does not write them (its readers before 2.1 would not read them)."""
+    return encode_value(value, hook=_encode_set, field=field)
+
+
+def _encode_set(value: object) -> JSON | None:
+    if not isinstance(value, (set, frozenset)):
+        return None
+    items = [encode_value(v, hook=_encode_set) for v in value]
+    items.sort(key=lambda j: json.dumps(j, sort_keys=True))  # one text for one set
+    return {"$frozenset" if isinstance(value, frozenset) else "$set": items}
+
+
 def _short_repr(value: object) -> str:
     try:
         text = repr(value)
@@ -227,6 +249,17 @@ def _dec_dict_items(body: JSON, field: str | None) -> object:
     return out
 
 
+def _dec_set(tag: str) -> Callable[[JSON, str | None], object]:
+    def decode(body: JSON, field: str | None) -> object:
+        items = [decode_value(v, field=field) for v in _expect_list(body, None, tag, field)]
+        try:
+            return frozenset(items) if tag == "$frozenset" else set(items)
+        except TypeError:
+            raise FormatError(f"tag {tag!r} holds an item that is not hashable", field=field) from None
+
+    return decode
+
+
 def _dec_float(body: JSON, field: str | None) -> object:
     return _decode_float({"$float": body}, field)
 
@@ -274,4 +307,6 @@ _DECODERS: dict[str, Callable[[JSON, str | None], object]] = {
     "$ellipsis": lambda b, f: Ellipsis,
     "$complex": _dec_complex,
     "$node": _dec_node,
+    "$set": _dec_set("$set"),
+    "$frozenset": _dec_set("$frozenset"),
 }

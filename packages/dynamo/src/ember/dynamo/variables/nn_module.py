@@ -42,6 +42,9 @@ MISSING: Any = object()
 CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)
 
 
+#: the methods listing a module tree's parameters or buffers (``tensor_listing``)
+TENSOR_LISTINGS = frozenset({"parameters", "named_parameters", "buffers", "named_buffers"})
+
 #: the hook dicts ``Module.__call__`` reads
 HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
 
@@ -253,17 +256,40 @@ class NNModuleVariable(VariableTracker):
             if name == "modules":
                 return iterator([v for _, v in pairs])
             return iterator([TupleVariable([ConstantVariable(k), v]) for k, v in pairs])
-        if name == "parameters" and not kwargs:
-            for dotted, sub in m.named_modules():  # which modules hold which parameters
-                src = self.dotted_source(dotted)
-                self.guard_children(tx, sub, src)
-                if src is not None:
-                    tx.output.guards.add_dict_keys(Attr(src, "_parameters"), sub._parameters)
-            named = list(m.named_parameters())
-            return iterator([self._param(tx, n) for n, _ in named])
+        if name in TENSOR_LISTINGS:
+            return self.tensor_listing(tx, name, args, kwargs)
         if name == "forward":
             return self.inline_forward(tx, args, kwargs)
         return super().call_method(tx, name, args, kwargs)
+
+    def tensor_listing(
+        self, tx: Tx, name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        """``parameters()``, ``named_parameters()``, ``buffers()``, ``named_buffers()``
+        (``recurse`` as a constant): the module tree and each module's table are guarded
+        (which modules hold which tensors), each tensor is read as ``getattr`` reads it."""
+        bound = inspect.signature(getattr(nn.Module, name)).bind(None, *args, **kwargs)
+        options = {k: v for k, v in bound.arguments.items() if k != "self"}
+        if not all(v.is_python_constant() for v in options.values()):
+            raise Unsupported(f"`{name}` of {self.describe()} with non-constant arguments")
+        consts = {k: v.as_python_constant() for k, v in options.items()}
+        table = "_parameters" if name.endswith("parameters") else "_buffers"
+        recurse = consts.get("recurse", True)
+        m = self.value
+        for dotted, sub in m.named_modules() if recurse else [("", m)]:
+            src = self.dotted_source(dotted)
+            self.guard_children(tx, sub, src)
+            if src is not None:
+                tx.output.guards.add_dict_keys(Attr(src, table), getattr(sub, table))
+        prefix = consts.pop("prefix", "")
+        names = [n for n, _ in getattr(m, "named_" + name.removeprefix("named_"))(**consts)]
+        values = [self._param(tx, n) for n in names]
+        if not name.startswith("named_"):
+            return ListIteratorVariable(values)
+        dotted = [prefix + ("." if prefix else "") + n for n in names]  # as torch names them
+        return ListIteratorVariable(
+            [TupleVariable([ConstantVariable(n), v]) for n, v in zip(dotted, values, strict=True)]
+        )
 
     def dotted_source(self, dotted: str) -> Source | None:
         """The source of a submodule named ``a.b.0`` relative to this one."""

@@ -8,6 +8,8 @@ import operator
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ember.ir import Source
+
 from ..errors import Unsupported
 from ..mutable import Box
 from .base import VariableTracker
@@ -28,8 +30,12 @@ SET_OPERATORS: dict[Any, str] = {
 
 
 class SetVariable(VariableTracker):
-    def __init__(self, items: dict[Any, VariableTracker], frozen: bool = False) -> None:
-        super().__init__(None)
+    def __init__(
+        self, items: dict[Any, VariableTracker], frozen: bool = False, source: Source | None = None
+    ) -> None:
+        #: ``source``: a set read from the frame (its items guarded by value); such a set
+        #: is read only here (a change would have to be replayed on the real object)
+        super().__init__(source)
         self.box: Box[dict[Any, VariableTracker]] = Box(ordered(items))
         self.frozen = frozen
 
@@ -62,6 +68,8 @@ class SetVariable(VariableTracker):
     def write(self, tx: Tx, items: dict[Any, VariableTracker]) -> None:
         if self.frozen:
             raise Unsupported("a frozenset cannot be changed (AttributeError)")
+        if self.source is not None:
+            raise Unsupported(f"changing the set {self.source.expr()} inside a compiled region")
         tx.output.trail.set(self.box, ordered(items))
 
     def contains(self, item: VariableTracker) -> bool:
@@ -137,6 +145,9 @@ class SetVariable(VariableTracker):
         return self if method.endswith("update") else result
 
     def reconstruct(self, cg: PyCodegen) -> None:
+        if self.source is not None:
+            cg.load_source(self.source)  # the object itself
+            return
         cg.reconstruct_once(self, lambda: self._build(cg))
 
     def _build(self, cg: PyCodegen) -> None:
