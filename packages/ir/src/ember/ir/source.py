@@ -298,13 +298,19 @@ class _Parser:
         self.expect("]")
         return self.trailers(Local(name) if head == "L" else Global(name))
 
-    def dict_item(self) -> DictItem:
-        """``dict.__getitem__(<source>, <constant>)`` from ``pos`` on."""
-        self.pos += len(DICT_ITEM_PREFIX)
+    def inner_source(self, prefix: str) -> Source:
+        """The source written inside a call from ``pos`` on: ``prefix`` (``dict.__getitem__(``,
+        ``list(dict.keys(``) skipped, the source parsed up to the ``,`` or ``)`` after it."""
+        self.pos += len(prefix)
         self.skip_ws()
         inner = _Parser(self.text, self.pos, nested=True)
         base = inner.parse()
         self.pos = inner.pos
+        return base
+
+    def dict_item(self) -> DictItem:
+        """``dict.__getitem__(<source>, <constant>)`` from ``pos`` on."""
+        base = self.inner_source(DICT_ITEM_PREFIX)
         self.expect(",")
         index = self.constant()
         self.expect(")")
@@ -312,11 +318,7 @@ class _Parser:
 
     def dict_entry(self, part: str, prefix: str) -> DictEntry:
         """``list(dict.keys(<source>))[<int>]`` (or ``values``) from ``pos`` on."""
-        self.pos += len(prefix)
-        self.skip_ws()
-        inner = _Parser(self.text, self.pos, nested=True)
-        base = inner.parse()
-        self.pos = inner.pos
+        base = self.inner_source(prefix)
         self.expect("))")
         self.expect("[")
         position = self.constant()
