@@ -1,9 +1,10 @@
 """A module's attribute reads served while the module is unchanged (ADR 0062).
 
 The native check reads a module's parameters, buffers and submodules through its dicts
-(``module_attr``/``module_item``); after a call that passed, it records what they gave and
-the state they gave it in (class and dict version tags), and serves the reads from that
-record while the state is the same. Each test changes a module between calls in one way and
+(``module_attr``/``module_item``) and its other attributes from its instance dict
+(``module_dict_attr``: ``training``, hook dicts); after a call that passed, it records what
+they gave and the state they gave it in (class and dict version tags), and serves the reads
+from that record while the state is the same. Each test changes a module between calls in one way and
 requires the native verdict to be the Python check's (the reference) and the record to be
 used while nothing changed: a record that outlived a change is a silent wrong result.
 """
@@ -139,6 +140,9 @@ CHANGES: dict[str, tuple[Callable[[Block], Any], bool]] = {
     "class changed": (lambda m: setattr(m.lin, "__class__", Doubled), True),
     "class whose _parameters is a property": (lambda m: setattr(m.lin, "__class__", Redirected), False),
     "class attribute added": (lambda m: setattr(torch.nn.Linear, "_ember_test_attr", 1), True),
+    "class property shadows an instance attribute": (
+        lambda m: setattr(torch.nn.Linear, "training", property(lambda self: True)), False),
+    "training flag written around __setattr__": (lambda m: m.lin.__dict__.__setitem__("training", True), False),
     "forward hook": (lambda m: m.lin.register_forward_hook(lambda *a: None), True),
     "module __dict__ replaced by a copy": (lambda m: setattr(m.lin, "__dict__", dict(m.lin.__dict__)), True),
 }
@@ -164,8 +168,9 @@ def test_each_change_against_the_reference(change: str) -> None:
             explained = change != "class whose _parameters is a property"
             assert verdict(fn, m, explained) is holds
     finally:
-        if hasattr(torch.nn.Linear, "_ember_test_attr"):
-            del torch.nn.Linear._ember_test_attr
+        for name in ("_ember_test_attr", "training"):
+            if name in torch.nn.Linear.__dict__:
+                delattr(torch.nn.Linear, name)
 
 
 def test_record_after_a_change_that_holds() -> None:

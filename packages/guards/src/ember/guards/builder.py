@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember.guards.errors import GuardCompileError
-from ember.guards.reads import fast_read, plain_op, plain_read
+from ember.guards.reads import fast_read, instance_dict_op, plain_op, plain_read
 from ember.ir import (
     Attr,
     DictEntry,
@@ -162,6 +162,9 @@ class GuardBuilder:
             if fast is not None:
                 self.read_ops[source] = fast[1]
                 return fast[0]
+            op = plain_op(source, self.names)
+            self.read_ops[source] = instance_dict_op(op, source, base_value)
+            return plain_read(source, self.names)
         self.read_ops[source] = plain_op(source, self.names)
         return plain_read(source, self.names)
 

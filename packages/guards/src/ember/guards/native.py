@@ -250,7 +250,7 @@ def _read(op: tuple[Any, ...], slot: dict[str, int], t: _Tables) -> str:
     if kind in ("local", "global"):
         return f"get_key({'L' if kind == 'local' else 'G'}, {t.s(op[1])})"
     base = f"V[{slot[op[1]]}]"
-    if kind == "attr":
+    if kind in ("attr", "module_dict_attr"):
         return f"PyObject_GetAttr({base}, {t.s(op[2])})"
     if kind == "item":
         return f"get_key({base}, {t.o(op[2])})"
@@ -354,13 +354,14 @@ def tensor_match_spec(payload: Mapping[str, Any], codes: Any) -> tuple[int, ...]
 
 
 #: the reads a module's unchanged state serves (``module_hit`` in ``native_prelude.c``)
-_MODULE_READS = ("module_attr", "module_item")
+_MODULE_READS = ("module_attr", "module_item", "module_dict_attr")
 _HOLDERS = ("_parameters", "_buffers", "_modules")
 
 
 def _module_groups(program: Sequence[tuple[Any, ...]]) -> dict[str, tuple[int, list[str]]]:
     """Each module variable whose attributes the check reads through its dicts: its group
-    number and the variables of those reads, in program order (ADR 0062)."""
+    number and the variables of those reads, in program order (ADR 0062;
+    ``EMBER_NATIVE_MODULE_READS=0`` makes every read each call, as before)."""
     groups: dict[str, tuple[int, list[str]]] = {}
     for step in program:
         if step[0] == "read" and step[2][0] in _MODULE_READS:
@@ -392,6 +393,10 @@ def _learn_lines(
                 hold.append(str(_HOLDERS.index(op[2])))
                 keys.append(t.s(op[3]))
                 kinds.append("1")
+            elif op[0] == "module_dict_attr":
+                hold.append("-1")
+                keys.append(t.s(op[2]))
+                kinds.append("2")
             else:
                 hold.append(str(_HOLDERS.index("_modules")))
                 keys.append(t.s(op[2]))
@@ -422,7 +427,7 @@ def generate_c(
     slot: dict[str, int] = {}
     lines: list[str] = []
     specs: list[str] = []
-    groups = _module_groups(builder.program)
+    groups = _module_groups(builder.program) if os.environ.get("EMBER_NATIVE_MODULE_READS", "1") != "0" else {}
     n_values = sum(len(reads) for _, reads in groups.values())
     for step in builder.program:
         if step[0] == "read":

@@ -247,8 +247,8 @@ typedef struct {
  * and has no class attribute named like a holder dict; the instance dict and the holders
  * are exact dicts keyed by exact str), and each read ``j`` (holder ``hold[j]``, name
  * ``names[j]``, ``kinds[j]``: 1 ``module_attr`` (the name not in the instance dict), 0
- * ``module_item``) gives ``got[j]``, what the check read. Never fails: anything else
- * records nothing. */
+ * ``module_item``, 2 ``v.name`` held in the instance dict, no holder) gives ``got[j]``, what
+ * the check read. Never fails: anything else records nothing. */
 static __attribute__((noinline)) void
 module_learn(ModuleCache *c, PyObject **values, PyObject *v, int n, const int *hold, PyObject *const *names,
              const char *kinds, PyObject *const *got, const ModuleNames *nm)
@@ -300,6 +300,18 @@ module_learn(ModuleCache *c, PyObject **values, PyObject *v, int n, const int *h
     }
     for (int j = 0; j < n; j++) {
         int h = hold[j];
+        if (kinds[j] == 2) {
+            /* ``v.name`` with no class attribute of that name: the instance dict's entry */
+            if (_PyType_Lookup(tp, names[j]) != NULL) {
+                goto out;
+            }
+            PyObject *x = PyDict_GetItemWithError(d, names[j]);
+            if (x == NULL || x != got[j]) {
+                goto out;
+            }
+            values[j] = x;
+            continue;
+        }
         if (holders[h] == NULL) {
             PyObject *x = PyDict_GetItemWithError(d, nm->holders[h]);
             if (x == NULL || !PyDict_CheckExact(x) || !str_keyed(x)) {
