@@ -108,8 +108,8 @@ static PyTypeObject CheckerType = {
 static PyObject *
 make(PyObject *module, PyObject *args)
 {
-    PyObject *objs, *ids, *flags, *tensor = Py_None;
-    if (!PyArg_ParseTuple(args, "O!O!O|O", &PyTuple_Type, &objs, &PyTuple_Type, &ids, &flags, &tensor)) {
+    PyObject *objs, *ids, *flags, *tensor = Py_None, *storage = Py_None;
+    if (!PyArg_ParseTuple(args, "O!O!O|OO", &PyTuple_Type, &objs, &PyTuple_Type, &ids, &flags, &tensor, &storage)) {
         return NULL;
     }
     if (PyTuple_GET_SIZE(objs) != NO || PyTuple_GET_SIZE(ids) != NI) {
@@ -127,6 +127,7 @@ make(PyObject *module, PyObject *args)
     self->flags = NULL;
     self->dead_key = NULL;
     self->tm = NULL;
+    self->sp = NULL;
     self->cc = PyMem_Calloc(NC > 0 ? NC : 1, sizeof(ClassCache));
     self->mc = PyMem_Calloc(NM > 0 ? NM : 1, sizeof(ModuleCache));
     self->mv = PyMem_Calloc(NMV > 0 ? NMV : 1, sizeof(PyObject *));
@@ -139,6 +140,13 @@ make(PyObject *module, PyObject *args)
     if (tensor != Py_None) {
         self->tm = (int (*)(PyObject *, const int64_t *))PyCapsule_GetPointer(tensor, "ember_guards.tensor_match");
         if (self->tm == NULL) {
+            Py_DECREF(self);
+            return NULL;
+        }
+    }
+    if (storage != Py_None) {
+        self->sp = (int (*)(PyObject *, uintptr_t *))PyCapsule_GetPointer(storage, "ember_guards.storage_ptr");
+        if (self->sp == NULL) {
             Py_DECREF(self);
             return NULL;
         }
@@ -167,7 +175,8 @@ make(PyObject *module, PyObject *args)
 }
 
 static PyMethodDef methods[] = {
-    {"make", make, METH_VARARGS, "make(objs, ids, flags[, tensor_match capsule]) -> a check function"},
+    {"make", make, METH_VARARGS,
+     "make(objs, ids, flags[, tensor_match capsule[, storage_ptr capsule]]) -> a check function"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -282,6 +291,12 @@ def _term(op: tuple[Any, ...], slot: dict[str, int], t: _Tables) -> str:
         return f"is_obj(call_fn({t.o(op[1])}, {t.o(tuple(op[2]))}), {t.o(op[3])})"
     if kind == "call_not":
         return f"call_not({t.o(op[1])})"
+    if kind == "no_alias":
+        names, written, tensor_type = op[1], op[2], op[3]
+        vals = ", ".join(f"V[{slot[name]}]" for name in names)
+        marks = ", ".join(str(int(w)) for w in written)
+        return (f"no_alias(self, (PyObject *[]){{{vals}}}, {len(names)}, (const int[]){{{marks}}}, {len(written)}, "
+                f"{t.o(tensor_type)}, {t.s('untyped_storage')}, {t.s('data_ptr')})")
     v = f"V[{slot[op[1]]}]"
     if kind == "type_is":
         return f"(PyObject *)Py_TYPE({v}) == {t.o(op[2])}"
@@ -528,15 +543,25 @@ def build(native: NativeSource, flags: dict[str, Any] | None, capsule: Any = Non
     """The native check function of ``native`` (loaded from the disk cache or compiled;
     raises ``ember.ir.native_build.NativeBuildError``). ``flags`` is the dict whose
     ``_dead`` entry says an identity-held object died (``GuardBuilder.consts``);
-    ``capsule`` the tensor helper's ``match`` (:func:`tensor_helper`)."""
+    ``capsule`` the tensor helper's ``match`` (:func:`tensor_helper`; its ``storage_ptr``
+    is passed along with it)."""
     module = load_extension(native.source, AREA, PREFIX)
-    return module.make(native.objs, native.ids, flags, capsule)
+    storage = _storage_capsule() if capsule is not None else None
+    return module.make(native.objs, native.ids, flags, capsule, storage)
+
+
+def _storage_capsule() -> Any:
+    """The tensor helper's ``storage_ptr`` capsule (``None`` without the helper)."""
+    helper = _helper
+    if helper is None:
+        return None
+    return helper[2]
 
 
 # -- the tensor helper ---------------------------------------------------------------------
 
 _TENSOR_SOURCE = Path(__file__).with_name("native_tensor.cpp")
-_helper: tuple[Any, Any] | None = None
+_helper: tuple[Any, Any, Any] | None = None
 _helper_error: str | None = None
 _helper_lock = threading.Lock()
 _helper_thread: threading.Thread | None = None
@@ -564,7 +589,7 @@ def _load_helper() -> None:
 
         module = load_extension(_TENSOR_SOURCE.read_text(), AREA, "ember_guards_tensor", flags=_torch_flags(), cxx=True)
         capsule = module.setup(torch.Tensor, torch.nn.Parameter)
-        _helper = (module, capsule)
+        _helper = (module, capsule, module.storage_capsule())
     except Exception as exc:
         _helper_error = f"{type(exc).__name__}: {_first_error(str(exc))}"
 
@@ -578,8 +603,8 @@ def _first_error(message: str) -> str:
     return message[:300]
 
 
-def tensor_helper(wait: bool = False) -> tuple[Any, Any] | None:
-    """``(module, capsule)`` of the tensor helper (``native_tensor.cpp``), or ``None`` while
+def tensor_helper(wait: bool = False) -> tuple[Any, Any, Any] | None:
+    """``(module, match capsule, storage_ptr capsule)`` of the tensor helper (``native_tensor.cpp``), or ``None`` while
     it is being built (in a thread: it compiles against torch's headers, ~15 s, once per
     torch build and cache) or where it cannot be built (``EMBER_NATIVE_TENSOR_GUARDS=0``
     turns it off)."""

@@ -54,6 +54,7 @@ typedef struct {
     ClassCache *cc;     /* NC slots (config_attr) */
     ModuleCache *mc;    /* NM groups (module reads) */
     PyObject **mv;      /* NMV values, the groups' reads in order */
+    int (*sp)(PyObject *, uintptr_t *);  /* native_tensor.cpp's storage_ptr, or NULL */
 } Checker;
 
 static PyObject *S[NS > 0 ? NS : 1];
@@ -732,6 +733,104 @@ leaf(PyObject *pred, PyObject *const *args, size_t n)
     int t = PyObject_IsTrue(r);
     Py_DECREF(r);
     return t;
+}
+
+static int
+cmp_uintptr(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* how many of the sorted ``n`` pointers are ``p`` */
+static Py_ssize_t
+count_of(const uintptr_t *sorted, Py_ssize_t n, uintptr_t p)
+{
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (sorted[mid] < p) {
+            lo = mid + 1;
+        }
+        else {
+            hi = mid;
+        }
+    }
+    Py_ssize_t k = 0;
+    while (lo + k < n && sorted[lo + k] == p) {
+        k++;
+    }
+    return k;
+}
+
+/* ``no_written_alias(written, *vals)`` (builder.py): no value at a written position that is
+ * a tensor (``isinstance``) shares its storage (``untyped_storage().data_ptr()``, not 0)
+ * with another tensor of ``vals``. Storage pointers come from the TensorImpl where
+ * ``storage_ptr`` answers, else from the two method calls. */
+static __attribute__((noinline)) int
+no_alias(Checker *self, PyObject *const *vals, Py_ssize_t n, const int *written, Py_ssize_t nw,
+         PyObject *tensor_type, PyObject *s_storage, PyObject *s_data_ptr)
+{
+    uintptr_t ptr_stack[32], sorted_stack[32];
+    char has_stack[32];
+    uintptr_t *ptr = n <= 32 ? ptr_stack : PyMem_Malloc(sizeof(uintptr_t) * n);
+    uintptr_t *sorted = n <= 32 ? sorted_stack : PyMem_Malloc(sizeof(uintptr_t) * n);
+    char *has = n <= 32 ? has_stack : PyMem_Malloc(n);
+    int r = 1;
+    Py_ssize_t ns = 0;
+    if (ptr == NULL || sorted == NULL || has == NULL) {
+        PyErr_NoMemory();
+        r = -1;
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = vals[i];
+        int is = PyObject_IsInstance(v, tensor_type);
+        if (is < 0) {
+            r = -1;
+            goto out;
+        }
+        has[i] = (char)is;
+        if (!is) {
+            continue;
+        }
+        int got = self->sp != NULL ? self->sp(v, &ptr[i]) : -2;
+        if (got != 1) {
+            PyObject *st = PyObject_CallMethodNoArgs(v, s_storage);
+            if (st == NULL) {
+                r = -1;
+                goto out;
+            }
+            PyObject *p = PyObject_CallMethodNoArgs(st, s_data_ptr);
+            Py_DECREF(st);
+            if (p == NULL) {
+                r = -1;
+                goto out;
+            }
+            ptr[i] = (uintptr_t)PyLong_AsVoidPtr(p);
+            Py_DECREF(p);
+            if (PyErr_Occurred()) {
+                r = -1;
+                goto out;
+            }
+        }
+        sorted[ns++] = ptr[i];
+    }
+    qsort(sorted, (size_t)ns, sizeof(uintptr_t), cmp_uintptr);
+    for (Py_ssize_t k = 0; k < nw; k++) {
+        Py_ssize_t w = written[k];
+        if (has[w] && ptr[w] != 0 && count_of(sorted, ns, ptr[w]) > 1) {
+            r = 0;
+            break;
+        }
+    }
+out:
+    if (n > 32) {
+        PyMem_Free(ptr);
+        PyMem_Free(sorted);
+        PyMem_Free(has);
+    }
+    return r;
 }
 
 /* a TENSOR_MATCH read from the TensorImpl: 1, 0, or -2 (take the getters' path) */
