@@ -58,13 +58,15 @@ def _checks_made(before: set[int]) -> list[CheckFn]:
 
 
 def _spy_frames(checks: list[CheckFn], call: Callable[[], Any]) -> dict[int, tuple[Any, Any]]:
-    """The (f_locals, f_globals) each check is called with in one call."""
+    """The (f_locals, f_globals) each check is called with in one call, and the grad mode
+    it is called under (``_grad_modes``: an inference row's checks pass under no_grad only)."""
     seen: dict[int, tuple[Any, Any]] = {}
     for c in checks:
         real = c.fn
 
         def spy(L: Any, G: Any, real: Any = real, c: CheckFn = c) -> bool:
             seen.setdefault(id(c), (L, G))
+            _grad_modes.setdefault(id(c), torch.is_grad_enabled())
             return bool(real(L, G))
 
         c.fn = spy
@@ -74,6 +76,9 @@ def _spy_frames(checks: list[CheckFn], call: Callable[[], Any]) -> dict[int, tup
         for c in checks:
             c.fn = c.native_fn or c.py_fn
     return seen
+
+
+_grad_modes: dict[int, bool] = {}
 
 
 def _per_call(fn: Callable[[], Any], calls: int, repeat: int = 5) -> float:
@@ -115,14 +120,17 @@ def _guard_times(checks: list[CheckFn], frames: dict[int, tuple[Any, Any]], n: i
     for _ in range(7):
         for i, c in enumerate(checks):
             L, G = frames[id(c)]
-            for which, fn in zip(kinds, (c.py_fn, c.native_fn, plain[i]), strict=True):
-                assert fn is not None
-                if fn(L, G) is not c.py_fn(L, G):
-                    raise AssertionError(f"the {which} check disagrees with the Python one")
-                t0 = _clock()
-                for _ in range(n):
-                    fn(L, G)
-                best[which][i] = min(best[which][i], (_clock() - t0) / n * 1e6)
+            # under the grad mode of the call (a check that fails at its GLOBAL_STATE part
+            # would time a fraction of the check)
+            with torch.set_grad_enabled(_grad_modes.get(id(c), torch.is_grad_enabled())):
+                for which, fn in zip(kinds, (c.py_fn, c.native_fn, plain[i]), strict=True):
+                    assert fn is not None
+                    if fn(L, G) is not True:
+                        raise AssertionError(f"the {which} check fails on the frame it is timed on")
+                    t0 = _clock()
+                    for _ in range(n):
+                        fn(L, G)
+                    best[which][i] = min(best[which][i], (_clock() - t0) / n * 1e6)
     return sum(best["python"]), sum(best["native"]), sum(best["native-reads"])
 
 
@@ -140,7 +148,8 @@ def _row(name: str, build: Callable[[], tuple[Callable[[Callable[..., Any]], Cal
     for c in checks:
         for p in c.parts:
             parts[p.guard.kind.value + ("/weight" if p.guard.payload.get("weight") else "")] += 1
-        c.compile_native(*frames[id(c)], c.py_fn(*frames[id(c)]))
+        with torch.set_grad_enabled(_grad_modes.get(id(c), torch.is_grad_enabled())):
+            c.compile_native(*frames[id(c)], c.py_fn(*frames[id(c)]))
     native_ok = all(c.native_fn is not None for c in checks)
     nan = float("nan")
     py, nat, reads = _guard_times(checks, frames, max(200, calls)) if native_ok else (nan, nan, nan)
