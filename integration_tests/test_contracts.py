@@ -38,8 +38,9 @@ CONTRACTS = Path(__file__).parent / "contracts"
 
 def test_reader_majors_have_golden_files() -> None:
     # A new MAJOR means new golden files beside these, and a reader that still reads these.
-    assert GRAPH_VERSION[0] == 1 and GUARDS_VERSION[0] == 2
+    assert GRAPH_VERSION[0] == 1 and GUARDS_VERSION[0] == 3
     assert (CONTRACTS / "guards_1.0.json").exists() and (CONTRACTS / "guards_2.0.json").exists()
+    assert (CONTRACTS / "guards_3.0.json").exists()
     # and the newest version each writes has its golden file
     newest_graph = f"{GRAPH_VERSION[0]}.{GRAPH_VERSION[1]}"
     assert list(CONTRACTS.glob(f"graph_*_{newest_graph}")), f"no golden file for graph format {newest_graph}"
@@ -58,11 +59,23 @@ def test_guards_2_0_golden() -> None:
     assert GuardSet.loads(gs.dumps()) == gs and gs.dumps() == text
 
 
+def test_guards_3_0_golden() -> None:
+    text = (CONTRACTS / "guards_3.0.json").read_text()
+    assert json.loads(text)["version"] == [3, 0]
+    gs = GuardSet.loads(text, file="guards_3.0.json")
+    (alias,) = [g for g in gs.guards if g.kind is GuardKind.NO_ALIASING]
+    assert alias.source is None and alias.payload["written"] == [1]
+    assert [parse_source(s) for s in alias.payload["sources"]] == [
+        parse_source("L['x']"), DictItem(Local("cache"), "k")]
+    assert GuardSet.loads(gs.dumps()) == gs and gs.dumps() == text
+
+
 def test_guards_1_0_golden() -> None:
     text = (CONTRACTS / "guards_1.0.json").read_text()
     assert json.loads(text)["version"] == [1, 0]
     gs = GuardSet.loads(text, file="guards_1.0.json")
-    assert {g.kind for g in gs.guards} == set(GuardKind) | {GuardKind.CONSTANT_MATCH}
+    # every kind format 1.0 has (NO_ALIASING is new in 3.0)
+    assert {g.kind for g in gs.guards} == set(GuardKind) - {GuardKind.NO_ALIASING}
     by_source = {g.source.expr(): g for g in gs.guards if g.source is not None}
     x = by_source["L['x']"]
     assert x.kind is GuardKind.TENSOR_MATCH

@@ -9,8 +9,9 @@ Rows: each zoo model named (``integration_tests/models/zoo.py``; inference under
 (``torch.optim.Adam`` over N parameters of 8 elements, ``opt.step()`` compiled, gradients
 fixed) and ``tiny_add`` (``x + y`` on 4 elements). For each row: the guard parts of every
 check the row's calls run (summed), the time of those checks per call with the Python
-check and with the native one (called directly on the frame a real call passed them,
-min of repeats), and the whole call's time per call for eager, ember (backend
+check, with the native one, and with the native one built without module records
+(``EMBER_NATIVE_MODULE_READS=0``, ADR 0062) (called directly on the frame a real call
+passed them, min of repeats), and the whole call's time per call for eager, ember (backend
 ``inductor``, native guards on) and torch.compile (``inductor``), interleaved, min of
 repeats. One torch thread; times are the calling thread's CPU time (``--wall``: wall
 time). Guard parts by kind go to ``--kinds``. An optimizer row's checks are its groups'
@@ -57,13 +58,15 @@ def _checks_made(before: set[int]) -> list[CheckFn]:
 
 
 def _spy_frames(checks: list[CheckFn], call: Callable[[], Any]) -> dict[int, tuple[Any, Any]]:
-    """The (f_locals, f_globals) each check is called with in one call."""
+    """The (f_locals, f_globals) each check is called with in one call, and the grad mode
+    it is called under (``_grad_modes``: an inference row's checks pass under no_grad only)."""
     seen: dict[int, tuple[Any, Any]] = {}
     for c in checks:
         real = c.fn
 
         def spy(L: Any, G: Any, real: Any = real, c: CheckFn = c) -> bool:
             seen.setdefault(id(c), (L, G))
+            _grad_modes.setdefault(id(c), torch.is_grad_enabled())
             return bool(real(L, G))
 
         c.fn = spy
@@ -73,6 +76,9 @@ def _spy_frames(checks: list[CheckFn], call: Callable[[], Any]) -> dict[int, tup
         for c in checks:
             c.fn = c.native_fn or c.py_fn
     return seen
+
+
+_grad_modes: dict[int, bool] = {}
 
 
 def _per_call(fn: Callable[[], Any], calls: int, repeat: int = 5) -> float:
@@ -85,20 +91,47 @@ def _per_call(fn: Callable[[], Any], calls: int, repeat: int = 5) -> float:
     return best * 1e6
 
 
-def _guard_times(checks: list[CheckFn], frames: dict[int, tuple[Any, Any]], n: int) -> tuple[float, float]:
-    """Per call, summed over the checks: the Python and the native check on the frames a real
-    call gave them (repeats interleaved, so a change of load hits both; min of 7)."""
-    best = {"python": [float("inf")] * len(checks), "native": [float("inf")] * len(checks)}
+def _without_records(c: CheckFn) -> Any:
+    """``c``'s native check built with every module read made on each call
+    (``EMBER_NATIVE_MODULE_READS=0``: as before ADR 0062), for the comparison."""
+    from ember.guards import native
+
+    helper = native.tensor_helper(wait=True)
+    old = os.environ.get("EMBER_NATIVE_MODULE_READS")
+    os.environ["EMBER_NATIVE_MODULE_READS"] = "0"
+    try:
+        source = c.native_source(helper)
+    finally:
+        if old is None:
+            del os.environ["EMBER_NATIVE_MODULE_READS"]
+        else:
+            os.environ["EMBER_NATIVE_MODULE_READS"] = old
+    return native.build(source, c._builder.consts if c._builder.weakrefs else None,
+                        helper[1] if helper is not None else None)
+
+
+def _guard_times(checks: list[CheckFn], frames: dict[int, tuple[Any, Any]], n: int) -> tuple[float, float, float]:
+    """Per call, summed over the checks: the Python check, the native one, and the native
+    one without module records (ADR 0062), on the frames a real call gave them (repeats
+    interleaved, so a change of load hits all three; min of 7)."""
+    kinds = ("python", "native", "native-reads")
+    best = {k: [float("inf")] * len(checks) for k in kinds}
+    plain = [_without_records(c) for c in checks]
     for _ in range(7):
         for i, c in enumerate(checks):
             L, G = frames[id(c)]
-            for which, fn in (("python", c.py_fn), ("native", c.native_fn)):
-                assert fn is not None
-                t0 = _clock()
-                for _ in range(n):
-                    fn(L, G)
-                best[which][i] = min(best[which][i], (_clock() - t0) / n * 1e6)
-    return sum(best["python"]), sum(best["native"])
+            # under the grad mode of the call (a check that fails at its GLOBAL_STATE part
+            # would time a fraction of the check)
+            with torch.set_grad_enabled(_grad_modes.get(id(c), torch.is_grad_enabled())):
+                for which, fn in zip(kinds, (c.py_fn, c.native_fn, plain[i]), strict=True):
+                    assert fn is not None
+                    if fn(L, G) is not True:
+                        raise AssertionError(f"the {which} check fails on the frame it is timed on")
+                    t0 = _clock()
+                    for _ in range(n):
+                        fn(L, G)
+                    best[which][i] = min(best[which][i], (_clock() - t0) / n * 1e6)
+    return sum(best["python"]), sum(best["native"]), sum(best["native-reads"])
 
 
 def _row(name: str, build: Callable[[], tuple[Callable[[Callable[..., Any]], Callable[[], Any]], Any]],
@@ -115,9 +148,11 @@ def _row(name: str, build: Callable[[], tuple[Callable[[Callable[..., Any]], Cal
     for c in checks:
         for p in c.parts:
             parts[p.guard.kind.value + ("/weight" if p.guard.payload.get("weight") else "")] += 1
-        c.compile_native(*frames[id(c)], c.py_fn(*frames[id(c)]))
+        with torch.set_grad_enabled(_grad_modes.get(id(c), torch.is_grad_enabled())):
+            c.compile_native(*frames[id(c)], c.py_fn(*frames[id(c)]))
     native_ok = all(c.native_fn is not None for c in checks)
-    py, nat = _guard_times(checks, frames, max(200, calls)) if native_ok else (float("nan"), float("nan"))
+    nan = float("nan")
+    py, nat, reads = _guard_times(checks, frames, max(200, calls)) if native_ok else (nan, nan, nan)
     layouts = _layout_times(target, max(200, calls))
     timed: dict[str, Callable[[], Any]] = {"eager": make(target), "ember": ember_call}
     if with_torch:
@@ -133,6 +168,7 @@ def _row(name: str, build: Callable[[], tuple[Callable[[Callable[..., Any]], Cal
     tc = best.get("torch.compile", float("nan"))
     print(
         f"{name:<18} {len(checks):>2} chk {total:>5} parts  guards python {py:7.1f} us  native {nat:7.1f} us"
+        f" (without module records {reads:7.1f} us)"
         f"   call: eager {best['eager']:8.1f} us  ember {best['ember']:8.1f} us  torch.compile {tc:8.1f} us"
         f"  ember/tc {best['ember'] / tc:5.2f}  tc/ember {tc / best['ember']:5.2f}",
         flush=True,

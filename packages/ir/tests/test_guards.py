@@ -14,6 +14,7 @@ from ember.ir import (
     GuardKind,
     GuardSet,
     Local,
+    encode_guard_value,
     encode_value,
     global_state_payload,
     parse_source,
@@ -42,10 +43,31 @@ def sample_guard_set() -> GuardSet:
     )
 
 
+def sample_3_0() -> GuardSet:
+    """The kinds new in format 3.0 (ADR 0062)."""
+    payload = {"sources": ["L['a']", "L['self'].cache[0]", "L['b']"], "written": [1]}
+    return GuardSet(guards=(*sample_guard_set().guards, Guard(None, GuardKind.NO_ALIASING, payload)))
+
+
 def test_every_kind_is_covered_by_the_sample_and_schema() -> None:
-    kinds = {g.kind for g in sample_guard_set().guards}
+    kinds = {g.kind for g in sample_guard_set().guards} | {g.kind for g in sample_3_0().guards}
     assert kinds == set(GuardKind)
     assert set(PAYLOAD_SCHEMA) == set(GuardKind)
+
+
+def test_no_aliasing_is_format_3_0() -> None:
+    gs = sample_3_0()
+    text = gs.dumps()
+    assert json.loads(text)["version"] == [3, 0]
+    assert GuardSet.loads(text) == gs
+    assert "L['self'].cache[0] share memory with no other of 3 inputs" in str(gs)
+    with pytest.raises(FormatError, match=r"guard format 2\.0 has no NO_ALIASING guards \(new in 3\.0\)"):
+        GuardSet.loads(text.replace('"version": [3, 0]', '"version": [2, 0]'))
+    for bad in ({"sources": ["L['a']"], "written": [0]}, {"sources": ["L['a']", "L['b']"], "written": []},
+                {"sources": ["L['a']", "L['b']"], "written": [0, 0]}, {"sources": ["L['a']", "L['b']"], "written": [5]},
+                {"sources": ["L['a']", "not a source"], "written": [0]}):
+        with pytest.raises(FormatError):
+            Guard(None, GuardKind.NO_ALIASING, bad).verify()
 
 
 def test_dumps_loads_round_trip() -> None:
@@ -138,7 +160,8 @@ def test_sourceless_kinds_reject_a_source() -> None:
         ('{"format": "ember.guards", "version": [1, 0], "guards": [', "truncated"),
         ("[]", "must be a JSON object"),
         ('{"format": "ember.graph", "version": [1, 0]}', "expected format 'ember.guards'"),
-        ('{"format": "ember.guards", "version": [3, 0], "guards": []}', r"version 3\.0 is a newer major.*2\.1.*reads any 2\.x or 1\.x"),
+        ('{"format": "ember.guards", "version": [4, 0], "guards": []}',
+         r"version 4\.0 is a newer major.*3\.0.*reads any 3\.x or 2\.x or 1\.x"),
         ('{"format": "ember.guards", "version": [0, 9], "guards": []}', "version 0.9 is a older major"),
         ('{"format": "ember.guards", "version": "1.0", "guards": []}', "MAJOR, MINOR"),
         ('{"format": "ember.guards", "version": [1, 0]}', "'guards' must be a list"),
@@ -216,3 +239,10 @@ def test_a_dict_item_source_in_a_format_1_file_is_refused() -> None:
     data["version"] = [1, 3]
     with pytest.raises(FormatError, match=r"dict.__getitem__.*guard format 1\.3 does not have"):
         GuardSet.loads(json.dumps(data), file="old.json")
+
+
+def test_a_set_value_is_format_2_1() -> None:
+    guards = GuardSet((Guard(Global("NAMES"), GuardKind.EQUALS_MATCH, {"value": encode_guard_value({"a", "b"})}),))
+    text = guards.dumps()
+    assert json.loads(text)["version"] == [2, 1]
+    assert GuardSet.loads(text) == guards

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from ember import guards, ir
 from ember.ir.logs import reason
 from ember.ir.updates import inputs_written
 
@@ -176,7 +177,10 @@ class AliasChecked:
     shares memory with another input in a call (``f(x, x)``, one NumPy array passed
     twice), ``gm`` runs instead: the backends compile a graph for distinct inputs
     (a kernel may read one input after writing the other, or not see the write),
-    and ``gm`` runs the ops in the program's order, as eager does."""
+    and ``gm`` runs the ops in the program's order, as eager does. A graph whose frame
+    guards this (:func:`no_aliasing_guard`, ADR 0062) is not wrapped: an aliased call
+    fails its guards and recompiles; this stays for NumPy inputs and for graphs captured
+    from aliased inputs."""
 
     def __init__(self, compiled: Callable[..., Any], gm: torch.fx.GraphModule, mutated: tuple[int, ...]) -> None:
         self.compiled = compiled
@@ -209,14 +213,39 @@ class AliasChecked:
 
 
 def alias_checked(
-    compiled: Callable[..., Any], gm: torch.fx.GraphModule, mutated: tuple[int, ...]
+    compiled: Callable[..., Any], gm: torch.fx.GraphModule, mutated: tuple[int, ...],
+    guarded: bool = False,
 ) -> Callable[..., Any]:
     """``compiled`` wrapped in ``AliasChecked`` where it needs it: a graph of more than one
-    input that changes some of them in place."""
+    input that changes some of them in place, unless its frame's guards hold a
+    ``NO_ALIASING`` guard for it (``guarded``: :func:`no_aliasing_guard`)."""
     n_inputs = sum(1 for node in gm.graph.nodes if node.op == "placeholder")
-    if mutated and n_inputs > 1:
+    if mutated and n_inputs > 1 and not guarded:
         return AliasChecked(compiled, gm, mutated)
     return compiled
+
+
+def no_aliasing_guard(
+    sources: list[Any], inputs: list[Any], mutated: tuple[int, ...]
+) -> ir.Guard | None:
+    """The guard that checks, with the frame's other guards, what ``AliasChecked`` checks on
+    each call (ADR 0062): no input the graph writes shares memory with another input. Over
+    the tensor inputs (``sources[i]`` holds ``inputs[i]``, the capture's values), for a graph
+    of more than one input that writes some. ``None`` where ``AliasChecked`` stays: nothing
+    written, one input, an input with no frame source, or written inputs that share memory
+    in the capture's own call (a guard failing on the call it was made for would recompile
+    on every call; ``AliasChecked`` then runs the FX graph for aliased calls, as before)."""
+    if not mutated or len(inputs) < 2 or len(sources) != len(inputs) or any(s is None for s in sources):
+        return None
+    tensors = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
+    written = [tensors.index(i) for i in mutated if i in tensors]
+    if len(tensors) < 2 or not written:
+        return None
+    values = [inputs[i] for i in tensors]
+    if not guards.no_written_alias(tuple(written), *values):
+        return None
+    payload = {"sources": [sources[i].expr() for i in tensors], "written": written}
+    return ir.Guard(None, ir.GuardKind.NO_ALIASING, payload)
 
 
 def exit_grad_mode(gm: torch.fx.GraphModule) -> bool | None:

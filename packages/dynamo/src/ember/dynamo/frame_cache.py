@@ -63,7 +63,7 @@ from ember.ir.cache_entry import (
 )
 from ember.ir.modules import module_spec
 
-from .eager_fallback import alias_checked, rebound, set_mutated_inputs
+from .eager_fallback import alias_checked, no_aliasing_guard, rebound, set_mutated_inputs
 from .frame import CapturedGraph, CompilerFn, GraphBreak, GuardedCode, next_graph_name
 from .logs import get_logger
 from .portable import bind, code_digest, identity_of, make_portable, resolve
@@ -612,7 +612,9 @@ def instantiate(
         # shares memory with another (``f(x, x)``), as it did where it was captured
         set_mutated_inputs(gm, graph.mutated)
         backend_out = _shared_compile(graph, gm, tensors, example_inputs, compiler, shared)
-        compiled = alias_checked(backend_out, gm, graph.mutated)
+        # not wrapped where the stored guards check it (a frame stored with NO_ALIASING)
+        no_alias = no_aliasing_guard(sources, example_inputs, graph.mutated)
+        compiled = alias_checked(backend_out, gm, graph.mutated, guarded=no_alias in bound.guards)
         name = next_graph_name()
         f_globals[name] = compiled
         names[graph.name] = name

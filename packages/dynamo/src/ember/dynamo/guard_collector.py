@@ -98,6 +98,13 @@ class GuardCollector:
         self.add_type(source, value)
         self._add(source, ir.GuardKind.DICT_KEYS, {"keys": [ir.encode_value(k) for k in value]})
 
+    def add_guard(self, guard: ir.Guard) -> None:
+        """A guard made elsewhere (``eager_fallback.no_aliasing_guard``)."""
+        key = (guard.source.expr() if guard.source is not None else "", guard.kind.value)
+        if guard.source is None and guard.kind is ir.GuardKind.NO_ALIASING:
+            key = ("|".join(map(str, guard.payload["sources"])), guard.kind.value)  # type: ignore[arg-type]
+        self.guards.setdefault(key, guard)
+
     def add_global_state(self) -> None:
         self._add(None, ir.GuardKind.GLOBAL_STATE, ir.global_state_payload())
 

@@ -31,7 +31,7 @@ from ember.ir.shape_env import float_int_pow
 
 from .builder import wrap_constant_result
 from .codegen import OUT_LOCAL, PyCodegen
-from .eager_fallback import alias_checked, set_mutated_inputs
+from .eager_fallback import alias_checked, no_aliasing_guard, set_mutated_inputs
 from .empty_check import empty_input_error
 from .errors import Unsupported, UserRaised
 from .frame import CapturedGraph, CompilerFn, next_graph_name
@@ -495,7 +495,13 @@ class OutputGraph:
         # a backward
         with torch.set_grad_enabled(self.entry_grad):
             compiled = compiler(gm, example_inputs)
-        compiled = alias_checked(compiled, gm, mutated)
+        # the frame's guards check that no written input shares memory with another (ADR
+        # 0062); where they cannot (NumPy inputs, a capture from aliased inputs), each call does
+        no_alias = None if any(i.convert is not None for i in inputs) else no_aliasing_guard(
+            [i.source for i in inputs], example_inputs, mutated)
+        if no_alias is not None:
+            self.guards.add_guard(no_alias)
+        compiled = alias_checked(compiled, gm, mutated, guarded=no_alias is not None)
         name = next_graph_name()
         self.f_globals[name] = compiled
         captured = CapturedGraph(

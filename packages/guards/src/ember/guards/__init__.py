@@ -6,7 +6,7 @@
     check_fn.code                          # the generated source
 """
 
-from ember.guards.builder import GuardBuilder, Part, eval_source
+from ember.guards.builder import GuardBuilder, Part, eval_source, no_written_alias
 from ember.guards.check_fn import CheckFn, CheckFunction, compile_guards, generate
 from ember.guards.errors import GuardCompileError
 
@@ -22,4 +22,5 @@ __all__ = [
     "compile_guards",
     "eval_source",
     "generate",
+    "no_written_alias",
 ]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember.guards.errors import GuardCompileError
-from ember.guards.reads import fast_read, plain_op, plain_read
+from ember.guards.reads import fast_read, instance_dict_op, plain_op, plain_read
 from ember.ir import (
     Attr,
     DictEntry,
@@ -162,6 +162,9 @@ class GuardBuilder:
             if fast is not None:
                 self.read_ops[source] = fast[1]
                 return fast[0]
+            op = plain_op(source, self.names)
+            self.read_ops[source] = instance_dict_op(op, source, base_value)
+            return plain_read(source, self.names)
         self.read_ops[source] = plain_op(source, self.names)
         return plain_read(source, self.names)
 
@@ -322,6 +325,64 @@ class GuardBuilder:
 
     def SHAPE_EXPR(self, g: Guard) -> Part:
         return shape_expr_part(self, g)
+
+    def NO_ALIASING(self, g: Guard) -> Part:
+        return no_aliasing_part(self, g)
+
+
+# -- NO_ALIASING ---------------------------------------------------------------------
+
+
+def _storages(values: Sequence[Any]) -> list[int | None]:
+    return [v.untyped_storage().data_ptr() if isinstance(v, torch.Tensor) else None for v in values]
+
+
+def written_aliases(written: Sequence[int], *values: Any) -> list[tuple[int, int]]:
+    """Pairs ``(w, other)`` of positions where the tensor at written position ``w`` shares its
+    storage (``untyped_storage().data_ptr()``, not 0) with the tensor at ``other``."""
+    ptrs = _storages(values)
+    out = []
+    for w in written:
+        p = ptrs[w]
+        if p is None or p == 0:
+            continue
+        out += [(w, j) for j, q in enumerate(ptrs) if j != w and q == p]
+    return out
+
+
+def no_written_alias(written: tuple[int, ...], *values: Any) -> bool:
+    """No tensor at a ``written`` position shares a (non-null) storage with another of
+    ``values``: exactly where ember.dynamo's ``AliasChecked`` ran the compiled graph."""
+    ptrs = _storages(values)
+    seen: dict[int, int] = {}
+    for p in ptrs:
+        if p is not None:
+            seen[p] = seen.get(p, 0) + 1
+    for w in written:
+        p = ptrs[w]
+        if p is not None and p != 0 and seen[p] > 1:
+            return False
+    return True
+
+
+def no_aliasing_part(b: GuardBuilder, g: Guard) -> Part:
+    """The tensors a graph writes in place share memory with no other of its inputs."""
+    sources = tuple(parse_source(str(s)) for s in g.payload["sources"])  # type: ignore[union-attr]
+    written = tuple(int(i) for i in g.payload["written"])  # type: ignore[union-attr, arg-type]
+    names = [b.var(s) for s in sources]
+    fn = b.const(no_written_alias)
+    expr = f"{fn}({written!r}, {', '.join(names)})"
+    term = Term(expr, ("no_alias", names, written, torch.Tensor))
+
+    def explain(values: Sequence[Any]) -> str:
+        pairs = written_aliases(written, *values)
+        if not pairs:
+            return "the graph's inputs shared memory, which it assumed they do not"
+        w, other = pairs[0]
+        return (f"{sources[w].expr()} shared memory with {sources[other].expr()}; the graph writes "
+                f"{sources[w].expr()} in place and assumed its inputs do not share memory")
+
+    return Part(g, sources, expr, explain, 30, (term,))
 
 
 # -- TENSOR_MATCH ----------------------------------------------------------------

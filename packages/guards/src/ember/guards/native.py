@@ -62,8 +62,36 @@ checker_dealloc(Checker *self)
     Py_XDECREF(self->dead_key);
     PyMem_Free(self->ids);
     PyMem_Free(self->cc);
+    PyMem_Free(self->mc);
+    PyMem_Free(self->mv);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
+
+static PyObject *
+checker_module_reads(Checker *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *out = PyList_New(NM);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t g = 0; g < NM; g++) {
+        ModuleCache *c = &self->mc[g];
+        PyObject *row = Py_BuildValue("(iII)", c->state, c->hits, c->misses);
+        if (row == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, g, row);
+    }
+    return out;
+}
+
+static PyMethodDef checker_methods[] = {
+    {"module_reads", (PyCFunction)checker_module_reads, METH_NOARGS,
+     "module_reads() -> [(state, hits, misses)] per module whose reads are served while it is unchanged"},
+    {NULL, NULL, 0, NULL},
+};
 
 static PyTypeObject CheckerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -74,13 +102,14 @@ static PyTypeObject CheckerType = {
     .tp_call = PyVectorcall_Call,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "check(f_locals, f_globals) -> bool: a frame's guards, compiled",
+    .tp_methods = checker_methods,
 };
 
 static PyObject *
 make(PyObject *module, PyObject *args)
 {
-    PyObject *objs, *ids, *flags, *tensor = Py_None;
-    if (!PyArg_ParseTuple(args, "O!O!O|O", &PyTuple_Type, &objs, &PyTuple_Type, &ids, &flags, &tensor)) {
+    PyObject *objs, *ids, *flags, *tensor = Py_None, *storage = Py_None;
+    if (!PyArg_ParseTuple(args, "O!O!O|OO", &PyTuple_Type, &objs, &PyTuple_Type, &ids, &flags, &tensor, &storage)) {
         return NULL;
     }
     if (PyTuple_GET_SIZE(objs) != NO || PyTuple_GET_SIZE(ids) != NI) {
@@ -98,8 +127,11 @@ make(PyObject *module, PyObject *args)
     self->flags = NULL;
     self->dead_key = NULL;
     self->tm = NULL;
+    self->sp = NULL;
     self->cc = PyMem_Calloc(NC > 0 ? NC : 1, sizeof(ClassCache));
-    if (self->cc == NULL) {
+    self->mc = PyMem_Calloc(NM > 0 ? NM : 1, sizeof(ModuleCache));
+    self->mv = PyMem_Calloc(NMV > 0 ? NMV : 1, sizeof(PyObject *));
+    if (self->cc == NULL || self->mc == NULL || self->mv == NULL) {
         PyMem_Free(self->ids);
         self->ids = NULL;
         Py_DECREF(self);
@@ -108,6 +140,13 @@ make(PyObject *module, PyObject *args)
     if (tensor != Py_None) {
         self->tm = (int (*)(PyObject *, const int64_t *))PyCapsule_GetPointer(tensor, "ember_guards.tensor_match");
         if (self->tm == NULL) {
+            Py_DECREF(self);
+            return NULL;
+        }
+    }
+    if (storage != Py_None) {
+        self->sp = (int (*)(PyObject *, uintptr_t *))PyCapsule_GetPointer(storage, "ember_guards.storage_ptr");
+        if (self->sp == NULL) {
             Py_DECREF(self);
             return NULL;
         }
@@ -136,7 +175,8 @@ make(PyObject *module, PyObject *args)
 }
 
 static PyMethodDef methods[] = {
-    {"make", make, METH_VARARGS, "make(objs, ids, flags[, tensor_match capsule]) -> a check function"},
+    {"make", make, METH_VARARGS,
+     "make(objs, ids, flags[, tensor_match capsule[, storage_ptr capsule]]) -> a check function"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -219,7 +259,7 @@ def _read(op: tuple[Any, ...], slot: dict[str, int], t: _Tables) -> str:
     if kind in ("local", "global"):
         return f"get_key({'L' if kind == 'local' else 'G'}, {t.s(op[1])})"
     base = f"V[{slot[op[1]]}]"
-    if kind == "attr":
+    if kind in ("attr", "module_dict_attr"):
         return f"PyObject_GetAttr({base}, {t.s(op[2])})"
     if kind == "item":
         return f"get_key({base}, {t.o(op[2])})"
@@ -251,6 +291,12 @@ def _term(op: tuple[Any, ...], slot: dict[str, int], t: _Tables) -> str:
         return f"is_obj(call_fn({t.o(op[1])}, {t.o(tuple(op[2]))}), {t.o(op[3])})"
     if kind == "call_not":
         return f"call_not({t.o(op[1])})"
+    if kind == "no_alias":
+        names, written, tensor_type = op[1], op[2], op[3]
+        vals = ", ".join(f"V[{slot[name]}]" for name in names)
+        marks = ", ".join(str(int(w)) for w in written)
+        return (f"no_alias(self, (PyObject *[]){{{vals}}}, {len(names)}, (const int[]){{{marks}}}, {len(written)}, "
+                f"{t.o(tensor_type)}, {t.s('untyped_storage')}, {t.s('data_ptr')})")
     v = f"V[{slot[op[1]]}]"
     if kind == "type_is":
         return f"(PyObject *)Py_TYPE({v}) == {t.o(op[2])}"
@@ -322,6 +368,67 @@ def tensor_match_spec(payload: Mapping[str, Any], codes: Any) -> tuple[int, ...]
     return None if spec is None else tuple(spec)
 
 
+#: the reads a module's unchanged state serves (``module_hit`` in ``native_prelude.c``)
+_MODULE_READS = ("module_attr", "module_item", "module_dict_attr")
+_HOLDERS = ("_parameters", "_buffers", "_modules")
+
+
+def _module_groups(program: Sequence[tuple[Any, ...]]) -> dict[str, tuple[int, list[str]]]:
+    """Each module variable whose attributes the check reads through its dicts: its group
+    number and the variables of those reads, in program order (ADR 0062;
+    ``EMBER_NATIVE_MODULE_READS=0`` makes every read each call, as before)."""
+    groups: dict[str, tuple[int, list[str]]] = {}
+    for step in program:
+        if step[0] == "read" and step[2][0] in _MODULE_READS:
+            op = step[2]
+            if op[0] == "module_attr" and op[2] not in _HOLDERS:
+                continue
+            group = groups.setdefault(op[1], (len(groups), []))
+            group[1].append(step[1])
+    return groups
+
+
+def _group_offset(groups: dict[str, tuple[int, list[str]]], g: int) -> int:
+    return sum(len(reads) for k, reads in groups.values() if k < g)
+
+
+def _learn_lines(
+    groups: dict[str, tuple[int, list[str]]], program: Sequence[tuple[Any, ...]], slot: dict[str, int], t: _Tables
+) -> list[str]:
+    """At the end of a check that passed, record each group read as usual (``module_learn``)."""
+    ops = {step[1]: step[2] for step in program if step[0] == "read"}
+    names = (f"{t.s('__getattribute__')}, {t.s('__dict__')}, {{"
+             + ", ".join(t.s(h) for h in _HOLDERS) + "}")
+    lines = ["    if (ok == 1) {", f"        ModuleNames MN = {{{names}}};"]
+    for base, (g, reads) in groups.items():
+        hold, keys, kinds, got = [], [], [], []
+        for name in reads:
+            op = ops[name]
+            if op[0] == "module_attr":
+                hold.append(str(_HOLDERS.index(op[2])))
+                keys.append(t.s(op[3]))
+                kinds.append("1")
+            elif op[0] == "module_dict_attr":
+                hold.append("-1")
+                keys.append(t.s(op[2]))
+                kinds.append("2")
+            else:
+                hold.append(str(_HOLDERS.index("_modules")))
+                keys.append(t.s(op[2]))
+                kinds.append("0")
+            got.append(f"V[{slot[name]}]")
+        lines += [
+            f"        if (!H[{g}]) {{",
+            f"            static const int h_[] = {{{', '.join(hold)}}}; static const char k_[] = {{{', '.join(kinds)}}};",
+            f"            PyObject *n_[] = {{{', '.join(keys)}}}; PyObject *x_[] = {{{', '.join(got)}}};",
+            f"            module_learn(&self->mc[{g}], self->mv + {_group_offset(groups, g)}, V[{slot[base]}], "
+            f"{len(reads)}, h_, n_, k_, x_, &MN);",
+            "        }",
+        ]
+    lines.append("    }")
+    return lines
+
+
 def generate_c(
     parts: Sequence[Part], builder: GuardBuilder, predicates: Sequence[Any] | None, codes: Any = None
 ) -> NativeSource:
@@ -335,11 +442,25 @@ def generate_c(
     slot: dict[str, int] = {}
     lines: list[str] = []
     specs: list[str] = []
+    groups = _module_groups(builder.program) if os.environ.get("EMBER_NATIVE_MODULE_READS", "1") != "0" else {}
+    n_values = sum(len(reads) for _, reads in groups.values())
     for step in builder.program:
         if step[0] == "read":
             name, op = step[1], step[2]
             k = len(slot)
-            lines.append(f"    READ({k}, {_read(op, slot, t)});")
+            group = groups.get(op[1]) if op[0] in _MODULE_READS else None
+            if group is None:
+                lines.append(f"    READ({k}, {_read(op, slot, t)});")
+            else:
+                g, reads = group
+                j = reads.index(name)
+                # tested again before each read: a part in between may have run Python code
+                hit = f"(H[{g}] = module_hit(&self->mc[{g}], V[{slot[op[1]]}], {int(j == 0)}))"
+                if j > 0:
+                    hit = f"H[{g}] && {hit}"
+                at = _group_offset(groups, g) + j
+                lines.append(f"    if ({hit}) {{ V[{k}] = self->mv[{at}]; Py_INCREF(V[{k}]); nv = {k + 1}; }}")
+                lines.append(f"    else READ({k}, {_read(op, slot, t)});")
             slot[name] = k
             continue
         part = parts[step[1]]
@@ -366,11 +487,14 @@ def generate_c(
         lines.append(f"    {{ int r_ = TENSOR({v}, {name}); if (r_ != -2) TEST(r_); else {{")
         lines += [f"        TEST({term});" for term in terms[first:]]
         lines.append("    } }")
+    learn = _learn_lines(groups, builder.program, slot, t) if groups else []
     head = [
         f"#define NS {len(t.strings)}",
         f"#define NO {len(t.objs)}",
         f"#define NI {len(t.ids)}",
         f"#define NC {t.sites}",
+        f"#define NM {len(groups)}",
+        f"#define NMV {n_values}",
         _PRELUDE.read_text(),
         "static const char *S_TEXT[NS > 0 ? NS : 1] = {"
         + ", ".join(_c_string(s) for s in t.strings) + ("" if t.strings else "NULL") + "};",
@@ -380,8 +504,9 @@ def generate_c(
         "body(Checker *self, PyObject *L, PyObject *G)",
         "{",
         f"    PyObject *V[{max(len(slot), 1)}];",
+        "    int H[NM > 0 ? NM : 1] = {0};",
         "    int nv = 0, ok = 0;",
-        "    (void)L; (void)G; (void)V;",
+        "    (void)L; (void)G; (void)V; (void)H;",
     ]
     if builder.weakrefs:
         head += [
@@ -403,6 +528,7 @@ def generate_c(
         "        ok = -1;",
         "    }",
         "done:",
+        *learn,
         "    for (int i = 0; i < nv; i++) {",
         "        Py_DECREF(V[i]);",
         "    }",
@@ -417,15 +543,25 @@ def build(native: NativeSource, flags: dict[str, Any] | None, capsule: Any = Non
     """The native check function of ``native`` (loaded from the disk cache or compiled;
     raises ``ember.ir.native_build.NativeBuildError``). ``flags`` is the dict whose
     ``_dead`` entry says an identity-held object died (``GuardBuilder.consts``);
-    ``capsule`` the tensor helper's ``match`` (:func:`tensor_helper`)."""
+    ``capsule`` the tensor helper's ``match`` (:func:`tensor_helper`; its ``storage_ptr``
+    is passed along with it)."""
     module = load_extension(native.source, AREA, PREFIX)
-    return module.make(native.objs, native.ids, flags, capsule)
+    storage = _storage_capsule() if capsule is not None else None
+    return module.make(native.objs, native.ids, flags, capsule, storage)
+
+
+def _storage_capsule() -> Any:
+    """The tensor helper's ``storage_ptr`` capsule (``None`` without the helper)."""
+    helper = _helper
+    if helper is None:
+        return None
+    return helper[2]
 
 
 # -- the tensor helper ---------------------------------------------------------------------
 
 _TENSOR_SOURCE = Path(__file__).with_name("native_tensor.cpp")
-_helper: tuple[Any, Any] | None = None
+_helper: tuple[Any, Any, Any] | None = None
 _helper_error: str | None = None
 _helper_lock = threading.Lock()
 _helper_thread: threading.Thread | None = None
@@ -453,7 +589,7 @@ def _load_helper() -> None:
 
         module = load_extension(_TENSOR_SOURCE.read_text(), AREA, "ember_guards_tensor", flags=_torch_flags(), cxx=True)
         capsule = module.setup(torch.Tensor, torch.nn.Parameter)
-        _helper = (module, capsule)
+        _helper = (module, capsule, module.storage_capsule())
     except Exception as exc:
         _helper_error = f"{type(exc).__name__}: {_first_error(str(exc))}"
 
@@ -467,8 +603,8 @@ def _first_error(message: str) -> str:
     return message[:300]
 
 
-def tensor_helper(wait: bool = False) -> tuple[Any, Any] | None:
-    """``(module, capsule)`` of the tensor helper (``native_tensor.cpp``), or ``None`` while
+def tensor_helper(wait: bool = False) -> tuple[Any, Any, Any] | None:
+    """``(module, match capsule, storage_ptr capsule)`` of the tensor helper (``native_tensor.cpp``), or ``None`` while
     it is being built (in a thread: it compiles against torch's headers, ~15 s, once per
     torch build and cache) or where it cannot be built (``EMBER_NATIVE_TENSOR_GUARDS=0``
     turns it off)."""

@@ -26,6 +26,23 @@ typedef struct {
     unsigned int tag;
 } ClassCache;
 
+/* What one module's attribute reads (``module_attr``, ``module_item``) returned, and the
+ * state they were read in: the module's class and its version tag, its instance dict and
+ * the holder dicts (``_parameters``, ``_buffers``, ``_modules``) with their version tags
+ * (ADR 0062). While every tag is unchanged the reads return the same objects, so they are
+ * served from here. Pointers are borrowed: a dict with an unchanged tag still holds them. */
+#define MC_HOLDERS 3
+typedef struct {
+    int state;          /* 0: nothing recorded, 1: recorded, -1: given up */
+    PyTypeObject *tp;
+    unsigned int tp_tag;
+    PyObject *dict;
+    uint64_t dict_tag;
+    PyObject *holder[MC_HOLDERS];
+    uint64_t holder_tag[MC_HOLDERS];
+    uint32_t hits, misses, fails;
+} ModuleCache;
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -35,6 +52,9 @@ typedef struct {
     uintptr_t *ids;
     int (*tm)(PyObject *, const int64_t *);  /* native_tensor.cpp's match, or NULL */
     ClassCache *cc;     /* NC slots (config_attr) */
+    ModuleCache *mc;    /* NM groups (module reads) */
+    PyObject **mv;      /* NMV values, the groups' reads in order */
+    int (*sp)(PyObject *, uintptr_t *);  /* native_tensor.cpp's storage_ptr, or NULL */
 } Checker;
 
 static PyObject *S[NS > 0 ? NS : 1];
@@ -126,6 +146,212 @@ module_attr(PyObject *v, PyObject *dict_name, PyObject *m, PyObject *dict_attr)
     PyObject *r = get_key(holder, m);
     Py_DECREF(holder);
     return r;
+}
+
+/* -- module reads served while nothing changed (ADR 0062) -------------------------------
+ *
+ * A group is one module's ``module_attr``/``module_item`` reads in a check. ``module_hit``
+ * says whether the module is in the state recorded by ``module_learn``: then each read
+ * returns what it returned then. Version tags: CPython gives a dict a new
+ * ``ma_version_tag`` (from one process-wide counter) when it is created and on every change
+ * of its contents, and a class a new ``tp_version_tag`` on any change of it or its bases; a
+ * (pointer, tag) pair therefore names one state of one object for the process's lifetime.
+ * 3.13 stores instance attributes in inline values that a materialized ``__dict__`` shares;
+ * whether every store there renews the dict's tag is not established, so there the reads
+ * are made as before. */
+#if PY_VERSION_HEX < 0x030D0000 && defined(Py_TPFLAGS_VALID_VERSION_TAG)
+#define EMBER_MODULE_CACHE 1
+#endif
+
+#ifdef EMBER_MODULE_CACHE
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+static inline uint64_t
+dict_tag(PyObject *d)
+{
+    return ((PyDictObject *)d)->ma_version_tag;
+}
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
+static int
+type_tag_ok(PyTypeObject *tp)
+{
+    return (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) && tp->tp_version_tag != 0;
+}
+#endif
+
+/* 1: ``v`` is in the recorded state (its reads are ``values``), 0: read as usual */
+static inline int
+module_hit(ModuleCache *c, PyObject *v, int count)
+{
+#ifdef EMBER_MODULE_CACHE
+    if (c->state != 1) {
+        return 0;
+    }
+    PyTypeObject *tp = Py_TYPE(v);
+    if (tp != c->tp || tp->tp_version_tag != c->tp_tag || !type_tag_ok(tp)) {
+        goto miss;
+    }
+    PyObject **dp = _PyObject_GetDictPtr(v);
+    if (dp == NULL || *dp != c->dict || dict_tag(c->dict) != c->dict_tag) {
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+        }
+        goto miss;
+    }
+    /* the instance dict is unchanged, so it still holds the holders */
+    for (int h = 0; h < MC_HOLDERS; h++) {
+        if (c->holder[h] != NULL && dict_tag(c->holder[h]) != c->holder_tag[h]) {
+            goto miss;
+        }
+    }
+    c->hits += (uint32_t)count;
+    return 1;
+miss:
+    c->misses += (uint32_t)count;
+    return 0;
+#else
+    (void)c;
+    (void)v;
+    (void)count;
+    return 0;
+#endif
+}
+
+#ifdef EMBER_MODULE_CACHE
+/* every key of the exact dict ``d`` is an exact str: a lookup by str runs no Python code */
+static int
+str_keyed(PyObject *d)
+{
+    Py_ssize_t pos = 0;
+    PyObject *k, *x;
+    while (PyDict_Next(d, &pos, &k, &x)) {
+        if (!PyUnicode_CheckExact(k)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+#endif
+
+/* the names ``module_learn`` looks up */
+typedef struct {
+    PyObject *getattribute, *dict, *holders[MC_HOLDERS];
+} ModuleNames;
+
+/* After a check that passed: record ``v``'s state if its reads are plain dict lookups
+ * there (the class reads attributes with object.__getattribute__ through a __dict__ getset
+ * and has no class attribute named like a holder dict; the instance dict and the holders
+ * are exact dicts keyed by exact str), and each read ``j`` (holder ``hold[j]``, name
+ * ``names[j]``, ``kinds[j]``: 1 ``module_attr`` (the name not in the instance dict), 0
+ * ``module_item``, 2 ``v.name`` held in the instance dict, no holder) gives ``got[j]``, what
+ * the check read. Never fails: anything else records nothing. */
+static __attribute__((noinline)) void
+module_learn(ModuleCache *c, PyObject **values, PyObject *v, int n, const int *hold, PyObject *const *names,
+             const char *kinds, PyObject *const *got, const ModuleNames *nm)
+{
+#ifdef EMBER_MODULE_CACHE
+    if (c->state == -1) {
+        return;
+    }
+    if ((c->misses > 64 && c->misses > c->hits / 4) || c->fails >= 4) {
+        c->state = -1;  /* it changes between most calls, or cannot be recorded: stop trying */
+        return;
+    }
+    c->state = 0;
+    PyObject *exc_type, *exc_value, *exc_tb;
+    PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+    PyTypeObject *tp = Py_TYPE(v);
+    PyObject *holders[MC_HOLDERS] = {NULL, NULL, NULL};
+    if (!(tp->tp_flags & Py_TPFLAGS_HEAPTYPE) && tp->tp_getattro != PyObject_GenericGetAttr) {
+        goto out;
+    }
+    PyObject *base_ga = _PyType_Lookup(&PyBaseObject_Type, nm->getattribute);
+    if (base_ga == NULL || _PyType_Lookup(tp, nm->getattribute) != base_ga) {
+        goto out;
+    }
+    PyObject *dd = _PyType_Lookup(tp, nm->dict);
+    if (dd == NULL || !Py_IS_TYPE(dd, &PyGetSetDescr_Type)) {
+        goto out;
+    }
+    for (int h = 0; h < MC_HOLDERS; h++) {
+        if (_PyType_Lookup(tp, nm->holders[h]) != NULL) {
+            goto out;
+        }
+    }
+    if (!type_tag_ok(tp)) {
+        goto out;
+    }
+    PyObject **dp = _PyObject_GetDictPtr(v);
+    if (dp == NULL || *dp == NULL || !PyDict_CheckExact(*dp)) {
+        goto out;
+    }
+    PyObject *d = *dp;
+    PyObject *seen = PyObject_GetAttr(v, nm->dict);  /* what ``v.__dict__`` gives: that dict */
+    if (seen == NULL) {
+        goto out;
+    }
+    Py_DECREF(seen);
+    if (seen != d || !str_keyed(d)) {
+        goto out;
+    }
+    for (int j = 0; j < n; j++) {
+        int h = hold[j];
+        if (kinds[j] == 2) {
+            /* ``v.name`` with no class attribute of that name: the instance dict's entry */
+            if (_PyType_Lookup(tp, names[j]) != NULL) {
+                goto out;
+            }
+            PyObject *x = PyDict_GetItemWithError(d, names[j]);
+            if (x == NULL || x != got[j]) {
+                goto out;
+            }
+            values[j] = x;
+            continue;
+        }
+        if (holders[h] == NULL) {
+            PyObject *x = PyDict_GetItemWithError(d, nm->holders[h]);
+            if (x == NULL || !PyDict_CheckExact(x) || !str_keyed(x)) {
+                goto out;
+            }
+            holders[h] = x;
+        }
+        if (kinds[j] == 1) {
+            int in = PyDict_Contains(d, names[j]);
+            if (in != 0) {
+                goto out;
+            }
+        }
+        PyObject *x = PyDict_GetItemWithError(holders[h], names[j]);
+        if (x == NULL || x != got[j]) {
+            goto out;
+        }
+        values[j] = x;
+    }
+    c->tp = tp;
+    c->tp_tag = tp->tp_version_tag;
+    c->dict = d;
+    c->dict_tag = dict_tag(d);
+    for (int h = 0; h < MC_HOLDERS; h++) {
+        c->holder[h] = holders[h];
+        c->holder_tag[h] = holders[h] != NULL ? dict_tag(holders[h]) : 0;
+    }
+    c->state = 1;
+out:
+    if (c->state != 1) {
+        c->fails++;
+    }
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+    }
+    PyErr_Restore(exc_type, exc_value, exc_tb);
+#else
+    (void)c; (void)values; (void)v; (void)n; (void)hold; (void)names; (void)kinds; (void)got; (void)nm;
+#endif
 }
 
 /* the names ``config_attr`` reads */
@@ -507,6 +733,104 @@ leaf(PyObject *pred, PyObject *const *args, size_t n)
     int t = PyObject_IsTrue(r);
     Py_DECREF(r);
     return t;
+}
+
+static int
+cmp_uintptr(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* how many of the sorted ``n`` pointers are ``p`` */
+static Py_ssize_t
+count_of(const uintptr_t *sorted, Py_ssize_t n, uintptr_t p)
+{
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (sorted[mid] < p) {
+            lo = mid + 1;
+        }
+        else {
+            hi = mid;
+        }
+    }
+    Py_ssize_t k = 0;
+    while (lo + k < n && sorted[lo + k] == p) {
+        k++;
+    }
+    return k;
+}
+
+/* ``no_written_alias(written, *vals)`` (builder.py): no value at a written position that is
+ * a tensor (``isinstance``) shares its storage (``untyped_storage().data_ptr()``, not 0)
+ * with another tensor of ``vals``. Storage pointers come from the TensorImpl where
+ * ``storage_ptr`` answers, else from the two method calls. */
+static __attribute__((noinline)) int
+no_alias(Checker *self, PyObject *const *vals, Py_ssize_t n, const int *written, Py_ssize_t nw,
+         PyObject *tensor_type, PyObject *s_storage, PyObject *s_data_ptr)
+{
+    uintptr_t ptr_stack[32], sorted_stack[32];
+    char has_stack[32];
+    uintptr_t *ptr = n <= 32 ? ptr_stack : PyMem_Malloc(sizeof(uintptr_t) * n);
+    uintptr_t *sorted = n <= 32 ? sorted_stack : PyMem_Malloc(sizeof(uintptr_t) * n);
+    char *has = n <= 32 ? has_stack : PyMem_Malloc(n);
+    int r = 1;
+    Py_ssize_t ns = 0;
+    if (ptr == NULL || sorted == NULL || has == NULL) {
+        PyErr_NoMemory();
+        r = -1;
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = vals[i];
+        int is = PyObject_IsInstance(v, tensor_type);
+        if (is < 0) {
+            r = -1;
+            goto out;
+        }
+        has[i] = (char)is;
+        if (!is) {
+            continue;
+        }
+        int got = self->sp != NULL ? self->sp(v, &ptr[i]) : -2;
+        if (got != 1) {
+            PyObject *st = PyObject_CallMethodNoArgs(v, s_storage);
+            if (st == NULL) {
+                r = -1;
+                goto out;
+            }
+            PyObject *p = PyObject_CallMethodNoArgs(st, s_data_ptr);
+            Py_DECREF(st);
+            if (p == NULL) {
+                r = -1;
+                goto out;
+            }
+            ptr[i] = (uintptr_t)PyLong_AsVoidPtr(p);
+            Py_DECREF(p);
+            if (PyErr_Occurred()) {
+                r = -1;
+                goto out;
+            }
+        }
+        sorted[ns++] = ptr[i];
+    }
+    qsort(sorted, (size_t)ns, sizeof(uintptr_t), cmp_uintptr);
+    for (Py_ssize_t k = 0; k < nw; k++) {
+        Py_ssize_t w = written[k];
+        if (has[w] && ptr[w] != 0 && count_of(sorted, ns, ptr[w]) > 1) {
+            r = 0;
+            break;
+        }
+    }
+out:
+    if (n > 32) {
+        PyMem_Free(ptr);
+        PyMem_Free(sorted);
+        PyMem_Free(has);
+    }
+    return r;
 }
 
 /* a TENSOR_MATCH read from the TensorImpl: 1, 0, or -2 (take the getters' path) */

@@ -105,6 +105,42 @@ int match(PyObject *v, const int64_t *s) noexcept {
     return match_unmoded(v, s);
 }
 
+// ``v.untyped_storage().data_ptr()`` read from the TensorImpl (NO_ALIASING, ADR 0062): 1 with
+// ``*out`` set, or -2 where the methods might give something else (then the generated code
+// calls them). ``data_ptr()`` is the storage's ``mutable_data()``, called here too (it
+// materializes a copy-on-write storage there as here); a null pointer (meta, an invalid
+// storage: 0 or an error there) and any C++ exception take the methods' path.
+int storage_ptr(PyObject *v, uintptr_t *out) noexcept {
+    try {
+        if (at::impl::torch_function_mode_enabled()) {
+            return -2;
+        }
+        if (!unchanged(Py_TYPE(v)) || !THPVariable_Check(v)) {
+            return -2;
+        }
+        const at::Tensor &t = THPVariable_Unpack(v);
+        if (!t.defined() || !t.has_storage()) {
+            return -2;
+        }
+        c10::StorageImpl *impl = t.storage().unsafeGetStorageImpl();
+        if (impl == nullptr || impl->data() == nullptr) {
+            return -2;
+        }
+        void *p = impl->mutable_data();
+        if (p == nullptr) {
+            return -2;
+        }
+        *out = reinterpret_cast<uintptr_t>(p);
+        return 1;
+    } catch (...) {
+        return -2;
+    }
+}
+
+PyObject *storage_capsule(PyObject *, PyObject *) {
+    return PyCapsule_New(reinterpret_cast<void *>(&storage_ptr), "ember_guards.storage_ptr", nullptr);
+}
+
 unsigned int tag_of(PyTypeObject *tp) {
     PyObject *name = PyUnicode_InternFromString("dtype");
     if (name == nullptr) {
@@ -544,6 +580,7 @@ PyObject *layout_check(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
 PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(torch.Tensor, torch.nn.Parameter) -> capsule of match()"},
     {"dtype_code", dtype_code, METH_O, "the ScalarType number of a torch.dtype"},
+    {"storage_capsule", storage_capsule, METH_NOARGS, "capsule of storage_ptr() (NO_ALIASING, ADR 0062)"},
     {"device_code", device_code, METH_O, "(DeviceType number, index) of a torch.device"},
     {"make_layout", make_layout, METH_VARARGS, "make_layout(groups, state_type) -> capsule (ADR 0058)"},
     {"layout_check", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(layout_check)), METH_FASTCALL,

@@ -191,6 +191,23 @@ def fast_read(source: Source, base_name: str, base_value: Any) -> Read | None:
     return None
 
 
+def instance_dict_op(op: tuple[Any, ...], source: Source, base_value: Any) -> tuple[Any, ...]:
+    """``op`` (a plain read), as ``("module_dict_attr", base, name)`` where it reads an
+    ``nn.Module``'s attribute held in its instance ``__dict__`` and named by no class of its
+    MRO (``training``, the hook dicts, plain attributes): still ``PyObject_GetAttr`` in C, but
+    one a module's unchanged state lets the native check serve from its record (ADR 0062)."""
+    if op[0] != "attr" or not isinstance(base_value, torch.nn.Module) or not isinstance(source, Attr):
+        return op
+    member = source.member
+    try:
+        found = member in base_value.__dict__
+    except Exception:
+        return op
+    if not found or any(member in k.__dict__ for k in type(base_value).__mro__):
+        return op
+    return ("module_dict_attr", op[1], member)
+
+
 def _module_attr(member: str, base_name: str, value: torch.nn.Module, cls: type) -> Read | None:
     if getattr(cls, "__getattr__", None) is not torch.nn.Module.__getattr__:
         return None

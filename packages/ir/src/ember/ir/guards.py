@@ -50,6 +50,9 @@ class GuardKind(enum.StrEnum):
     NOT_NONE = "NOT_NONE"
     SHAPE_EXPR = "SHAPE_EXPR"
     GLOBAL_STATE = "GLOBAL_STATE"
+    #: no tensor a graph writes in place shares memory with another of its inputs
+    #: (``payload.sources``; ``payload.written``: positions in it); new in 3.0 (ADR 0062)
+    NO_ALIASING = "NO_ALIASING"
 
 
 # --- payload schema -------------------------------------------------------
@@ -122,6 +125,19 @@ def _encoded_list(v: JSON, where: str) -> None:
         decode_value(item, field=where)
 
 
+def _sources(v: JSON, where: str) -> None:
+    _want(isinstance(v, list) and len(v) >= 2 and all(isinstance(x, str) for x in v),
+          "a list of at least two source texts", v, where)
+    assert isinstance(v, list)
+    for x in v:
+        parse_source(str(x))
+
+
+def _positions(v: JSON, where: str) -> None:
+    _want(isinstance(v, list) and len(v) >= 1 and all(_is_int(x) and x >= 0 for x in v),  # type: ignore[operator]
+          "a non-empty list of positions", v, where)
+
+
 def _relation(v: JSON, where: str) -> None:
     _str(v, where)
     expr = parse_sym_expr(str(v), field=where)
@@ -158,10 +174,11 @@ PAYLOAD_SCHEMA: dict[GuardKind, dict[str, Check]] = {
         "autocast_cuda": _bool,
         "deterministic": _bool,
     },
+    GuardKind.NO_ALIASING: {"sources": _sources, "written": _positions},
 }
 """Required payload fields per kind. Extra fields are allowed (a later MINOR may add optional ones)."""
 
-SOURCELESS_KINDS = frozenset({GuardKind.SHAPE_EXPR, GuardKind.GLOBAL_STATE})
+SOURCELESS_KINDS = frozenset({GuardKind.SHAPE_EXPR, GuardKind.GLOBAL_STATE, GuardKind.NO_ALIASING})
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +235,12 @@ class Guard:
                 check(self.payload[name], f"payload.{name}")
             except FormatError as e:
                 raise e.with_context(node=where) from None
+        if self.kind is GuardKind.NO_ALIASING:
+            n = len(self.payload["sources"])  # type: ignore[arg-type]
+            written = self.payload["written"]
+            if any(i >= n for i in written) or len(set(written)) != len(written):  # type: ignore[union-attr, operator, arg-type]
+                raise FormatError(f"written positions {written} are not distinct positions of the {n} sources",
+                                  node=where, field="payload.written")
         if self.kind is GuardKind.TENSOR_MATCH:
             ndim = self.payload["ndim"]
             for key in ("sizes", "strides"):
@@ -280,12 +303,25 @@ def _payload_text(kind: GuardKind, p: Mapping[str, JSON]) -> str:
         return f"{p.get('cls')} {p.get('dtype')} {p.get('device')} sizes={p.get('sizes')} strides={p.get('strides')}{grad}"
     if kind is GuardKind.SHAPE_EXPR:
         return str(p.get("expr"))
+    if kind is GuardKind.NO_ALIASING:
+        sources, written = list(p.get("sources") or []), list(p.get("written") or [])  # type: ignore[arg-type]
+        names = ", ".join(str(sources[i]) for i in written if isinstance(i, int) and i < len(sources))
+        return f"{names} share memory with no other of {len(sources)} inputs"
     if kind in (GuardKind.CONSTANT_MATCH, GuardKind.EQUALS_MATCH):
         try:
             return f"== {decode_value(p.get('value'))!r}"
         except FormatError:
             return f"== {p.get('value')!r}"
     return " ".join(f"{k}={p[k]!r}" if isinstance(p[k], str) else f"{k}={p[k]}" for k in sorted(p))
+
+
+def _holds_set(value: object) -> bool:
+    """Whether encoded JSON holds a ``$set``/``$frozenset`` value (new in guard format 2.1)."""
+    if isinstance(value, dict):
+        return "$set" in value or "$frozenset" in value or any(_holds_set(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_set(v) for v in value)
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,9 +346,15 @@ class GuardSet:
 
     def format_version(self) -> tuple[int, int]:
         """The oldest guard format that holds this set: 1.0 unless a source reads
-        through ``dict.__getitem__`` (2.0) or a dict entry by position (2.1), so older
-        readers keep reading what they can."""
-        return max((format_needed(g.source) for g in self.guards if g.source is not None), default=(1, 0))
+        through ``dict.__getitem__`` (2.0), a dict entry by position or a payload holds a
+        set (2.1), or a ``NO_ALIASING`` guard is in it (3.0), so older readers keep reading
+        what they can."""
+        if any(g.kind is GuardKind.NO_ALIASING for g in self.guards):
+            return (3, 0)
+        need = max((format_needed(g.source) for g in self.guards if g.source is not None), default=(1, 0))
+        if any(_holds_set(g.payload) for g in self.guards):
+            need = max(need, (2, 1))  # a ``$set``/``$frozenset`` value
+        return need
 
     def to_json(self) -> dict[str, JSON]:
         return {
@@ -369,6 +411,10 @@ class GuardSet:
                         file=file,
                         field="source",
                     )
+        if major < 3 and any(g.kind is GuardKind.NO_ALIASING for g in result.guards):
+            raise FormatError(
+                f"guard format {major}.{minor} has no NO_ALIASING guards (new in 3.0)", file=file, field="kind"
+            )
         return result
 
     def __str__(self) -> str:

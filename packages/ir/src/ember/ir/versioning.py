@@ -18,11 +18,12 @@ GUARDS_FORMAT = "ember.guards"
 GRAPH_VERSION: tuple[int, int] = (1, 1)  # 1.1: a node's optional ``recompute``
 #: the newest guard format: 2.0 added the ``dict.__getitem__(base, key)`` source
 #: (ADR 0045), 2.1 the ``list(dict.keys(base))[i]`` / ``list(dict.values(base))[i]``
-#: sources (a dict's entries by position) and ``$set``/``$frozenset`` values. A guard set is written in the oldest format
-#: that holds it (1.0 unless a source needs more), and a reader still reads the majors
-#: in ``GUARDS_OLDER_MAJORS``.
-GUARDS_VERSION: tuple[int, int] = (2, 1)
-GUARDS_OLDER_MAJORS: tuple[int, ...] = (1,)
+#: sources (a dict's entries by position) and ``$set``/``$frozenset`` values, 3.0 the
+#: ``NO_ALIASING`` kind (ADR 0062). A guard set is written in the oldest format that holds
+#: it (1.0 unless a source, a value or a kind needs more), and a reader still reads the
+#: majors in ``GUARDS_OLDER_MAJORS``.
+GUARDS_VERSION: tuple[int, int] = (3, 0)
+GUARDS_OLDER_MAJORS: tuple[int, ...] = (2, 1)
 
 
 def parse_json(text: str | bytes, *, file: str | None, what: str) -> dict[str, JSON]:
