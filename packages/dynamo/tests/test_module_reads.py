@@ -94,18 +94,9 @@ CHANGES: dict[str, Callable[[Net], Any]] = {
 }
 
 
-#: a leaf module's class swapped after capture: the inductor graph keeps the old class's
-#: forward, with or without native guards (found here, as on main before ADR 0062)
-_CLASS_SWAP_GAP = pytest.mark.xfail(strict=True, reason="a leaf module's class is not guarded for inductor")
-
-
 @pytest.mark.parametrize(
     ("change", "backend"),
-    [
-        pytest.param(change, backend, marks=_CLASS_SWAP_GAP if (change, backend) == (
-            "module class changed", "inductor") else ())
-        for change in CHANGES for backend in ("eager", "inductor")
-    ],
+    [(change, backend) for change in CHANGES for backend in ("eager", "inductor")],
 )
 def test_module_changes_with_recorded_reads(change: str, backend: str) -> None:
     torch.manual_seed(0)

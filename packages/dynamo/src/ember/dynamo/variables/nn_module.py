@@ -338,6 +338,10 @@ class NNModuleVariable(VariableTracker):
         m = self.value
         if is_leaf_module(m, tx.options.inline_inbuilt_nn_modules) and not overridden(tx, m):
             tx.guard_module_training(self)
+            if self.source is not None:
+                # a backend lowers the leaf by its class (an inductor graph holds addmm, not
+                # the module): a class assigned later (``m.__class__ = Sub``) must recompile
+                tx.output.guards.add_type(self.source, m)
             return tx.output.call_module(self, args, kwargs)
         return self.inline_forward(tx, args, kwargs)
 
