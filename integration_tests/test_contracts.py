@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 from ember.ir import (
     GRAPH_VERSION,
     GUARDS_VERSION,
+    DictEntry,
     DictItem,
     Global,
     GuardKind,
@@ -40,6 +41,7 @@ def test_reader_majors_have_golden_files() -> None:
     # A new MAJOR means new golden files beside these, and a reader that still reads these.
     assert GRAPH_VERSION[0] == 1 and GUARDS_VERSION[0] == 3
     assert (CONTRACTS / "guards_1.0.json").exists() and (CONTRACTS / "guards_2.0.json").exists()
+    assert (CONTRACTS / "guards_2.1.json").exists()
     assert (CONTRACTS / "guards_3.0.json").exists()
     # and the newest version each writes has its golden file
     newest_graph = f"{GRAPH_VERSION[0]}.{GRAPH_VERSION[1]}"
@@ -56,6 +58,18 @@ def test_guards_2_0_golden() -> None:
     assert silu.source == DictItem(Global("ACT2FN"), "silu") and silu.kind is GuardKind.ID_MATCH
     deep = parse_source("dict.__getitem__(L['self'].acts, 'gelu')[1]['approximate']")
     assert decode_value(by_source[deep.expr()].payload["value"]) == "tanh"
+    assert GuardSet.loads(gs.dumps()) == gs and gs.dumps() == text
+
+
+def test_guards_2_1_golden() -> None:
+    text = (CONTRACTS / "guards_2.1.json").read_text()
+    assert json.loads(text)["version"] == [2, 1]
+    gs = GuardSet.loads(text, file="guards_2.1.json")
+    by_source = {(g.source.expr(), g.kind): g for g in gs.guards if g.source is not None}
+    key = by_source[("list(dict.keys(G['_BASIC_TYPE_VALIDATORS']))[1]", GuardKind.ID_MATCH)]
+    assert key.source == DictEntry(Global("_BASIC_TYPE_VALIDATORS"), 1, "keys")
+    names = by_source[("G['SUPPORTED']", GuardKind.EQUALS_MATCH)]
+    assert decode_value(names.payload["value"]) == {"relu", "gelu"}
     assert GuardSet.loads(gs.dumps()) == gs and gs.dumps() == text
 
 
