@@ -8,9 +8,13 @@ allocation call; it decides nothing.
 
 A buffer dies after the last step that reads or writes it. A dead buffer a
 kernel allocated goes to a pool keyed by (bytes, dtype) instead of being freed,
-so a later kernel output of the same size takes its memory. Graph inputs,
-constants and outputs never die; neither does memory an extern call may
-return a view of (its schema says the result aliases an argument).
+so a later kernel output of the same size takes its memory. Constants and
+outputs never die; neither does memory an extern call may return a view of (its
+schema says the result aliases an argument). A graph input dies too: the
+wrapper drops its name after its last use, which frees it where the caller
+handed the inputs over (``ember.ir.boxed``: a training backward's saved values,
+ADR 0063); its memory never enters the pool (someone else may hold it). An
+input a kernel computes an update into stays (the wrapper reads its address).
 """
 
 from __future__ import annotations
@@ -59,7 +63,10 @@ def plan_memory(graph: LoweredGraph, steps: list[Step]) -> list[StepMemory]:
     multi_names = {m.name for s in steps if isinstance(s, ExternCall) for m in s.outputs}
     last_use = _last_uses(steps)
     outputs = {o.name for o in graph.outputs if o.kind != "const"}
-    keep = outputs | {b.name for b in graph.inputs} | set(graph.constants)
+    inputs = {b.name for b in graph.inputs}
+    # an input a kernel writes its new value into is read by name up to the call's end
+    updated = {i for s in steps if isinstance(s, KernelPlan) for i in s.inplace.values()}
+    keep = outputs | updated | set(graph.constants)
     pinned = _aliased_by_externs(steps)
     pool: dict[tuple[int, torch.dtype], list[str]] = {}
     # kernel stores still to come that could take a pooled buffer, by pool key: a dead
@@ -93,6 +100,7 @@ def plan_memory(graph: LoweredGraph, steps: list[Step]) -> list[StepMemory]:
             dead = layouts.get(name)
             if (
                 dead is not None and name in allocated and name not in pinned
+                and name not in inputs
                 and len(pool.get(_pool_key(dead), ())) < to_come[_pool_key(dead)]
             ):
                 pool.setdefault(_pool_key(dead), []).append(name)

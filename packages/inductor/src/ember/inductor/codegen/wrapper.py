@@ -81,6 +81,22 @@ class WrapperWriter:
                 self.lines.append(f"    del {var}")
                 del self.view_of[var], self.views[expr]
 
+    def hand_over(self, old: str, new: str) -> None:
+        """Buffer ``new`` took dead buffer ``old``'s memory: ``old``'s name and its views'
+        go, so that the memory is freed when ``new``'s name is (an old name kept bound
+        held every reused buffer to the end of the call). ``new`` is bound to the same
+        tensor (or a view of it): what resolved its address through ``old`` now stops at
+        ``new``."""
+        pointer = self.pointers.pop(old, None)
+        if self.same_memory.get(new) == old:
+            del self.same_memory[new]
+            if pointer is not None:
+                self.pointers[new] = pointer
+        for name, root in list(self.same_memory.items()):
+            if root == old:
+                self.same_memory[name] = new
+        self.free(old)
+
     def ref(self, name: str) -> str:
         """``name`` as a tensor with its own layout."""
         if name in self.scratch:  # scratch_buffers leaves out every buffer read as a tensor
@@ -184,6 +200,10 @@ class WrapperWriter:
         ln.append("def call(args):")
         if names:
             ln.append(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args")
+            # the list is the call's own (``CompiledGraph``): emptied, each input is held by
+            # its name only, dropped after its last use (``memory_plan``), so an input the
+            # caller handed over is freed there (``ember.ir.boxed``, ADR 0063)
+            ln.append("    args.clear()")
         if g.hints:
             self.bind_sizes(check_inputs=True)
         for name in g.constants:
@@ -211,11 +231,13 @@ class WrapperWriter:
                     self.fresh.add(a.name)
                     self.lazy[a.name] = Layout(lay.size, lay.stride, lay.dtype, 0)
                     self.same_memory[a.name] = a.reuses
+                    self.hand_over(a.reuses, a.name)
                 elif a.reuses is not None:
                     view = self.view(a.reuses, Layout(lay.size, lay.stride, lay.dtype, 0))
                     ln.append(f"    {a.name} = {view}  # reuses {a.reuses}")
                     if a.reuses in self.fresh:
                         self.fresh.add(a.name)
+                    self.hand_over(a.reuses, a.name)
                 else:
                     ln.append(f"    {a.name} = {self.backend.allocate(lay)}")
                     self.fresh.add(a.name)
