@@ -90,11 +90,11 @@ def test_a_reused_buffer_is_freed_with_the_buffer_that_took_it(
     x = torch.randn(N, N)
     compiled = compile_fn(_reuse_chain, x, w, wide)
     source = compiled.report.wrapper_source
-    reuses = re.findall(r"(buf\d+) = .*# reuses (buf\d+)", source)
+    reuses = re.findall(r"(buf\d+) = .*# (?:reuses|in place of) (buf\d+)", source)
     assert reuses, source  # the graph does reuse a dead buffer
     lines = source.splitlines()
     for new, old in reuses:
-        at = next(i for i, ln in enumerate(lines) if f"{new} = " in ln and f"# reuses {old}" in ln)
+        at = next(i for i, ln in enumerate(lines) if f"{new} = " in ln and f" {old}" in ln)
         assert any(ln.strip() == f"del {old}" for ln in lines[at:]), (old, source)
     if backend == "cpp":  # Triton on CPU runs in its interpreter, which copies its arguments
         size = N * N * 4
@@ -102,3 +102,45 @@ def test_a_reused_buffer_is_freed_with_the_buffer_that_took_it(
         # at the last matmul: d and the 4x wide output (x, w, wide are the caller's)
         assert peak <= 5 * size + size // 8, peak / size
     torch.testing.assert_close(compiled(x, w, wide), _reuse_chain(x, w, wide), rtol=1e-4, atol=1e-4)
+
+
+def _scaled_matmul(a: torch.Tensor, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    g = torch.mm(a, w)
+    h = g * x.sigmoid()  # g read for the last time, element by element: h overwrites it
+    return torch.mm(h, w)
+
+
+def test_a_pointwise_kernel_computes_in_place_of_a_value_it_reads_last(
+    compile_fn: Callable[..., CompiledGraph], backend: str,
+) -> None:
+    a, w, x = torch.randn(N, N), torch.randn(N, N) / N**0.5, torch.randn(N, N)
+    compiled = compile_fn(_scaled_matmul, a, w, x)
+    assert "# in place of" in compiled.report.wrapper_source, compiled.report.wrapper_source
+    torch.testing.assert_close(compiled(a, w, x), _scaled_matmul(a, w, x), rtol=1e-4, atol=1e-4)
+    if backend == "cpp":
+        size = N * N * 4
+        # g (then h in its memory) and the last matmul's output; not g, h and the output
+        assert peak_bytes(lambda: compiled(a, w, x)) <= 2 * size + size // 8
+
+
+def _transposed(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    g = torch.mm(a, w)
+    return torch.mm(g.t() + g, w)  # element (i, j) reads g[i, j] and g[j, i]: not in place
+
+
+def _read_after_write(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    g = torch.mm(a, w)
+    s1 = g * 2
+    s2 = g + s1  # reads g after s1 is computed: s1 may not overwrite g
+    return torch.mm(s1, w) + torch.mm(s2, w)
+
+
+@pytest.mark.parametrize("fn", [_transposed, _read_after_write])
+def test_a_value_read_elsewhere_or_later_is_not_overwritten(
+    compile_fn: Callable[..., CompiledGraph], fn: Callable[..., torch.Tensor],
+) -> None:
+    a, w = torch.randn(N, N), torch.randn(N, N) / N**0.5
+    compiled = compile_fn(fn, a, w)
+    torch.testing.assert_close(compiled(a, w), fn(a, w), rtol=1e-4, atol=1e-4)
+    if fn is _transposed:
+        assert "# in place of" not in compiled.report.wrapper_source

@@ -134,20 +134,23 @@ class Kept:
             self.inputs, self.rng = None, None
 
     def backward(self, backward: Callable[..., Any], args: list[Any], num_tangents: int,
-                 given: Sequence[torch.Tensor | None], grad_inputs: Sequence[int],
+                 given: list[torch.Tensor | None], grad_inputs: Sequence[int],
                  tangent_mask: Sequence[bool]) -> list[Any]:
         """The compiled ``backward``'s gradients on ``args`` (the saved values, then
         ``num_tangents`` tangents; one gradient per ``grad_inputs``), or, where it raises
         (or raised before at this size), the same gradients computed without it.
 
-        Until a backward passed at this size, ``args`` stay here for a recovery; after one
-        passed they are handed over (``ember.ir.boxed``: the compiled backward frees each
-        saved value after its last use, ADR 0063), so an exception then propagates, with a
+        Until a backward passed at this size, ``args`` and ``given`` (the incoming
+        gradients) stay here for a recovery; after one passed both are emptied and the
+        values handed over (``ember.ir.boxed``: the compiled backward frees each saved value
+        and tangent after its last use, ADR 0063), so an exception then propagates, with a
         note: neither the saved values nor the inputs are left to compute the gradients
         another way."""
         fb = self.fallback
         if self.size not in fb.failed:
             handed = self.size in fb.passed
+            if handed:
+                given.clear()
             try:
                 grads = list(call_boxed(backward, args if handed else list(args)))
             except Exception as exc:

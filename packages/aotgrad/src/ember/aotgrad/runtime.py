@@ -387,6 +387,11 @@ class _PartFunction(torch.autograd.Function):
 class _CompiledFunction(torch.autograd.Function):
     """Forward and backward of one compiled graph pair, as one autograd node."""
 
+    #: torch 2.13 and later pass the incoming gradients in one list the backward may empty
+    #: (earlier releases ignore this and pass them one by one): emptied, a tangent is freed
+    #: after its last use in the compiled backward, as the saved values are (ADR 0063)
+    boxed_grads_call = True
+
     @staticmethod
     def forward(ctx: Any, plan: CompiledPlan, *inputs: torch.Tensor) -> tuple[Any, ...]:
         ctx.kept = plan.fallback.keep(inputs) if plan.fallback is not None else None
@@ -407,11 +412,17 @@ class _CompiledFunction(torch.autograd.Function):
         return tuple(fw)
 
     @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    def backward(ctx: Any, *grads: Any) -> tuple[torch.Tensor | None, ...]:
         plan: CompiledPlan = ctx.plan
         _refuse_double_backward()
         assert plan.backward is not None
-        given = [g for g, m in zip(grads, plan.tangent_mask) if m]
+        incoming: list[torch.Tensor | None] | tuple[Any, ...] = grads
+        if len(grads) == 1 and isinstance(grads[0], list):  # ``boxed_grads_call``
+            incoming = grads[0]
+        given = [g for g, m in zip(incoming, plan.tangent_mask) if m]
+        if isinstance(incoming, list):
+            incoming.clear()
+        del grads, incoming
         present = [g is not None for g in given]
         tangents = [g.contiguous() if g is not None else torch.zeros(s, dtype=d, device=dev)
                     for g, (s, d, dev) in zip(given, ctx.tangent_meta)]
@@ -427,6 +438,7 @@ class _CompiledFunction(torch.autograd.Function):
 
         kept: Kept | None = ctx.kept
         if kept is None:
+            given.clear()  # (``present`` says which were None)
             in_grads = list(call_boxed(plan.backward, args))
         else:
             in_grads = kept.backward(plan.backward, args, len(given), given, plan.grad_inputs,

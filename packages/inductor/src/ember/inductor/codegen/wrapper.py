@@ -217,6 +217,7 @@ class WrapperWriter:
                 ln.append("    _sp = _scratch.data_ptr()")
         first_write: int | None = None  # the line from which a kernel may write an input
         for step, mem in zip(self.steps, self.memory):
+            after_step: list[str] = []
             for a in mem.allocate:
                 lay = a.layout
                 if a.name in self.scratch:
@@ -227,17 +228,23 @@ class WrapperWriter:
                     ln.append(f"    {a.name} = {a.into_input}  # computed in place")
                     self.same_memory[a.name] = a.into_input
                 elif a.reuses is not None and a.reuses in self.fresh and cpp:
-                    ln.append(f"    {a.name} = {a.reuses}  # reuses {a.reuses} (viewed where read)")
+                    how = "in place of" if a.in_place else "reuses"
+                    ln.append(f"    {a.name} = {a.reuses}  # {how} {a.reuses} (viewed where read)")
                     self.fresh.add(a.name)
                     self.lazy[a.name] = Layout(lay.size, lay.stride, lay.dtype, 0)
                     self.same_memory[a.name] = a.reuses
+                    # a C++ kernel computing in place takes the output's pointer only
                     self.hand_over(a.reuses, a.name)
                 elif a.reuses is not None:
                     view = self.view(a.reuses, Layout(lay.size, lay.stride, lay.dtype, 0))
-                    ln.append(f"    {a.name} = {view}  # reuses {a.reuses}")
+                    how = "in place of" if a.in_place else "reuses"
+                    ln.append(f"    {a.name} = {view}  # {how} {a.reuses}")
                     if a.reuses in self.fresh:
                         self.fresh.add(a.name)
-                    self.hand_over(a.reuses, a.name)
+                    if a.in_place and not cpp:
+                        after_step.append(a.reuses)  # the kernel takes both (same memory)
+                    else:
+                        self.hand_over(a.reuses, a.name)
                 else:
                     ln.append(f"    {a.name} = {self.backend.allocate(lay)}")
                     self.fresh.add(a.name)
@@ -248,7 +255,7 @@ class WrapperWriter:
             else:
                 self._extern(step)
                 self.pointers.clear()  # an extern op's results are new tensors
-            for name in mem.free:
+            for name in [*mem.free, *after_step]:
                 self.free(name)
         ln.append(f"    return [{', '.join(self._output(o) for o in g.outputs)}]")
         if first_write is not None:
