@@ -71,8 +71,10 @@ def test_a_compiled_training_step_peaks_no_higher_than_eager() -> None:
     eager = peak_bytes(lambda: _step(model, eager_params, x))
     ember_peak = peak_bytes(lambda: _step(compiled, params, x))
     layer = 256 * 256 * 4
-    # eager's own figure, plus one layer's worth for the order in which the two free
-    assert ember_peak <= eager + layer, (ember_peak / layer, eager / layer)
+    # eager's own figure (a sixteenth of a layer for small allocations): a saved value or a
+    # tangent held to the backward's end, a second copy of the output saved for the
+    # backward, or ``1 - tanh**2`` saved beside the output would each add a whole layer
+    assert ember_peak <= eager + layer // 16, (ember_peak / layer, eager / layer)
 
 
 def test_retain_graph_keeps_the_saved_values_for_a_second_backward() -> None:
