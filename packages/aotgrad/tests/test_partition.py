@@ -175,3 +175,19 @@ def test_min_cut_prefers_saving_the_small_tensor() -> None:
     assert not any(name.startswith("cos") for name in part.saved)
     default = default_partition(traced.gm, num_fw_outputs=traced.num_fw_outputs)
     assert _saved_bytes(default) > 64 * 64 * 4
+
+
+def test_min_cut_saves_the_output_rather_than_a_value_of_equal_size() -> None:
+    """With ``tanh``'s backward decomposed (as inductor's table does), the backward reads
+    ``1 - y*y``, which the forward can compute, or ``y`` itself: the same bytes, but ``y`` is
+    the forward's output, alive anyway where the caller keeps it for the loss (ADR 0063)."""
+    decompositions = {aten.tanh_backward.default: lambda g, y: g * (1 - y * y)}
+    x = torch.randn(32, 32)
+    w = torch.randn(32, 32, requires_grad=True)
+    traced = trace_graph(lambda w: [torch.tanh(x @ w)], [w], decompositions, joint=True)
+    part = min_cut_rematerialization_partition(traced.gm, num_fw_outputs=traced.num_fw_outputs)
+    fw_out = next(n for n in part.forward.graph.nodes if n.op == "output").args[0]
+    assert fw_out[0] in fw_out[part.num_fw_outputs:], part.saved  # the output itself is saved
+    assert not any(name.startswith("rsub") for name in part.saved), part.saved
+    # the output and the constant x (as its transpose, for the weight's gradient)
+    assert len(part.saved) == 2 and _saved_bytes(part) == 2 * 32 * 32 * 4, part.saved

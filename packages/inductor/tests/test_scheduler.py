@@ -46,7 +46,10 @@ def test_dead_buffer_is_reused(check: Check) -> None:
         return (b.sigmoid() @ w) * 3
 
     c = check(f, x, w, atol=1e-4, rtol=1e-4)
-    assert "# reuses" in c.report.wrapper_source
+    # a dead buffer's memory taken by a later kernel, or a matmul's result overwritten by
+    # the pointwise kernel reading it for the last time (``memory_plan._dying_operand``)
+    source = c.report.wrapper_source
+    assert "# reuses" in source or "# in place of" in source, source
 
 
 def test_dead_buffer_no_later_kernel_can_take_is_freed_at_once(check: Check) -> None:

@@ -47,6 +47,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from ember.ir.boxed import call_boxed
 from ember.ir.logs import get_logger, reason, traceback_wanted
 
 from .joint import OutputSlot
@@ -132,21 +133,38 @@ class Kept:
         if self.size in self.fallback.passed:
             self.inputs, self.rng = None, None
 
-    def backward(self, compiled: Callable[[], list[Any]], saved: Sequence[Any],
-                 tangents: Sequence[torch.Tensor], given: Sequence[torch.Tensor | None],
-                 grad_inputs: Sequence[int], tangent_mask: Sequence[bool]) -> list[Any]:
-        """The compiled backward's gradients (one per ``grad_inputs``), or, where it raises
-        (or raised before at this size), the same gradients computed without it."""
+    def backward(self, backward: Callable[..., Any], args: list[Any], num_tangents: int,
+                 given: list[torch.Tensor | None], grad_inputs: Sequence[int],
+                 tangent_mask: Sequence[bool]) -> list[Any]:
+        """The compiled ``backward``'s gradients on ``args`` (the saved values, then
+        ``num_tangents`` tangents; one gradient per ``grad_inputs``), or, where it raises
+        (or raised before at this size), the same gradients computed without it.
+
+        Until a backward passed at this size, ``args`` and ``given`` (the incoming
+        gradients) stay here for a recovery; after one passed both are emptied and the
+        values handed over (``ember.ir.boxed``: the compiled backward frees each saved value
+        and tangent after its last use, ADR 0063), so an exception then propagates, with a
+        note: neither the saved values nor the inputs are left to compute the gradients
+        another way."""
         fb = self.fallback
         if self.size not in fb.failed:
+            handed = self.size in fb.passed
+            if handed:
+                given.clear()
             try:
-                grads = compiled()
+                grads = list(call_boxed(backward, args if handed else list(args)))
             except Exception as exc:
                 fb.failed.add(self.size)
-                return self._recover(exc, saved, tangents, given, grad_inputs, tangent_mask)
+                if handed:
+                    _cannot(exc, "a backward at this size had passed, so its saved values "
+                                 "were freed as it ran")
+                split = len(args) - num_tangents
+                return self._recover(exc, args[:split], args[split:], given, grad_inputs,
+                                     tangent_mask)
             fb.passed.add(self.size)
             return grads
-        return self._recover(None, saved, tangents, given, grad_inputs, tangent_mask)
+        split = len(args) - num_tangents
+        return self._recover(None, args[:split], args[split:], given, grad_inputs, tangent_mask)
 
     def _recover(self, exc: Exception | None, saved: Sequence[Any],
                  tangents: Sequence[torch.Tensor], given: Sequence[torch.Tensor | None],

@@ -254,6 +254,7 @@ def _min_cut(joint: fx.GraphModule, *, num_fw_outputs: int) -> Partition:
     required_fw = _ancestors(fw_outs)
     tangent_dep = _tangent_dependent(joint)
     required_bw = tangent_dep | {g for g in grads if isinstance(g, fx.Node)}
+    outputs = {o for o in fw_outs if isinstance(o, fx.Node)}
     flow = nx.DiGraph()
     for node in joint.graph.nodes:
         if node.op == "output":
@@ -270,7 +271,7 @@ def _min_cut(joint: fx.GraphModule, *, num_fw_outputs: int) -> Partition:
             # inputs exist in the forward; banned ops must run there, never again
             flow.add_edge("source", node.name + "_in", capacity=math.inf)
         val = node.meta.get("val")
-        weight = node_bytes(node) if isinstance(val, torch.Tensor) and not recompute else math.inf
+        weight = _save_cost(node, outputs) if isinstance(val, torch.Tensor) and not recompute else math.inf
         flow.add_edge(node.name + "_in", node.name + "_out", capacity=weight)
         for user in node.users:
             if user.op != "output":
@@ -294,6 +295,15 @@ def _min_cut(joint: fx.GraphModule, *, num_fw_outputs: int) -> Partition:
     order = {n: i for i, n in enumerate(joint.graph.nodes)}
     saved.sort(key=order.__getitem__)
     return split_joint(joint, saved, num_fw_outputs=num_fw_outputs)
+
+
+def _save_cost(node: fx.Node, outputs: set[fx.Node]) -> int:
+    """The capacity of ``node``'s edge in the cut: twice its bytes, one less for a forward
+    output. An output the caller holds until the backward (the loss reads it) costs nothing
+    more when it is saved too; the graph cannot know that it is held, so among values of
+    equal bytes the cut saves the output (``tanh``'s backward can read its output or
+    ``1 - out**2``, computed in the forward: the second was an extra activation, ADR 0063)."""
+    return 2 * node_bytes(node) - (1 if node in outputs else 0)
 
 
 _EXACT_COMPARISONS = {"eq", "ne"}

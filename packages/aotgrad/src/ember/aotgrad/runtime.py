@@ -31,6 +31,7 @@ from ember.aotgrad.aliasing import replay
 from ember.aotgrad.backward_fallback import BackwardFallback, Kept
 from ember.aotgrad.errors import DoubleBackwardError
 from ember.aotgrad.joint import OutputSlot
+from ember.ir.boxed import call_boxed
 from ember.ir.updates import note_inputs_written
 
 Compiled = Callable[..., Sequence[Any]]
@@ -226,6 +227,15 @@ def _write_overlapping(target: torch.Tensor, old: torch.Tensor, new: torch.Tenso
         memory.index_put_((where[changed],), new[changed])
 
 
+def _release_saved(ctx: Any) -> None:
+    """Drop autograd's references to ``ctx``'s saved tensors, read already, unless the
+    backward was asked to keep the graph (``retain_graph=True``: a later backward reads
+    them again)."""
+    release = getattr(ctx, "maybe_clear_saved_tensors", None)
+    if release is not None:
+        release()
+
+
 def _refuse_double_backward() -> None:
     if torch.is_grad_enabled():
         raise DoubleBackwardError(
@@ -356,16 +366,14 @@ class _PartFunction(torch.autograd.Function):
         for i, v in enumerate(part.saved):
             if not isinstance(v, torch.Tensor):
                 saved.insert(i, v)
-        backward = plan.backward
-
-        def compiled() -> list[Any]:
-            return list(backward(*saved, *tangents))
-
+        # every part runs the whole backward on the same saved values (``part.saved`` holds
+        # them for the other parts), so nothing is freed early here
+        args = [*saved, *tangents]
         if part.kept is None:
-            in_grads = compiled()
+            in_grads = list(call_boxed(plan.backward, args))
         else:
-            in_grads = part.kept.backward(compiled, saved, tangents, given, plan.grad_inputs,
-                                          plan.tangent_mask)
+            in_grads = part.kept.backward(plan.backward, args, len(tangents), given,
+                                          plan.grad_inputs, plan.tangent_mask)
         result: list[torch.Tensor | None] = [None] * (1 + len(part.positions))
         deps = plan.grad_tangents
         for n, j in enumerate(part.grads):
@@ -378,6 +386,11 @@ class _PartFunction(torch.autograd.Function):
 
 class _CompiledFunction(torch.autograd.Function):
     """Forward and backward of one compiled graph pair, as one autograd node."""
+
+    #: torch 2.13 and later pass the incoming gradients in one list the backward may empty
+    #: (earlier releases ignore this and pass them one by one): emptied, a tangent is freed
+    #: after its last use in the compiled backward, as the saved values are (ADR 0063)
+    boxed_grads_call = True
 
     @staticmethod
     def forward(ctx: Any, plan: CompiledPlan, *inputs: torch.Tensor) -> tuple[Any, ...]:
@@ -399,27 +412,36 @@ class _CompiledFunction(torch.autograd.Function):
         return tuple(fw)
 
     @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    def backward(ctx: Any, *grads: Any) -> tuple[torch.Tensor | None, ...]:
         plan: CompiledPlan = ctx.plan
         _refuse_double_backward()
         assert plan.backward is not None
-        given = [g for g, m in zip(grads, plan.tangent_mask) if m]
+        incoming: list[torch.Tensor | None] | tuple[Any, ...] = grads
+        if len(grads) == 1 and isinstance(grads[0], list):  # ``boxed_grads_call``
+            incoming = grads[0]
+        given = [g for g, m in zip(incoming, plan.tangent_mask) if m]
+        if isinstance(incoming, list):
+            incoming.clear()
+        del grads, incoming
         present = [g is not None for g in given]
         tangents = [g.contiguous() if g is not None else torch.zeros(s, dtype=d, device=dev)
                     for g, (s, d, dev) in zip(given, ctx.tangent_meta)]
         saved = list(ctx.saved_tensors)
+        # autograd's references to the saved values go (unless retain_graph keeps them for
+        # another backward): the list below is the only one left, handed to the compiled
+        # backward, which frees each value after its last use, as eager's nodes do (ADR 0063)
+        _release_saved(ctx)
         for i, v in ctx.saved_sizes:
             saved.insert(i, v)
-        backward = plan.backward
-
-        def compiled() -> list[Any]:
-            return list(backward(*saved, *tangents))
+        args = [*saved, *tangents]
+        del saved, tangents
 
         kept: Kept | None = ctx.kept
         if kept is None:
-            in_grads = compiled()
+            given.clear()  # (``present`` says which were None)
+            in_grads = list(call_boxed(plan.backward, args))
         else:
-            in_grads = kept.backward(compiled, saved, tangents, given, plan.grad_inputs,
+            in_grads = kept.backward(plan.backward, args, len(given), given, plan.grad_inputs,
                                      plan.tangent_mask)
             kept.release()  # the inputs, once this size passed a backward
         result: list[torch.Tensor | None] = [None] * (1 + plan.num_inputs)

@@ -13,7 +13,7 @@ import copy
 import functools
 import time
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,7 +150,18 @@ class CompiledGraph:
     def __call__(self, *args: Any) -> Any:
         if len(args) == 1 and isinstance(args[0], list) and self._n_args != 1:
             args = tuple(args[0])
+        return self._run(self._checked(args) if self._check_inputs else list(args))
+
+    def call_boxed(self, args: list[Any]) -> Any:
+        """The call with its inputs handed over in ``args`` (``ember.ir.boxed``): the list
+        is emptied, and the wrapper drops each input after its last use, so an input no one
+        else holds (a backward's saved activation) is freed there, not when the call ends."""
         inputs = self._checked(args) if self._check_inputs else list(args)
+        args.clear()
+        return self._run(inputs)
+
+    def _run(self, inputs: list[Any]) -> Any:
+        """The wrapper on ``inputs`` (a list of the call's own, which the wrapper empties)."""
         if profiling():
             outs = self._call_profiled(inputs)
         else:
@@ -169,7 +180,7 @@ class CompiledGraph:
         with record_function(self._label):
             return self._profiled(inputs)
 
-    def _checked(self, args: tuple[Any, ...]) -> list[Any]:
+    def _checked(self, args: Sequence[Any]) -> list[Any]:
         """``args`` after checking sizes and dtypes; inputs with other strides are copied."""
         inputs = list(args)
         for i, (a, (size, stride, dtype)) in enumerate(zip(args, self._expect)):

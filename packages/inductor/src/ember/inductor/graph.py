@@ -592,6 +592,9 @@ class GraphLowering:
             return OutputSpec("buffer", name=value.name, layout=value.layout)
         buf = self.realize(value, stride if dense else None)
         assert isinstance(buf, Buffer)
+        # a value returned twice (a training forward's output that is also saved for the
+        # backward) is one buffer, not one stored copy per position
+        self.env[arg] = buf
         return OutputSpec("buffer", name=buf.name, layout=buf.layout)
 
 

@@ -62,7 +62,7 @@ def candidate_updates(graph: LoweredGraph, gm: torch.fx.GraphModule) -> dict[str
             buf.layout != lay
             or returned.get(buf.name) != 1
             or inp.name in returned
-            or not _dense(lay)
+            or not dense(lay)
             or buf.name in extern_args
             or inp.name in extern_args
         ):
@@ -123,7 +123,7 @@ def update_conflict(nodes: list[SchedNode], plan: KernelPlan, updates: dict[str,
     return None
 
 
-def _dense(lay: Layout) -> bool:
+def dense(lay: Layout) -> bool:
     """Static, and every element at its own address with no gaps (a permutation of
     contiguous strides): writing one element changes no other."""
     if not is_static((*lay.size, *lay.stride, lay.offset)):
@@ -145,6 +145,7 @@ def _reads_only_at_store(reader: SchedNode, writer: SchedNode, inp: str, n_outer
 __all__ = [
     "add_update_deps",
     "candidate_updates",
+    "dense",
     "ordered_updates",
     "update_conflict",
 ]

@@ -143,6 +143,9 @@ class KernelPlan:
     #: Stored buffers computed into a graph input's memory (``inplace.py``): buffer -> input.
     #: Where the kernel also loads that input, the two pointers are the same memory.
     inplace: dict[str, str] = field(default_factory=dict)
+    #: Stored buffers computed into the memory of a buffer this kernel reads for the last
+    #: time (``memory_plan``, which sets it): buffer -> that buffer; same memory, as above.
+    in_place_of: dict[str, str] = field(default_factory=dict)
 
     def size_symbols(self) -> set[sympy.Symbol]:
         """The size symbols anywhere in this plan's loops or accesses (kernel arguments)."""

@@ -33,8 +33,10 @@ def generate_kernel(
     # neither pointer may be __restrict__, and the call passes it once (the input's
     # pointer is the output's, declared in the body): one ctypes argument and one
     # ``data_ptr()`` less per in-place update (an optimizer step has hundreds)
-    shared = {n for pair in plan.inplace.items() if pair[1] in plan.loads for n in pair}
-    same_as = {inp: out for out, inp in plan.inplace.items() if inp in plan.loads}
+    # (the same for a buffer computed in place of one this kernel reads for the last time)
+    into = {**plan.inplace, **plan.in_place_of}
+    shared = {n for pair in into.items() if pair[1] in plan.loads for n in pair}
+    same_as = {inp: out for out, inp in into.items() if inp in plan.loads}
     aliases: list[str] = []
     for name in plan.loads:
         k.pointers[name] = (f"in_{name}", buffer_dtypes[name])

@@ -81,6 +81,22 @@ class WrapperWriter:
                 self.lines.append(f"    del {var}")
                 del self.view_of[var], self.views[expr]
 
+    def hand_over(self, old: str, new: str) -> None:
+        """Buffer ``new`` took dead buffer ``old``'s memory: ``old``'s name and its views'
+        go, so that the memory is freed when ``new``'s name is (an old name kept bound
+        held every reused buffer to the end of the call). ``new`` is bound to the same
+        tensor (or a view of it): what resolved its address through ``old`` now stops at
+        ``new``."""
+        pointer = self.pointers.pop(old, None)
+        if self.same_memory.get(new) == old:
+            del self.same_memory[new]
+            if pointer is not None:
+                self.pointers[new] = pointer
+        for name, root in list(self.same_memory.items()):
+            if root == old:
+                self.same_memory[name] = new
+        self.free(old)
+
     def ref(self, name: str) -> str:
         """``name`` as a tensor with its own layout."""
         if name in self.scratch:  # scratch_buffers leaves out every buffer read as a tensor
@@ -184,6 +200,10 @@ class WrapperWriter:
         ln.append("def call(args):")
         if names:
             ln.append(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args")
+            # the list is the call's own (``CompiledGraph``): emptied, each input is held by
+            # its name only, dropped after its last use (``memory_plan``), so an input the
+            # caller handed over is freed there (``ember.ir.boxed``, ADR 0063)
+            ln.append("    args.clear()")
         if g.hints:
             self.bind_sizes(check_inputs=True)
         for name in g.constants:
@@ -197,6 +217,7 @@ class WrapperWriter:
                 ln.append("    _sp = _scratch.data_ptr()")
         first_write: int | None = None  # the line from which a kernel may write an input
         for step, mem in zip(self.steps, self.memory):
+            after_step: list[str] = []
             for a in mem.allocate:
                 lay = a.layout
                 if a.name in self.scratch:
@@ -207,15 +228,23 @@ class WrapperWriter:
                     ln.append(f"    {a.name} = {a.into_input}  # computed in place")
                     self.same_memory[a.name] = a.into_input
                 elif a.reuses is not None and a.reuses in self.fresh and cpp:
-                    ln.append(f"    {a.name} = {a.reuses}  # reuses {a.reuses} (viewed where read)")
+                    how = "in place of" if a.in_place else "reuses"
+                    ln.append(f"    {a.name} = {a.reuses}  # {how} {a.reuses} (viewed where read)")
                     self.fresh.add(a.name)
                     self.lazy[a.name] = Layout(lay.size, lay.stride, lay.dtype, 0)
                     self.same_memory[a.name] = a.reuses
+                    # a C++ kernel computing in place takes the output's pointer only
+                    self.hand_over(a.reuses, a.name)
                 elif a.reuses is not None:
                     view = self.view(a.reuses, Layout(lay.size, lay.stride, lay.dtype, 0))
-                    ln.append(f"    {a.name} = {view}  # reuses {a.reuses}")
+                    how = "in place of" if a.in_place else "reuses"
+                    ln.append(f"    {a.name} = {view}  # {how} {a.reuses}")
                     if a.reuses in self.fresh:
                         self.fresh.add(a.name)
+                    if a.in_place and not cpp:
+                        after_step.append(a.reuses)  # the kernel takes both (same memory)
+                    else:
+                        self.hand_over(a.reuses, a.name)
                 else:
                     ln.append(f"    {a.name} = {self.backend.allocate(lay)}")
                     self.fresh.add(a.name)
@@ -226,7 +255,7 @@ class WrapperWriter:
             else:
                 self._extern(step)
                 self.pointers.clear()  # an extern op's results are new tensors
-            for name in mem.free:
+            for name in [*mem.free, *after_step]:
                 self.free(name)
         ln.append(f"    return [{', '.join(self._output(o) for o in g.outputs)}]")
         if first_write is not None:
