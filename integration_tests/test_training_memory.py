@@ -12,32 +12,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch import nn
-from torch._C._profiler import _EventType
-from torch.profiler import ProfilerActivity, profile
 
 import ember.dynamo
-
-
-def peak_bytes(run: Callable[[], Any]) -> int:
-    """The highest running sum of the CPU allocations ``run()`` makes (frees negative)."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        run()
-    sizes: list[tuple[int, int]] = []
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        event = stack.pop()
-        stack.extend(event.children)
-        if event.tag == _EventType.Allocation and event.extra_fields.device.type == "cpu":
-            sizes.append((event.start_time_ns, int(event.extra_fields.alloc_size)))
-    level = peak = 0
-    for _, size in sorted(sizes, key=lambda p: p[0]):
-        level += size
-        peak = max(peak, level)
-    return peak
+from ember.inductor.testing import peak_cpu_bytes
 
 
 def _model() -> nn.Module:
@@ -68,8 +48,8 @@ def test_a_compiled_training_step_peaks_no_higher_than_eager() -> None:
         assert len(got) == len(want) == len(params)
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
-    eager = peak_bytes(lambda: _step(model, eager_params, x))
-    ember_peak = peak_bytes(lambda: _step(compiled, params, x))
+    eager = peak_cpu_bytes(lambda: _step(model, eager_params, x))
+    ember_peak = peak_cpu_bytes(lambda: _step(compiled, params, x))
     layer = 256 * 256 * 4
     # eager's own figure (a sixteenth of a layer for small allocations): a saved value or a
     # tangent held to the backward's end, a second copy of the output saved for the

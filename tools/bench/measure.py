@@ -181,23 +181,6 @@ def peak_bytes(run: Callable[[], Any], device: str, sync: Callable[[], None]) ->
         run()
         sync()
         return int(torch.cuda.max_memory_allocated() - base)
-    from torch._C._profiler import _EventType
-    from torch.profiler import ProfilerActivity, profile
+    from ember.inductor.testing import peak_cpu_bytes
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        run()
-    # every allocation event of the run, nested in the ops that made it: their sizes (frees
-    # negative) in time order
-    sizes: list[tuple[int, int]] = []
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        event = stack.pop()
-        stack.extend(event.children)
-        if event.tag == _EventType.Allocation and event.extra_fields.device.type == "cpu":
-            sizes.append((event.start_time_ns, int(event.extra_fields.alloc_size)))
-    sizes.sort(key=lambda p: p[0])
-    level = peak = 0
-    for _, size in sizes:
-        level += size
-        peak = max(peak, level)
-    return peak
+    return peak_cpu_bytes(run)

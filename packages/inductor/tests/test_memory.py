@@ -9,36 +9,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 import torch
-from torch._C._profiler import _EventType
-from torch.profiler import ProfilerActivity, profile
 
 from ember.inductor import CompiledGraph
+from ember.inductor.testing import peak_cpu_bytes
 
 BACKENDS = ("cpp", "triton")
 
 N = 256  # x: N x N float32, 256 KiB
 
 
-def peak_bytes(run: Callable[[], Any]) -> int:
-    """The highest running sum of the CPU allocations ``run()`` makes (frees negative)."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        run()
-    sizes: list[tuple[int, int]] = []
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        event = stack.pop()
-        stack.extend(event.children)
-        if event.tag == _EventType.Allocation and event.extra_fields.device.type == "cpu":
-            sizes.append((event.start_time_ns, int(event.extra_fields.alloc_size)))
-    level = peak = 0
-    for _, size in sorted(sizes, key=lambda p: p[0]):
-        level += size
-        peak = max(peak, level)
-    return peak
 
 
 def _three_matmuls(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -62,7 +44,7 @@ def test_a_boxed_call_frees_each_input_after_its_last_use(
         result.append(compiled.call_boxed(args))
         assert args == []  # handed over: the caller holds nothing
 
-    peak = peak_bytes(boxed)
+    peak = peak_cpu_bytes(boxed)
     # x (alive before the call), then at most two N x N values at once
     assert peak <= 2 * size + size // 8, peak / size
 
@@ -98,7 +80,7 @@ def test_a_reused_buffer_is_freed_with_the_buffer_that_took_it(
         assert any(ln.strip() == f"del {old}" for ln in lines[at:]), (old, source)
     if backend == "cpp":  # Triton on CPU runs in its interpreter, which copies its arguments
         size = N * N * 4
-        peak = peak_bytes(lambda: compiled(x, w, wide))
+        peak = peak_cpu_bytes(lambda: compiled(x, w, wide))
         # at the last matmul: d and the 4x wide output (x, w, wide are the caller's)
         assert peak <= 5 * size + size // 8, peak / size
     torch.testing.assert_close(compiled(x, w, wide), _reuse_chain(x, w, wide), rtol=1e-4, atol=1e-4)
@@ -120,7 +102,7 @@ def test_a_pointwise_kernel_computes_in_place_of_a_value_it_reads_last(
     if backend == "cpp":
         size = N * N * 4
         # g (then h in its memory) and the last matmul's output; not g, h and the output
-        assert peak_bytes(lambda: compiled(a, w, x)) <= 2 * size + size // 8
+        assert peak_cpu_bytes(lambda: compiled(a, w, x)) <= 2 * size + size // 8
 
 
 def _transposed(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

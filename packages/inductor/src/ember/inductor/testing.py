@@ -10,6 +10,9 @@ fallback returns) so a test can check kernel counts, wrapper source or fallback 
 
     # under pytest's monkeypatch:
     monkeypatch.setattr(backends, "compile_graph", recording(backends.compile_graph, graphs))
+
+``peak_cpu_bytes(run)``: the peak tensor memory ``run()`` allocates on CPU above what was
+alive before it (the benchmark's and the memory tests' one measure).
 """
 
 from __future__ import annotations
@@ -46,3 +49,28 @@ def recorded_graphs() -> Iterator[list[Any]]:
 
 
 __all__ = ["recorded_graphs", "recording"]
+
+
+def peak_cpu_bytes(run: Callable[[], Any]) -> int:
+    """The highest running sum of the CPU tensor allocations ``run()`` makes (frees count
+    negative), in time order, from torch's profiler memory events (``profile_memory``):
+    what ATen, a compiled wrapper and autograd allocate, not the process's other memory.
+    Tensors alive before the call are the baseline, not counted."""
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        run()
+    # every allocation event of the run, nested in the ops that made it
+    sizes: list[tuple[int, int]] = []
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        event = stack.pop()
+        stack.extend(event.children)
+        if event.tag == _EventType.Allocation and event.extra_fields.device.type == "cpu":
+            sizes.append((event.start_time_ns, int(event.extra_fields.alloc_size)))
+    level = peak = 0
+    for _, size in sorted(sizes, key=lambda p: p[0]):
+        level += size
+        peak = max(peak, level)
+    return peak
