@@ -101,6 +101,32 @@ class Counted(nn.Module):
         return x + 1
 
 
+REGISTRY: list[str] = []
+
+
+class Registered(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        REGISTRY.append("made")  # a list the frame already wrote to before
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 3
+
+
+def test_an_init_writing_a_list_the_frame_already_tracks_is_not_kept() -> None:
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, nn.Module]:
+        REGISTRY.append("call")
+        m = Registered()
+        return m(x), m
+
+    explained = ed.explain(fn)(torch.ones(2))
+    assert any("changes state outside" in str(b.reason) for b in explained.break_reasons)
+    REGISTRY.clear()
+    out, m = ed.compile(fn, backend="eager")(torch.ones(2))
+    torch.testing.assert_close(out, torch.full((2,), 3.0))
+    assert REGISTRY == ["call", "made"] and type(m) is Registered
+
+
 class WithWeights(nn.Module):
     def __init__(self) -> None:
         super().__init__()

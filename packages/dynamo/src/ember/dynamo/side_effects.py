@@ -132,9 +132,17 @@ class SideEffects:
         return var
 
     def snapshot(self) -> tuple[object, ...]:
-        """The recorded writes now: every record replaces its table, so two snapshots
-        are equal (item by item, by identity) exactly when nothing was recorded between."""
-        return (self.attrs, self.globals, self.lists, self.dicts, self.cells, self._calls.value)
+        """The recorded writes now, for :meth:`changed_since`: every record replaces its
+        table, and every write to a tracked list or dict replaces that one's items."""
+        return (
+            self.attrs, self.globals, self.lists, self.dicts, self.cells, self._calls.value,
+            *(v.box.value for v in self.lists.values()), *(v.box.value for v in self.dicts.values()),
+        )
+
+    def changed_since(self, before: tuple[object, ...]) -> bool:
+        """Whether a write was recorded after ``before`` was taken (compared by identity)."""
+        now = self.snapshot()
+        return len(now) != len(before) or any(a is not b for a, b in zip(now, before, strict=True))
 
     def is_empty(self) -> bool:
         return not (

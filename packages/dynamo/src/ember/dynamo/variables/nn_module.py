@@ -545,7 +545,7 @@ def construct_with_traced_init(
         var.constructing = False
     if not (result.is_python_constant() and result.as_python_constant() is None):
         raise Unsupported(f"`{init.__qualname__}` returned a value (TypeError)")
-    if any(now is not then for now, then in zip(tx.output.side_effects.snapshot(), before, strict=True)):
+    if tx.output.side_effects.changed_since(before):
         raise Unsupported(f"`{init.__qualname__}` changes state outside the module it makes")
     if "_parameters" not in module.__dict__:
         raise Unsupported(f"`{init.__qualname__}` did not call nn.Module.__init__")
