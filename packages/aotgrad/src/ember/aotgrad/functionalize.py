@@ -133,6 +133,15 @@ def _overlaps(val: torch.Tensor) -> bool:
         return True
 
 
+def _known_contiguous(val: torch.Tensor) -> bool:
+    """``val.is_contiguous()`` where torch can decide it; a layout over sizes that depend on
+    data counts as not contiguous (the caller then copies, which is right either way)."""
+    try:
+        return bool(val.is_contiguous())
+    except DataDependentError:
+        return False
+
+
 class _Functionalizer:
     def __init__(self, gm: fx.GraphModule, fake_mode: Any) -> None:
         self.old = gm
@@ -304,7 +313,7 @@ class _Functionalizer:
         if name in ("view", "_unsafe_view", "reshape", "squeeze", "unsqueeze",
                     "flatten", "unflatten", "view_as"):
             shape = list(before.meta["val"].shape)
-            if not new.meta["val"].is_contiguous():
+            if not _known_contiguous(new.meta["val"]):
                 new = self.emit(aten.clone.default, (new,),
                                 {"memory_format": torch.contiguous_format})
             return self.emit(aten.view.default, (new, shape))
