@@ -4,9 +4,7 @@ result, and before the change the record was in use (so the change is what it mu
 
 from __future__ import annotations
 
-import gc
 import os
-import shutil
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -15,20 +13,18 @@ import pytest
 import torch
 
 import ember.dynamo
-from ember.guards import CheckFn
 
-pytestmark = pytest.mark.skipif(
-    shutil.which(os.environ.get("CC", "gcc")) is None, reason="no C compiler for native guards"
-)
+sys.path.insert(0, os.path.dirname(__file__))
+from native_harness import native_checks, native_env, needs_compiler
+
+pytestmark = needs_compiler
 
 RECORDS = sys.version_info < (3, 13)  # ``EMBER_MODULE_CACHE`` in ember.guards' native_prelude.c
 
 
 @pytest.fixture(autouse=True)
 def _native(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EMBER_NATIVE_GUARDS", "eager")
-    monkeypatch.setenv("EMBER_STRICT", "1")  # a native verdict that differs raises
-    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "native-guards-dynamo"))
+    native_env(monkeypatch, tmp_path_factory.getbasetemp() / "native-guards-dynamo")
 
 
 class Net(torch.nn.Module):
@@ -51,13 +47,10 @@ class Scaled(torch.nn.Linear):
         return super().forward(x) * 3
 
 
-def _native_checks() -> list[CheckFn]:
-    return [o for o in gc.get_objects() if type(o) is CheckFn and o.native_fn is not None]
-
 
 def _recorded() -> bool:
     """Some native check serves module reads from its record."""
-    for check in _native_checks():
+    for check in native_checks():
         rows = check.native_fn.module_reads()  # type: ignore[union-attr]
         if rows and all(state == 1 for state, _, _ in rows) and any(hits > 0 for _, hits, _ in rows):
             return True
@@ -106,7 +99,7 @@ def test_module_changes_with_recorded_reads(change: str, backend: str) -> None:
     with torch.no_grad():
         for _ in range(4):
             torch.testing.assert_close(compiled(x), m(x))
-        assert _native_checks(), "the cached call ran no native check"
+        assert native_checks(), "the cached call ran no native check"
         if RECORDS:
             assert _recorded(), "the native check served no module read from its record"
         CHANGES[change](m)

@@ -5,9 +5,8 @@ result, and the check that ran was the native one."""
 
 from __future__ import annotations
 
-import gc
 import os
-import shutil
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -15,18 +14,16 @@ import pytest
 import torch
 
 import ember.dynamo
-from ember.guards import CheckFn
 
-pytestmark = pytest.mark.skipif(
-    shutil.which(os.environ.get("CC", "gcc")) is None, reason="no C compiler for native guards"
-)
+sys.path.insert(0, os.path.dirname(__file__))
+from native_harness import native_checks, native_env, needs_compiler
+
+pytestmark = needs_compiler
 
 
 @pytest.fixture(autouse=True)
 def _native(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EMBER_NATIVE_GUARDS", "eager")
-    monkeypatch.setenv("EMBER_STRICT", "1")  # a native verdict that differs raises
-    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "native-guards-dynamo"))
+    native_env(monkeypatch, tmp_path_factory.getbasetemp() / "native-guards-dynamo")
 
 
 class Net(torch.nn.Module):
@@ -40,9 +37,6 @@ class Net(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.drop(self.lin(x) * self.scale + self.shift)
 
-
-def _native_checks() -> list[CheckFn]:
-    return [o for o in gc.get_objects() if type(o) is CheckFn and o.native_fn is not None]
 
 
 CHANGES: dict[str, Callable[[Net], Any]] = {
@@ -72,7 +66,7 @@ def test_module_changes_with_native_guards(change: str, backend: str) -> None:
     with torch.no_grad():
         for _ in range(3):
             torch.testing.assert_close(compiled(x), m(x))
-        assert _native_checks(), "the cached call ran no native check"
+        assert native_checks(), "the cached call ran no native check"
         CHANGES[change](m)
         xx = x.double() if change == "weight .data, float64" else x
         for _ in range(3):
@@ -101,4 +95,4 @@ def test_inputs_changing_with_native_guards() -> None:
     ]
     for x, n, opts in calls:
         torch.testing.assert_close(compiled(x, n, opts), f(x, n, opts))
-    assert _native_checks()
+    assert native_checks()

@@ -9,6 +9,7 @@ import contextlib
 import copy
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,9 @@ from ember.dynamo.optimizer import CompiledOptimizerStep
 from ember.dynamo.optimizer_guards import StepGuards, step_locals
 from ember.dynamo.testing import CompileCounterWithBackend
 
+sys.path.insert(0, os.path.dirname(__file__))
+from native_harness import native_env
+
 pytestmark = pytest.mark.skipif(
     shutil.which(os.environ.get("CC", "gcc")) is None or shutil.which(os.environ.get("CXX", "g++")) is None,
     reason="no C/C++ compiler for native guards",
@@ -29,9 +33,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(autouse=True)
 def _native(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EMBER_NATIVE_GUARDS", "eager")
-    monkeypatch.setenv("EMBER_STRICT", "1")  # a loop verdict that differs from the per-tensor one raises
-    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "native-guards-optimizer"))
+    native_env(monkeypatch, tmp_path_factory.getbasetemp() / "native-guards-optimizer")
 
 
 def params(n: int, seed: int = 0) -> list[torch.nn.Parameter]:
