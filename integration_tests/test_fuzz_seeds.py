@@ -31,6 +31,7 @@ CHUNK = 25
 #: seeds beyond the first ones that long runs found wrong and that are fixed (issue 14),
 #: checked under every backend in SEEDS: seed -> the class it was found in
 FOUND_SEEDS = {
+    701: "wrong:requires_grad: a view made under no_grad of a leaf that is itself a view",
     849: "error:DataDependentError: a write through a view of an unbacked-size value asked is_contiguous()",
     449: "error:backward: a loss of one output ran the backward of a written intermediate",
     224: "wrong:grad: a leaf got a gradient through a split viewed under no_grad",

@@ -319,3 +319,30 @@ def test_lstm_is_rejected_at_trace_time_and_backend_falls_back() -> None:
     torch.testing.assert_close(out, gm(x))
     out.sum().backward()  # the eager fallback trains
     assert lstm.weight_ih_l0.grad is not None
+
+
+def _unfold_under_no_grad(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    with torch.no_grad():
+        v = x.unfold(0, 2, 2)
+    return v * 0.5, (x * w).sin()
+
+
+def test_view_under_no_grad_of_a_leaf_view_does_not_require_grad() -> None:
+    # x is a leaf that requires grad and is a view of a tensor that does not (fuzz seed
+    # 701): eager gives a view of x made under no_grad its root base's requires_grad
+    # (False), where a view of an ordinary leaf keeps requiring grad
+    results = []
+    for fn in (_unfold_under_no_grad, aot_function(_unfold_under_no_grad, nop_compiler)):
+        torch.manual_seed(0)
+        base = torch.randn(20)
+        x = base[::2].requires_grad_()
+        w = torch.randn(10, requires_grad=True)
+        v, y = fn(x, w)
+        y.sum().backward()
+        results.append((v.requires_grad, v.detach(), y.detach(), x.grad, w.grad))
+    (eager_rg, *eager), (got_rg, *got) = results
+    assert eager_rg is False and got_rg is False
+    torch.testing.assert_close(got, eager)
+    plain = torch.randn(10, requires_grad=True)
+    v, _ = aot_function(_unfold_under_no_grad, nop_compiler)(plain, torch.randn(10))
+    assert v.requires_grad == _unfold_under_no_grad(plain, torch.randn(10))[0].requires_grad

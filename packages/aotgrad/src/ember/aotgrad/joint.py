@@ -112,6 +112,26 @@ def _is_leaf_view(t: torch.Tensor) -> bool:
     return t.is_leaf and t.requires_grad and t._base is not None
 
 
+def _plain_leaf_view(real: torch.Tensor, fake: torch.Tensor) -> bool:
+    """A leaf view (``_is_leaf_view``) of fixed sizes whose elements do not share memory."""
+    return (_is_leaf_view(real) and not is_symbolic_tensor(fake)
+            and torch._debug_has_internal_overlap(real) != 1)
+
+
+def _leaf_view_fake(mode: FakeTensorMode, real: torch.Tensor) -> torch.Tensor:
+    """A fake leaf view of ``real``: the same positions in a fake of its root base, made a
+    leaf that requires grad. Eager gives a view of such a leaf made under ``no_grad`` its
+    root base's ``requires_grad`` (False), where a view of an ordinary leaf requires grad.
+    The function cannot write to it in place (autograd refuses, so the trace fails and
+    the function runs eagerly, as ``trace_graph`` also says for leaf views it copies)."""
+    base = real._base
+    assert base is not None
+    fake_base = mode.from_tensor(base.detach())
+    with mode:
+        view = fake_base.as_strided(real.size(), real.stride(), real.storage_offset())
+    return view.requires_grad_(True)
+
+
 def _relocated(traced: torch.Tensor, real: torch.Tensor) -> bool:
     """Whether the copy an input is traced as sits otherwise in its storage than the real
     input (a slice's storage offset, a larger storage, an expanded input's new strides):
@@ -148,7 +168,11 @@ def trace_graph(
     copied: list[int] = []
     for i, (real, fake) in enumerate(zip(inputs, fakes, strict=True)):
         leaf = None
-        if joint and real.requires_grad:
+        if joint and real.requires_grad and _plain_leaf_view(real, fake):
+            # traced as what it is (a view of a base that does not require grad), so a view
+            # made of it under no_grad does not require grad either, as in eager (seed 701)
+            leaf = fake = _leaf_view_fake(fake_mode, real)
+        elif joint and real.requires_grad:
             leaf = fake.requires_grad_(True)
             fake, as_copy = _traced_input(fake_mode, leaf, real)
             if as_copy:
