@@ -507,3 +507,54 @@ def test_a_permuted_view_of_row_major_memory_is_stored_row_major(check: Check, b
     if backend == "cpp":
         src = "\n".join(c.report.kernel_sources.values())
         assert _strided_vector_stores(src) == [], src
+
+
+def _bn_relu(x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, w: torch.Tensor,
+             b: torch.Tensor) -> torch.Tensor:
+    return torch.relu(torch.nn.functional.batch_norm(x, mean, var, w, b, False, 0.1, 1e-5))
+
+
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_per_channel_root_is_computed_once_per_channel(
+    check: Check, backend: str, channels_last: bool
+) -> None:
+    # a batch norm's rsqrt(var + eps) read by a loop over a channels-last activation varies
+    # along the innermost index: inlined, it ran once per element (ShuffleNet, 37 -> 20 us);
+    # over NCHW the compiler hoists it out of the inner loop, and it stays inlined
+    x = torch.randn(2, 24, 32, 32)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    stats = [torch.randn(24), torch.rand(24) + 0.5, torch.randn(24), torch.randn(24)]
+    c = check(_bn_relu, x, *stats, atol=1e-5, rtol=1e-5)
+    if backend != "cpp":
+        return
+    roots = [src for src in c.report.kernel_sources.values() if "sqrt" in src]
+    assert len(roots) == 1, c.report.kernel_sources
+    if channels_last:
+        assert len(c.report.kernel_sources) == 2 and "x0 < 24;" in roots[0], roots[0]
+    else:
+        assert len(c.report.kernel_sources) == 1
+
+
+def _shuffle(x: torch.Tensor) -> torch.Tensor:
+    n, ch, h, w = x.shape
+    return x.view(n, 2, ch // 2, h, w).transpose(1, 2).contiguous().view(n, ch, h, w)
+
+
+def _shuffle_blocks(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    for k in range(4):  # ShuffleNetV2's units: half the channels pass, shuffled with the rest
+        a, b = x.chunk(2, dim=1)
+        x = _shuffle(torch.cat([a, torch.relu(b * w[k])], 1))
+    return x
+
+
+def test_a_part_of_cat_that_selects_by_position_is_stored(check: Check, backend: str) -> None:
+    # inlined, each unit's cat read the previous unit's cat through the shuffle: every
+    # element tested four levels of masks at permuted indices (ShuffleNet, 9 ns/element)
+    x = torch.randn(2, 16, 4, 4)
+    c = check(_shuffle_blocks, x, torch.randn(4, 8, 1, 1))
+    if backend != "cpp":
+        return
+    nested = max(line.count("if (tmp") for src in c.report.kernel_sources.values()
+                 for line in src.splitlines())
+    assert nested <= 1, c.report.kernel_sources

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -538,6 +539,10 @@ class GraphLowering:
             # a 0-d value computed from scalars (an optimizer's ``-lr / (1 - beta ** step)``)
             # read by a loop over a tensor: computed once, not once per element
             self.env[node] = self.realize(value)
+        elif reads and _is_costly_and_broadcast(node, value, self._channels_last_convs):
+            # a batch norm's ``rsqrt(var + eps)`` per channel, read by a loop over a
+            # channels-last activation: computed once per channel, not once per element
+            self.env[node] = self.realize(value)
         elif users > 1 and node in self._updates:
             # the new value of an input (ember.ir.updates) is stored anyway: other users read
             # it rather than recompute it from the old value, which an in-place write may
@@ -657,6 +662,59 @@ def _update_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     flat = tree_flatten(out.args[0])[0]
     return {flat[k] for k, _ in pairs if k < len(flat) and isinstance(flat[k], torch.fx.Node)}
+
+
+#: a small value is stored when a loop reads it broadcast over this many times its
+#: elements, and over at least ``_BROADCAST_MIN_ELEMENTS`` elements (a stored value costs
+#: one more kernel call: a few microseconds)
+_BROADCAST_RATIO = 16
+_BROADCAST_MIN_ELEMENTS = 8192
+
+
+def _is_costly_and_broadcast(node: torch.fx.Node, value: IRNode, channels_last: bool) -> bool:
+    """Whether ``value`` (of static size) computes a costly op (a division, a square root,
+    a transcendental function) and is read broadcast by an op with ``_BROADCAST_RATIO``
+    times more elements, along that op's innermost dim. Inlined, the op runs for every
+    element of the reader: a batch norm's ``rsqrt(var + eps)`` over a channels-last
+    activation, where the channel is the innermost index (ShuffleNet's per-channel scale:
+    ~37 us of a 49k-element kernel, 20 us computed once). Along an outer dim (NCHW) the
+    C++ compiler computes it once per row already, and a stored value costs a kernel."""
+    size = value.get_size()
+    if not all(isinstance(s, int) for s in size):
+        return False
+    numel = math.prod(int(s) for s in size)
+    deps = DepsOps()
+    try:
+        value.make_loader()(index_symbols("t", len(size)), deps)
+    except Exception:  # a loader that needs more than loads and arithmetic
+        return False
+    if not deps.num_costly:
+        return False
+    for user in _consumers(node):
+        val = user.meta.get("val")
+        if not isinstance(val, torch.Tensor) or not all(isinstance(s, int) for s in val.shape):
+            continue
+        n = val.numel()
+        if n < _BROADCAST_MIN_ELEMENTS or n < _BROADCAST_RATIO * numel:
+            continue
+        if node not in user.all_input_nodes or _varies_innermost(size, val, channels_last):
+            return True
+    return False
+
+
+def _varies_innermost(size: tuple[Size, ...], out: torch.Tensor, channels_last: bool) -> bool:
+    """Whether a value of ``size``, broadcast (right-aligned) to ``out``, takes more than one
+    value along the dim ``out`` is stored innermost in (a 4-d value's channels in a graph
+    computing channels-last)."""
+    nd = out.dim()
+    if len(size) > nd:
+        return True
+    dims = [d for d in range(nd) if out.shape[d] != 1]
+    if not dims:
+        return False
+    inner = 1 if channels_last and nd == 4 else min(dims, key=lambda d: out.stride(d))
+    k = inner - (nd - len(size))
+    return k >= 0 and size[k] != 1
 
 
 def _is_scalar_feeding_tensor(node: torch.fx.Node, value: IRNode, ops: int) -> bool:

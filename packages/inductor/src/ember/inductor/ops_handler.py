@@ -408,6 +408,8 @@ class PrintOps(DefaultOps):
 HEAVY_OPS = (
     frozenset(UNARY_OPS[: UNARY_OPS.index("sigmoid") + 1]) - {"sqrt", "rsqrt"}
 ) | {"pow", "atan2"}
+#: ops costing more than a few cycles per vector element (HEAVY_OPS, divisions, roots)
+COSTLY_OPS = HEAVY_OPS | {"sqrt", "rsqrt", "truediv", "reciprocal", "floordiv", "mod", "fmod"}
 
 
 class DepsOps(DefaultOps):
@@ -419,6 +421,10 @@ class DepsOps(DefaultOps):
         self.num_indirect = 0
         #: transcendental calls (exp, erf, tanh, ...): what makes recomputing a value costly
         self.num_heavy = 0
+        #: COSTLY_OPS calls (the heavy ones included)
+        self.num_costly = 0
+        #: selects by position (``masked``: a ``cat``'s parts, a pad's border)
+        self.num_masked = 0
         #: expressions the body computes with other than load indices (``index_expr(s0)``,
         #: the bound of an indirect index): size symbols in them are kernel arguments too
         self.exprs: list[sympy.Basic] = []
@@ -427,6 +433,8 @@ class DepsOps(DefaultOps):
         self.num_ops += 1
         if name in HEAVY_OPS:
             self.num_heavy += 1
+        if name in COSTLY_OPS:
+            self.num_costly += 1
         if name != "load":
             self.exprs.extend(a for a in args if isinstance(a, sympy.Basic))
         if name == "indirect_indexing":
@@ -435,5 +443,6 @@ class DepsOps(DefaultOps):
         if name == "load":
             self.loads.append((args[0], args[1]))
         elif name == "masked":
+            self.num_masked += 1
             args[1]()
         return "v"

@@ -15,7 +15,7 @@ import sympy
 import torch
 
 from ..index import index_symbols
-from ..ir import Index, IRNode, Pointwise
+from ..ir import Index, IRNode, Pointwise, View, as_strided_of_buffer
 from ..ops_handler import DepsOps, OpsHandler
 from ..sizes import Size, as_size, provably
 from . import (
@@ -158,14 +158,16 @@ def _computed_once(ctx: LoweringContext, x: IRNode) -> IRNode:
     ``select_scatter``): inlined, every part's body was computed at every position and
     the select kept one. The loop of a recurrence writing ``out[:, t]`` per step (HF
     RWKV's CPU attention) computed all 16 steps' exps for each element: O(T^2)."""
-    if not isinstance(x, Pointwise):
+    if not isinstance(x, Pointwise | View) or (
+        isinstance(x, View) and as_strided_of_buffer(x) is not None
+    ):
         return x
     deps = DepsOps()
     try:
         x.make_loader()(index_symbols("c", len(x.get_size())), deps)
     except Exception:  # a loader that needs more than loads and arithmetic
         return x
-    if deps.num_heavy or deps.num_ops > _PART_OPS:
+    if deps.num_heavy or deps.num_ops > _PART_OPS or deps.num_masked:
         return ctx.realize(x)
     return x
 
