@@ -154,3 +154,25 @@ def test_inference_attention_stays_one_fused_aten_call(reports: list[Any]) -> No
             fallbacks[op] = fallbacks.get(op, 0) + n
     assert fallbacks.get("aten::_scaled_dot_product_flash_attention_for_cpu") == 1, fallbacks
     assert "aten::bmm" not in fallbacks, fallbacks
+
+
+def test_channels_last_batch_norm_at_symbolic_sizes(reports: list[Any]) -> None:
+    # a channels-last store of symbolic size walks the channels innermost, as at static
+    # sizes (it walked H*W with stride C: a gather per element, 16 -> 91 us), and the
+    # per-channel rsqrt is computed once per channel (the reader's size by its hint)
+    model = nn.Sequential(nn.BatchNorm2d(32), nn.ReLU()).eval()
+    with torch.no_grad():
+        model[0].running_var.uniform_(0.5, 2.0)
+        model[0].running_mean.normal_()
+    dynamo = pytest.importorskip("ember.dynamo")
+    compiled = dynamo.compile(model, backend="inductor", dynamic=True)
+    with torch.no_grad():
+        for n, hw in ((2, 16), (3, 12)):
+            x = torch.randn(n, 32, hw, hw).to(memory_format=torch.channels_last)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+    assert reports and isinstance(reports[-1], CompiledGraph)
+    sources = list(reports[-1].report.kernel_sources.values())
+    main = [src for src in sources if "int64_t s" in src]
+    assert len(main) == 1 and "sqrt" not in main[0], sources
+    inner = main[0].split("#pragma omp simd")[-1].split("\n")[1]
+    assert "< 32;" in inner, main[0]

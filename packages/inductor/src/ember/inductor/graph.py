@@ -539,7 +539,7 @@ class GraphLowering:
             # a 0-d value computed from scalars (an optimizer's ``-lr / (1 - beta ** step)``)
             # read by a loop over a tensor: computed once, not once per element
             self.env[node] = self.realize(value)
-        elif reads and _is_costly_and_broadcast(node, value, self._channels_last_convs):
+        elif reads and _is_costly_and_broadcast(node, value, self._channels_last_convs, self.hints):
             # a batch norm's ``rsqrt(var + eps)`` per channel, read by a loop over a
             # channels-last activation: computed once per channel, not once per element
             self.env[node] = self.realize(value)
@@ -671,7 +671,9 @@ _BROADCAST_RATIO = 16
 _BROADCAST_MIN_ELEMENTS = 8192
 
 
-def _is_costly_and_broadcast(node: torch.fx.Node, value: IRNode, channels_last: bool) -> bool:
+def _is_costly_and_broadcast(
+    node: torch.fx.Node, value: IRNode, channels_last: bool, hints: SizeHints
+) -> bool:
     """Whether ``value`` (of static size) computes a costly op (a division, a square root,
     a transcendental function) and is read broadcast by an op with ``_BROADCAST_RATIO``
     times more elements, along that op's innermost dim. Inlined, the op runs for every
@@ -692,27 +694,37 @@ def _is_costly_and_broadcast(node: torch.fx.Node, value: IRNode, channels_last: 
         return False
     for user in _consumers(node):
         val = user.meta.get("val")
-        if not isinstance(val, torch.Tensor) or not all(isinstance(s, int) for s in val.shape):
+        if not isinstance(val, torch.Tensor):
             continue
-        n = val.numel()
+        try:  # symbolic sizes by their values for the inputs at hand (a heuristic)
+            n = math.prod(hints.hints_of(as_sizes(val.shape)))
+        except ValueError:
+            continue
         if n < _BROADCAST_MIN_ELEMENTS or n < _BROADCAST_RATIO * numel:
             continue
-        if node not in user.all_input_nodes or _varies_innermost(size, val, channels_last):
+        if node not in user.all_input_nodes or _varies_innermost(size, val, channels_last, hints):
             return True
     return False
 
 
-def _varies_innermost(size: tuple[Size, ...], out: torch.Tensor, channels_last: bool) -> bool:
+def _varies_innermost(
+    size: tuple[Size, ...], out: torch.Tensor, channels_last: bool, hints: SizeHints
+) -> bool:
     """Whether a value of ``size``, broadcast (right-aligned) to ``out``, takes more than one
     value along the dim ``out`` is stored innermost in (a 4-d value's channels in a graph
     computing channels-last)."""
     nd = out.dim()
     if len(size) > nd:
         return True
-    dims = [d for d in range(nd) if out.shape[d] != 1]
+    try:  # symbolic sizes and strides by their values for the inputs at hand
+        shape = hints.hints_of(as_sizes(out.shape))
+        stride = hints.hints_of(as_sizes(out.stride()))
+    except ValueError:
+        return True
+    dims = [d for d in range(nd) if shape[d] != 1]
     if not dims:
         return False
-    inner = 1 if channels_last and nd == 4 else min(dims, key=lambda d: out.stride(d))
+    inner = 1 if channels_last and nd == 4 else min(dims, key=lambda d: stride[d])
     k = inner - (nd - len(size))
     return k >= 0 and size[k] != 1
 
