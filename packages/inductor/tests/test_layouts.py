@@ -558,3 +558,46 @@ def test_a_part_of_cat_that_selects_by_position_is_stored(check: Check, backend:
     nested = max(line.count("if (tmp") for src in c.report.kernel_sources.values()
                  for line in src.splitlines())
     assert nested <= 1, c.report.kernel_sources
+
+
+class _ConvReluConv(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(8, 16, 3, padding=1)
+        self.b = nn.Conv2d(16, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x) * 2 + 1))
+
+
+def test_a_kernel_computing_in_place_of_an_extern_result_takes_it_as_is(
+    check: Check, backend: str
+) -> None:
+    # the relu is computed in place of the convolution's result: the wrapper bound the new
+    # buffer to as_strided(result) with the result's own layout (~2 us per convolution)
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    torch.manual_seed(0)
+    model = _ConvReluConv().eval()
+    x = torch.randn(2, 8, 16, 16)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return model(x)
+
+    c = check(f, x, atol=1e-5, rtol=1e-5)
+    same: list[tuple[int, ...]] = []
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            if func is torch.ops.aten.as_strided.default and args[0].dim() == 4 and (
+                    tuple(args[1]), tuple(args[2])) == (args[0].shape, args[0].stride()):
+                same.append(tuple(args[1]))
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        c(x)
+    if backend == "cpp":
+        assert not same, same

@@ -55,6 +55,8 @@ class WrapperWriter:
         #: the same tensor, and viewed with its own layout only where an op or the caller
         #: sees it (``ref``), which saves an ``as_strided`` (~1-2 us) per reuse
         self.lazy: dict[str, Layout] = {}
+        #: each buffer's layout, as the tensor bound to its name has it (unless ``lazy``)
+        self.buffer_layouts: dict[str, Layout] = {b.name: b.layout for b in graph.buffers}
         self.const_views = 0
         #: ``_as_strided`` expression of a fresh buffer -> the local holding that view
         self.views: dict[str, str] = {}
@@ -236,7 +238,14 @@ class WrapperWriter:
                     # a C++ kernel computing in place takes the output's pointer only
                     self.hand_over(a.reuses, a.name)
                 elif a.reuses is not None:
-                    view = self.view(a.reuses, Layout(lay.size, lay.stride, lay.dtype, 0))
+                    new_lay = Layout(lay.size, lay.stride, lay.dtype, 0)
+                    old_lay = self.buffer_layouts.get(a.reuses)
+                    if a.reuses not in self.lazy and old_lay is not None and (
+                            old_lay.size, old_lay.stride, old_lay.offset, old_lay.dtype) == (
+                            new_lay.size, new_lay.stride, 0, new_lay.dtype):
+                        view = a.reuses  # the tensor itself: as_strided to its own layout costs ~2 us
+                    else:
+                        view = self.view(a.reuses, new_lay)
                     how = "in place of" if a.in_place else "reuses"
                     ln.append(f"    {a.name} = {view}  # {how} {a.reuses}")
                     if a.reuses in self.fresh:
