@@ -126,3 +126,25 @@ def test_a_value_read_elsewhere_or_later_is_not_overwritten(
     torch.testing.assert_close(compiled(a, w), fn(a, w), rtol=1e-4, atol=1e-4)
     if fn is _transposed:
         assert "# in place of" not in compiled.report.wrapper_source
+
+
+def _two_gradients(a: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.mm(a, w) + torch.mm(b, w)  # a tied weight's two gradients, added
+
+
+def test_a_graph_output_is_computed_in_place_of_a_value_it_reads_last(
+    compile_fn: Callable[..., CompiledGraph], backend: str,
+) -> None:
+    """The sum returned takes the memory of one of the two products: the caller keeps it
+    (nobody else holds it). A fresh output buffer made the peak three N x N values, not
+    two: a tied embedding's gradients in a training step (ADR 0063's vit_gpt2_train)."""
+    a, w, b = torch.randn(N, N), torch.randn(N, N) / N**0.5, torch.randn(N, N)
+    compiled = compile_fn(_two_gradients, a, w, b)
+    assert "# in place of" in compiled.report.wrapper_source, compiled.report.wrapper_source
+    out = compiled(a, w, b)
+    torch.testing.assert_close(out, _two_gradients(a, w, b), rtol=1e-4, atol=1e-4)
+    if backend == "cpp":
+        size = N * N * 4
+        assert peak_cpu_bytes(lambda: compiled(a, w, b)) <= 2 * size + size // 8
+        again = compiled(a, w, b)  # each call's output is its own memory
+        assert again.data_ptr() != out.data_ptr() and torch.equal(again, out)

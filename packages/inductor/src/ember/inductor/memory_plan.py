@@ -84,7 +84,9 @@ def plan_memory(graph: LoweredGraph, steps: list[Step]) -> list[StepMemory]:
             continue
         step.in_place_of = {}
         for name in step.stores:
-            if name in step.inplace or name in outputs:
+            # a graph output too: the memory of a value nobody else holds is the caller's
+            # to keep (a tied embedding's two gradients added into the first's buffer)
+            if name in step.inplace:
                 continue
             dying = _dying_operand(step, name, layouts, taken, functools.partial(
                 _dies_at, i, last_use, held))
