@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -148,3 +149,29 @@ def test_a_graph_output_is_computed_in_place_of_a_value_it_reads_last(
         assert peak_cpu_bytes(lambda: compiled(a, w, b)) <= 2 * size + size // 8
         again = compiled(a, w, b)  # each call's output is its own memory
         assert again.data_ptr() != out.data_ptr() and torch.equal(again, out)
+
+
+def test_a_kernel_never_computes_in_place_of_what_an_in_place_extern_returned(
+    tmp_path: Path,
+) -> None:
+    """``x.mul_(2)`` runs as an ATen call returning ``x`` itself: a later kernel reading its
+    result for the last time must not take that memory (it is the caller's input). The
+    in-place kernels of ADR 0063 overwrote ``x`` with ``x * 2 + y``."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from ember.inductor import InductorOptions, compile_graph
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+        x.mul_(2)
+        z = x + y
+        return [torch.mm(z.view(2, 2), torch.eye(2)).view(4) * 3]
+
+    gm = make_fx(fn)(torch.randn(4), torch.randn(4))
+    c = compile_graph(gm, [torch.randn(4), torch.randn(4)],
+                      InductorOptions(cache_dir=str(tmp_path), fallback_on_error=False))
+    x, y = torch.randn(4), torch.randn(4)
+    x_ref, y_ref = x.clone(), y.clone()
+    want = fn(x_ref, y_ref)
+    got = c(x, y)
+    torch.testing.assert_close(got[0], want[0])
+    torch.testing.assert_close(x, x_ref)  # the caller's x holds x * 2, as eager leaves it

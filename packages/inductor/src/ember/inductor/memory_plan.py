@@ -78,7 +78,9 @@ def plan_memory(graph: LoweredGraph, steps: list[Step]) -> list[StepMemory]:
     # kernels computing a store in place of a buffer they read for the last time (decided
     # first: a store computed in place takes nothing from the pool)
     taken: set[str] = set()
-    held = keep | inputs | pinned | multi_names
+    # a buffer computed into an input is that input's memory: never another value's
+    into_inputs = {b for s in steps if isinstance(s, KernelPlan) for b in s.inplace}
+    held = keep | inputs | pinned | multi_names | into_inputs
     for i, step in enumerate(steps):
         if not isinstance(step, KernelPlan):
             continue
@@ -186,7 +188,9 @@ def _dying_operand(
 
 
 def _aliased_by_externs(steps: list[Step]) -> set[str]:
-    """Buffers an extern op may return a view of: their memory must never be reused."""
+    """Buffers an extern op may return a view of, and what it returns then (an in-place
+    op's result is its input: ``x.mul_(2)`` returns graph input ``x``): their memory must
+    never be reused."""
     pinned: set[str] = set()
     for step in steps:
         if not isinstance(step, ExternCall):
@@ -195,6 +199,8 @@ def _aliased_by_externs(steps: list[Step]) -> set[str]:
         if schema is not None and not any(r.alias_info is not None for r in schema.returns):
             continue
         pinned.update(step.kernel.buffer_args())
+        pinned.add(step.kernel.name)
+        pinned.update(m.name for m in step.outputs)
     return pinned
 
 
