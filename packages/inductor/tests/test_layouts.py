@@ -344,7 +344,7 @@ def test_pointwise_and_depthwise_convolutions_run_channels_last(
 
     # mostly full 3x3 convolutions: timed both ways (ADR 0059); where channels-last is not
     # measured faster, the graph keeps NCHW
-    monkeypatch.setattr(conv_layout, "_measured_faster", lambda convs: False)
+    monkeypatch.setattr(conv_layout, "_measured_faster", lambda convs, hints=None: False)
     monkeypatch.setattr(conv_layout, "_MEASURED", {})
     c = check(g, x, atol=1e-4, rtol=1e-4, options=dataclasses.replace(options, cache_dir=str(tmp_path)))
     assert _conv_input_formats(c, x) == [False, False]
@@ -426,7 +426,7 @@ def test_a_graph_of_full_convolutions_takes_the_measured_layout(
 
     calls: list[int] = []
 
-    def measured(convs: list[Any]) -> bool:
+    def measured(convs: list[Any], hints: Any = None) -> bool:
         calls.append(len(convs))
         return True
 
@@ -443,7 +443,7 @@ def test_a_graph_of_full_convolutions_takes_the_measured_layout(
     c = check(g, x, atol=1e-4, rtol=1e-4, options=fresh)
     assert _conv_input_formats(c, x) == [True, True]
     assert calls == [2]
-    monkeypatch.setattr(conv_layout, "_measured_faster", lambda convs: pytest.fail("measured twice"))
+    monkeypatch.setattr(conv_layout, "_measured_faster", lambda convs, hints=None: pytest.fail("measured twice"))
     assert conv_layout.prefers_channels_last(c_graph(g, x), torch.device("cpu"))
     assert not conv_layout.prefers_channels_last(c_graph(g, x), torch.device("meta"))
 

@@ -176,3 +176,48 @@ def test_channels_last_batch_norm_at_symbolic_sizes(reports: list[Any]) -> None:
     assert len(main) == 1 and "sqrt" not in main[0], sources
     inner = main[0].split("#pragma omp simd")[-1].split("\n")[1]
     assert "< 32;" in inner, main[0]
+
+
+class _Depthwise(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 16, 1), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.Conv2d(16, 8, 1),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+def test_depthwise_convolutions_run_channels_last_at_symbolic_sizes(reports: list[Any]) -> None:
+    # a graph of 1x1 and depthwise convolutions runs them channels-last (ADR 0056) at
+    # symbolic sizes too: the choice counted their work by the sizes' values for the inputs
+    # at hand (it needed static sizes, so every model called at a second batch size lost it)
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    dynamo = pytest.importorskip("ember.dynamo")
+    torch.manual_seed(0)
+    model = _Depthwise().eval()
+    compiled = dynamo.compile(model, backend="inductor", dynamic=True)
+    layouts: list[bool] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            if func is torch.ops.aten.convolution.default:
+                layouts.append(args[0].is_contiguous(memory_format=torch.channels_last))
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad():
+        for n, hw in ((2, 16), (3, 12)):
+            x = torch.randn(n, 3, hw, hw)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+            assert compiled(x).is_contiguous()  # eager's layout for what the caller gets
+        with Record():
+            compiled(torch.randn(4, 3, 10, 10))
+    sources = "\n".join(reports[-1].report.kernel_sources.values())
+    assert "const int64_t s" in sources, sources  # the graph that ran has symbolic sizes
+    assert layouts and all(layouts), layouts

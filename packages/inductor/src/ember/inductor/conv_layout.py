@@ -21,14 +21,17 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 import torch
 import torch.fx
 
+from .sizes import Size, SizeHints, as_sizes
+
 aten = torch.ops.aten
 
 
-def channels_last_strides(size: tuple[int, ...]) -> tuple[int, int, int, int]:
+def channels_last_strides(size: tuple[Size, ...]) -> tuple[Size, Size, Size, Size]:
     n, c, h, w = size
     return (c * h * w, 1, w * c, c)
 
@@ -39,8 +42,12 @@ _MEASURED: dict[tuple[object, ...], bool] = {}
 MEASURE_BUDGET_S = 1.0
 
 
-def prefers_channels_last(gm: torch.fx.GraphModule, device: torch.device | None = None) -> bool:
-    """Whether ``gm``'s convolutions should read channels-last inputs (see the module doc)."""
+def prefers_channels_last(
+    gm: torch.fx.GraphModule, device: torch.device | None = None, hints: SizeHints | None = None
+) -> bool:
+    """Whether ``gm``'s convolutions should read channels-last inputs (see the module doc).
+    Symbolic sizes count by their ``hints`` (the values of the inputs at hand)."""
+    hints = hints if hints is not None else SizeHints()
     convs: list[torch.fx.Node] = []
     friendly = total = 0
     for node in gm.graph.nodes:
@@ -50,7 +57,7 @@ def prefers_channels_last(gm: torch.fx.GraphModule, device: torch.device | None 
             return False
         if node.target is not aten.convolution.default:
             continue
-        work = _conv_work(node)
+        work = _conv_work(node, hints)
         if work is None:
             return False
         macs, is_friendly = work
@@ -63,30 +70,39 @@ def prefers_channels_last(gm: torch.fx.GraphModule, device: torch.device | None 
         return True
     if device is None or device.type != "cpu":
         return False
-    key = tuple(_signature(n) for n in convs)
+    try:
+        key = tuple(_signature(n, hints) for n in convs)
+    except ValueError:  # a size without a value for these inputs
+        return False
     if key not in _MEASURED:
-        _MEASURED[key] = _measured_faster(convs)
+        _MEASURED[key] = _measured_faster(convs, hints)
     return _MEASURED[key]
 
 
-def _signature(node: torch.fx.Node) -> tuple[object, ...]:
+def _signature(node: torch.fx.Node, hints: SizeHints) -> tuple[object, ...]:
     x, w = (a.meta["val"] for a in node.args[:2])  # type: ignore[union-attr]
-    return (tuple(x.shape), tuple(w.shape), node.args[2] is not None, *node.args[3:])
+    return (_hinted(x.shape, hints), _hinted(w.shape, hints), node.args[2] is not None,
+            *node.args[3:])
 
 
-def _measured_faster(convs: list[torch.fx.Node]) -> bool:
+def _hinted(shape: Any, hints: SizeHints) -> tuple[int, ...]:
+    return hints.hints_of(as_sizes(shape))
+
+
+def _measured_faster(convs: list[torch.fx.Node], hints: SizeHints | None = None) -> bool:
     """Whether ATen runs these convolutions (random data of their shapes, NCHW weights as
     the graph passes them, this process's threads) at least 10% faster on channels-last
     inputs than on NCHW ones: a graph of mostly full 3x3 convolutions goes either way
     (SqueezeNet's small-channel fire modules 1.7x faster channels-last in eager, ResNet's
     3x slower). Interleaved, best of three; over ``MEASURE_BUDGET_S`` it gives up (NCHW)."""
+    hints = hints if hints is not None else SizeHints()
     start = time.perf_counter()
     times = {False: 0.0, True: 0.0}
     with torch.no_grad():
         for node in convs:
             x, w = (a.meta["val"] for a in node.args[:2])  # type: ignore[union-attr]
-            inp = torch.randn(tuple(int(s) for s in x.shape), dtype=x.dtype)
-            weight = torch.randn(tuple(int(s) for s in w.shape), dtype=w.dtype)
+            inp = torch.randn(_hinted(x.shape, hints), dtype=x.dtype)
+            weight = torch.randn(_hinted(w.shape, hints), dtype=w.dtype)
             bias = torch.randn(weight.shape[0], dtype=w.dtype) if node.args[2] is not None else None
             rest = node.args[3:]
             both = {False: inp, True: inp.contiguous(memory_format=torch.channels_last)}
@@ -104,8 +120,9 @@ def _measured_faster(convs: list[torch.fx.Node]) -> bool:
     return times[True] < 0.9 * times[False]
 
 
-def _conv_work(node: torch.fx.Node) -> tuple[int, bool] | None:
-    """(multiply-adds, 1x1/depthwise/grouped) of a static, 2-d, not transposed convolution."""
+def _conv_work(node: torch.fx.Node, hints: SizeHints) -> tuple[int, bool] | None:
+    """(multiply-adds, 1x1/depthwise/grouped) of a 2-d, not transposed convolution (its
+    symbolic sizes by their ``hints``)."""
     args = node.args
     if len(args) < 9 or args[6]:  # transposed
         return None
@@ -113,12 +130,13 @@ def _conv_work(node: torch.fx.Node) -> tuple[int, bool] | None:
     if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (x, w, out)):
         return None
     assert isinstance(w, torch.Tensor) and isinstance(out, torch.Tensor)
-    shapes = (*w.shape, *out.shape)
-    if not all(isinstance(s, int) for s in shapes):
+    try:
+        wshape, oshape = _hinted(w.shape, hints), _hinted(out.shape, hints)
+    except ValueError:  # a size without a value for these inputs
         return None
     groups = args[8]
     if not isinstance(groups, int):
         return None
-    c_out, c_in_per_group, kh, kw = (int(s) for s in w.shape)
-    macs = int(out.numel()) * c_in_per_group * kh * kw
+    c_out, c_in_per_group, kh, kw = wshape
+    macs = math.prod(oshape) * c_in_per_group * kh * kw
     return macs, groups > 1 or (kh == 1 and kw == 1)

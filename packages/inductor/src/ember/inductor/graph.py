@@ -161,7 +161,7 @@ class GraphLowering:
         self._depth = 0
         self._shared: dict[IRNode, Buffer] = {}  # IR nodes hash by identity; _realize_shared
         #: convolutions read channels-last inputs (``conv_layout``, ADR 0056)
-        self._channels_last_convs = prefers_channels_last(gm, self.device)
+        self._channels_last_convs = prefers_channels_last(gm, self.device, self.hints)
 
     # -- naming and realization -------------------------------------------------
     def _name(self) -> str:
@@ -284,12 +284,15 @@ class GraphLowering:
             if k < len(args) and isinstance(args[k], IRNode)
         )
         val = fx_node.meta["val"]
+        stride: tuple[Size, ...] | None = None
         if op in _LAYOUT_FOLLOWS_INPUT and not any(
             u.target in _READS_STRIDES for u in _consumers(fx_node)
         ):
             val = self._rerun_on_layouts(op, args, kwargs, val)
+            stride = _symbolic_channels_last_result(args, val)
         if isinstance(val, torch.Tensor):
-            layout = Layout(as_sizes(val.shape), as_sizes(val.stride()), val.dtype)
+            size = as_sizes(val.shape)
+            layout = Layout(size, stride or as_sizes(val.stride()), val.dtype)
             return self.register(
                 ExternKernel(
                     self._name(),
@@ -365,9 +368,9 @@ class GraphLowering:
         if not isinstance(value, IRNode):
             return value
         size = value.get_size()
-        if len(size) != 4 or not all(isinstance(s, int) for s in size):
+        if len(size) != 4:
             return self.realize_for_extern(value)
-        want = channels_last_strides(tuple(int(s) for s in size))
+        want = channels_last_strides(size)
         if isinstance(value, (Buffer, ReinterpretView)) and _significant(
             value.layout.size, value.layout.stride
         ) == _significant(value.layout.size, want):
@@ -601,6 +604,23 @@ class GraphLowering:
         # backward) is one buffer, not one stored copy per position
         self.env[arg] = buf
         return OutputSpec("buffer", name=buf.name, layout=buf.layout)
+
+
+def _symbolic_channels_last_result(args: tuple[Any, ...], val: Any) -> tuple[Size, ...] | None:
+    """A convolution's channels-last output strides where its input is stored
+    channels-last at symbolic sizes (``_rerun_on_layouts`` asks the fake kernel at static
+    sizes only; ATen's output follows its input's memory format), else None."""
+    if not isinstance(val, torch.Tensor) or val.dim() != 4 or not args:
+        return None
+    x = args[0]
+    if not isinstance(x, (Buffer, ReinterpretView)) or len(x.layout.size) != 4:
+        return None
+    lay = x.layout
+    if all(isinstance(v, int) for v in (*lay.size, *lay.stride)):
+        return None  # static: the fake kernel decided
+    if _significant(lay.size, lay.stride) != _significant(lay.size, channels_last_strides(lay.size)):
+        return None
+    return channels_last_strides(as_sizes(val.shape))
 
 
 class _Symbolic(Exception):
