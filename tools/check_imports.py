@@ -1,9 +1,12 @@
-"""Enforce ember's import boundaries (DESIGN.md, "Who may import whom").
+"""Enforce ember's import boundaries (docs/design.md, "Who may import whom").
 
 Fails (exit 1, one line per problem) when code under ``packages/*/src``:
 
 - imports torch's compiler stack (the modules ember re-implements);
-- imports another ember package's private modules (``ember.X._foo``);
+- imports from another ember package anything outside its public surface: the names
+  its ``__init__`` exports (``__all__``) and the submodules listed under
+  ``[tool.ember] public-modules`` in its ``pyproject.toml`` (ADR 0066); a module
+  named ``_foo`` is never public;
 - imports an ember package, or a third-party distribution among the known
   optional ones, that its ``pyproject.toml`` does not declare (optional
   extras count as declared);
@@ -12,6 +15,11 @@ Fails (exit 1, one line per problem) when code under ``packages/*/src``:
   point down the package's import DAG); imports under ``if TYPE_CHECKING:``
   do not;
 - or when a package ships ``src/ember/__init__.py`` (ember is a PEP 420 namespace).
+
+And it keeps ``docs/architecture.md``'s layer table of ember.dynamo true: every module
+of the package is in exactly one layer, every name in the table is a module, and no
+module imports one in a layer above its own (``<`` inside a row orders its groups, as
+rows do, bottom up).
 
 Usage: ``python tools/check_imports.py [repo_root]``.
 """
@@ -70,6 +78,72 @@ def _declared(pyproject: Path) -> set[str]:
         if m:
             names.add(m.group(1).lower().replace("_", "-"))
     return names
+
+
+def _init_exports(init: Path) -> set[str]:
+    """The names a package's ``__init__`` exports: its ``__all__``, else its public names."""
+    tree = ast.parse(init.read_text(), filename=str(init))
+    bound: set[str] = set()
+    for node in tree.body:
+        targets: list[ast.expr] = []
+        value: ast.expr | None = None
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets, value = [node.target], node.value
+        for t in targets:
+            if isinstance(t, ast.Name) and t.id == "__all__" and isinstance(value, (ast.List, ast.Tuple)):
+                return {e.value for e in value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+            bound.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return {n for n in bound if not n.startswith("_")}
+
+
+class Surface:
+    """What other packages may import from one ember package (ADR 0066)."""
+
+    def __init__(self, pkg_dir: Path) -> None:
+        self.name = pkg_dir.name
+        self.pyproject = pkg_dir / "pyproject.toml"
+        self.src = pkg_dir / "src" / "ember" / pkg_dir.name
+        init = self.src / "__init__.py"
+        #: None: the package has no ``__init__`` here, nothing to check names against
+        self.exports: set[str] | None = _init_exports(init) if init.is_file() else None
+        tool = tomllib.loads(self.pyproject.read_text()).get("tool", {}).get("ember", {})
+        self.modules: set[str] = set(tool.get("public-modules", []))
+
+    def missing_modules(self) -> list[str]:
+        """Listed public modules that are no module of the package."""
+        return sorted(
+            m for m in self.modules
+            if not (self.src / (m.replace(".", "/") + ".py")).is_file()
+            and not (self.src / m.replace(".", "/") / "__init__.py").is_file()
+        )
+
+    def refuses(self, module: str, names: list[str] | None) -> str | None:
+        """What is not public in ``from module import names`` (``import module``: None)."""
+        rest = module.split(".")[2:]
+        if rest:
+            sub = ".".join(rest)
+            return None if sub in self.modules else module
+        if names is None or self.exports is None:
+            return None
+        bad = [n for n in names if n != "*" and n not in self.exports and n not in self.modules]
+        return ", ".join(f"{module}.{n}" for n in bad) or None
+
+
+def _ember_imports(tree: ast.AST) -> list[tuple[int, str, list[str] | None]]:
+    """(line, module, imported names or None for ``import module``) of every ``ember.*`` import."""
+    found: list[tuple[int, str, list[str] | None]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, a.name, None) for a in node.names if a.name.startswith("ember."))
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("ember."):
+            found.append((node.lineno, node.module or "", [a.name for a in node.names]))
+    return found
 
 
 def _imports(tree: ast.AST) -> list[tuple[int, str]]:
@@ -219,12 +293,120 @@ def import_cycles(src: Path, files: list[Path]) -> list[str]:
     return problems
 
 
+#: Packages whose layer table docs/architecture.md must have (a table after the marker).
+LAYERED = ("dynamo",)
+_LAYER_MARKER = re.compile(r"<!--\s*layers of ember\.(\w+)")
+_TOKEN = re.compile(r"`([^`]+)`")
+
+
+def _layer_table(doc: str, package: str) -> list[tuple[str, str]] | None:
+    """(layer, modules cell) per row of the table after ``<!-- layers of ember.<package>``."""
+    lines = doc.splitlines()
+    for i, line in enumerate(lines):
+        m = _LAYER_MARKER.search(line)
+        if not m or m.group(1) != package:
+            continue
+        rows: list[tuple[str, str]] = []
+        for row in lines[i + 1:]:
+            if not row.startswith("|"):
+                if rows:
+                    break
+                continue
+            cells = [c.strip() for c in row.strip().strip("|").split("|")]
+            if len(cells) >= 2 and not set(cells[0]) <= set("-: "):
+                rows.append((cells[0], "|".join(cells[1:])))
+        return rows[1:]  # without the header row
+    return None
+
+
+def _layer_groups(rows: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
+    """(layer, names) per group, bottom up: rows in order, split at ``<`` inside a row.
+
+    A name ending in ``/`` (``variables/``) is a subpackage: the names after it in the
+    row are its modules (``variables.base``); ``__init__`` is the package itself."""
+    groups: list[tuple[str, list[str]]] = []
+    for layer, cell in rows:
+        prefix = ""
+        for piece in re.sub(r"\([^()]*\)", "", cell).split("<"):  # (notes) are comments
+            names: list[str] = []
+            for token in _TOKEN.findall(piece):
+                if token.endswith("/"):
+                    prefix = token.rstrip("/").replace("/", ".") + "."
+                    continue
+                name = token.replace("/", ".")
+                names.append("" if name == "__init__" else (name if "." in name else prefix + name))
+            groups.append((layer, names))
+    return groups
+
+
+def layer_problems(root: Path, package: str) -> list[str]:
+    """What makes docs/architecture.md's layer table of ``package`` untrue to its code."""
+    doc_path = root / "docs" / "architecture.md"
+    src = root / "packages" / package / "src"
+    if not doc_path.is_file() or not src.is_dir():
+        return []
+    where = f"{doc_path.relative_to(root)}, layers of ember.{package}"
+    rows = _layer_table(doc_path.read_text(), package)
+    if rows is None:
+        return [f"{where}: no table (a line '<!-- layers of ember.{package} -->' before it)"]
+    files = sorted(src.rglob("*.py"))
+    base = f"ember.{package}"
+
+    def short(module: str) -> str:
+        return module.removeprefix(base).lstrip(".")
+
+    modules = {short(_module_name(src, f)) for f in files}
+    rank: dict[str, tuple[int, str]] = {}
+    problems = []
+    for i, (layer, names) in enumerate(_layer_groups(rows)):
+        for name in names:
+            shown = name or "__init__"
+            if name not in modules:
+                problems.append(f"{where}: `{shown}` (layer {layer!r}) is no module of {base}")
+            elif name in rank:
+                problems.append(f"{where}: `{shown}` is in two layers ({rank[name][1]!r}, {layer!r})")
+            else:
+                rank[name] = (i, layer)
+    for name in sorted(modules - set(rank)):
+        problems.append(f"{where}: module `{name or '__init__'}` is in no layer; add it to the table")
+    for mod, targets in sorted(_internal_edges(src, files).items()):
+        a = rank.get(short(mod))
+        for target in sorted(targets):
+            b = rank.get(short(target))
+            if a and b and b[0] > a[0]:
+                problems.append(
+                    f"{where}: {mod} (layer {a[1]!r}) imports {target} (layer {b[1]!r}), "
+                    "which is above it; move one of them, or the import"
+                )
+    return problems
+
+
+def _surface_problems(rel: Path, tree: ast.AST, own: str, surfaces: dict[str, Surface]) -> list[str]:
+    problems = []
+    for lineno, module, names in _ember_imports(tree):
+        parts = module.split(".")
+        other = surfaces.get(parts[1]) if len(parts) >= 2 and parts[1] != own else None
+        if other is None or any(p.startswith("_") for p in parts[2:]):
+            continue  # its own package, an unknown one, or reported as private above
+        bad = other.refuses(module, names)
+        if bad:
+            problems.append(
+                f"{rel}:{lineno}: imports {bad}, not public in ember-{other.name}: import what "
+                f"ember.{other.name}'s __init__ exports, or list the module under [tool.ember] "
+                f"public-modules in {other.pyproject.parent.name}/pyproject.toml (ADR 0066)"
+            )
+    return problems
+
+
 def check(root: Path) -> list[str]:
     problems: list[str] = []
-    for pkg_dir in sorted((root / "packages").iterdir()):
+    pkg_dirs = [d for d in sorted((root / "packages").iterdir()) if (d / "pyproject.toml").is_file()]
+    surfaces = {d.name: Surface(d) for d in pkg_dirs}
+    for surface in surfaces.values():
+        for m in surface.missing_modules():
+            problems.append(f"{surface.pyproject.relative_to(root)}: public module {m!r} is no module of ember.{surface.name}")
+    for pkg_dir in pkg_dirs:
         pyproject = pkg_dir / "pyproject.toml"
-        if not pyproject.is_file():
-            continue
         own = pkg_dir.name
         declared = _declared(pyproject)
         src = pkg_dir / "src"
@@ -265,8 +447,11 @@ def check(root: Path) -> list[str]:
                         f"{rel}:{lineno}: imports {parts[0]} but ember-{own} does not declare "
                         f"{dist} in {pyproject.relative_to(root)}"
                     )
+            problems.extend(_surface_problems(rel, tree, own, surfaces))
         for cycle in import_cycles(src, sorted(src.rglob("*.py"))):
             problems.append(f"{src.relative_to(root)}: import cycle: {cycle}")
+    for package in LAYERED:
+        problems.extend(layer_problems(root, package))
     return list(dict.fromkeys(problems))
 
 

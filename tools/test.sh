@@ -19,7 +19,7 @@ for p in ir guards dynamo aotgrad inductor minifier; do
 done
 targets+=(tools/check_imports.py)
 "$VPY" -m mypy "${targets[@]}"
-MYPYPATH=tools "$VPY" -m mypy tools/bench tools/fuzz tools/release.py tools/compat.py tools/compat_program.py tools/bench_interleaved.py
+MYPYPATH=tools "$VPY" -m mypy tools/bench tools/fuzz tools/release.py tools/compat.py tools/compat_program.py tools/bench_interleaved.py tools/call_walk.py
 echo "[test] pytest"
 # ember.inductor's Triton tests run Triton kernels on CPU tensors in Triton's interpreter,
 # which needs this before triton is first imported (ADR 0012).

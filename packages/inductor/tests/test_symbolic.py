@@ -1,7 +1,7 @@
 """Symbolic sizes: one compiled graph (and its C++ kernels) serves every size.
 
 ATen graphs are built by hand as ember.aotgrad binds sizes: placeholders whose
-fake values have ember size symbols (``ember.ir.shape_env``), ``sym_size``
+fake values have ember size symbols (``ember.ir.shapes``), ``sym_size``
 nodes and ``operator`` arithmetic for the sizes ops take. Results are
 compared with eager at several sizes; kernels must take the sizes as
 ``int64_t`` arguments.
@@ -21,7 +21,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ember.inductor import InductorOptions, compile_graph
 from ember.inductor.errors import InputMismatchError
-from ember.ir.shape_env import ShapeEnv
+from ember.ir.shapes import ShapeEnv
 
 aten = torch.ops.aten
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from ember.ir.fake_mode import EagerLayoutFakeMode, index_strides
+from ember.ir.shapes import EagerLayoutFakeMode, index_strides
 
 
 def _strided(rng: random.Random, shape: list[int]) -> torch.Tensor:

@@ -29,7 +29,7 @@ from torch.utils._pytree import tree_map
 from ember.aotgrad.functionalize import ViewStep, written_args
 from ember.aotgrad.sizes import SYM_TYPES, expr_of
 from ember.aotgrad.trace import storage_key
-from ember.ir.shape_env import python_value
+from ember.ir.shapes import python_value
 
 #: ops whose results share their input's memory without saying so in their schema (the
 #: "unsafe" of ``unsafe_split``: autograd does not track them as views); eager returns

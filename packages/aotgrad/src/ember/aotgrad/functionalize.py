@@ -32,8 +32,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from ember.aotgrad.errors import FunctionalizationError, VerifyError
 from ember.aotgrad.sizes import call_node
-from ember.ir.fake_mode import has_symbols, symbolic_dispatch
-from ember.ir.shape_env import DataDependentError
+from ember.ir.shapes import DataDependentError, has_symbols, symbolic_dispatch
 
 aten = torch.ops.aten
 

@@ -33,7 +33,7 @@ from ember.aotgrad.errors import AotGradError, TraceError, VerifyError
 from ember.aotgrad.functionalize import ViewStep, find_mutated_inputs, functionalize
 from ember.aotgrad.sizes import SYM_TYPES, expr_of, is_symbolic_tensor
 from ember.aotgrad.trace import DecompTable, GraphTracer, storage_key
-from ember.ir.fake_mode import EagerLayoutFakeMode, symbolic_dispatch
+from ember.ir.shapes import EagerLayoutFakeMode, symbolic_dispatch
 
 
 @dataclass(frozen=True, slots=True)

@@ -227,7 +227,7 @@ class _Placeholders:
         if meta.device.type == "cpu":
             return torch.empty_strided(shape, stride, dtype=meta.dtype, device=meta.device)  # type: ignore[arg-type]
         if self._mode is None:
-            from ember.ir.fake_mode import EagerLayoutFakeMode
+            from ember.ir.shapes import EagerLayoutFakeMode
 
             self._mode = EagerLayoutFakeMode(allow_non_fake_inputs=True)
         with self._mode:

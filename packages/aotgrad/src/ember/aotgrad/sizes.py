@@ -39,7 +39,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from ember.aotgrad.errors import TraceError
 from ember.aotgrad.floats import FLOAT_SYMBOL
-from ember.ir.shape_env import python_value
+from ember.ir.shapes import python_value
 
 if TYPE_CHECKING:
     import sympy

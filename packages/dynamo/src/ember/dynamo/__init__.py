@@ -3,7 +3,7 @@
     import ember.dynamo
     fn = ember.dynamo.compile(fn, backend="eager")
 
-See README.md for the API; DESIGN.md for how capture works.
+See README.md for the API; docs/design.md and docs/architecture.md for how capture works.
 """
 
 from __future__ import annotations

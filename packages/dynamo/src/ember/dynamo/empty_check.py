@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from ember.ir.shape_env import ShapeEnv
+from ember.ir.shapes import ShapeEnv
 
 #: the largest non-empty tensor argument stood in for by zeros
 _MAX_STAND_IN = 4096

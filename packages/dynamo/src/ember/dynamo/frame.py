@@ -4,9 +4,12 @@ The runtime (``function_entry``, ``frame_hook``) hands capture a
 :class:`FrameState` (one call about to run) and the :class:`FrameHooks` it
 may call back into; capture (``convert_frame``) returns a
 :class:`GuardedCode`: transformed code, its guards and the graphs it calls.
-Neither side imports the other: the runtime is given the capture function
-(``ConvertFn``) by the public API, and capture sees the runtime only
-through ``FrameHooks``.
+The runtime never imports capture: it is given the capture function (``ConvertFn``)
+by the public API. Capture sees the runtime through ``FrameHooks``, apart from three
+direct imports of it (``function_entry.CompiledFunction`` in ``builder`` and
+``variables.nn_module``; ``frame_cache.has_hooks`` and ``frame_hook.run_uncaptured`` in
+``split_frame``), which the layer table of docs/architecture.md allows: capture sits
+above the runtime.
 """
 
 from __future__ import annotations

@@ -53,6 +53,7 @@ import torch
 from torch.nn.modules import module as module_globals
 
 from ember import guards, ir
+from ember.ir import module_spec
 from ember.ir.cache_entry import (
     default_cache_dir,
     entry_path,
@@ -61,7 +62,6 @@ from ember.ir.cache_entry import (
     source_fingerprint,
     store_entry,
 )
-from ember.ir.modules import module_spec
 
 from .eager_fallback import alias_checked, no_aliasing_guard, rebound, set_mutated_inputs
 from .frame import CapturedGraph, CompilerFn, GraphBreak, GuardedCode, next_graph_name

@@ -339,7 +339,7 @@ def _shadow(
 def trace_step(optimizer: torch.optim.Optimizer, plan: _Plan) -> tuple[torch.fx.GraphModule, list[torch.Tensor]]:
     """One FX graph of ``optimizer``'s step on fake tensors, and the real inputs it takes."""
     # imported on the first compile, so that ``import ember.dynamo`` stays cheap
-    from ember.ir.fake_mode import EagerLayoutFakeMode
+    from ember.ir.shapes import EagerLayoutFakeMode
 
     graph = torch.fx.Graph()
     recorder = _Recorder(graph)

@@ -41,8 +41,8 @@ from ember.ir import (
     decode_value,
     encode_value,
     qualname,
+    tensor_payload,
 )
-from ember.ir.guards import tensor_payload
 
 from .logs import get_logger
 

@@ -26,8 +26,7 @@ from bytecode import Instr
 from torch.utils import _pytree as pytree
 
 from ember.ir import Attr, DictEntry, DictItem, Global, Item, Local, Source
-from ember.ir.fake_mode import EagerLayoutFakeMode, symbolic_dispatch
-from ember.ir.shape_env import float_int_pow
+from ember.ir.shapes import EagerLayoutFakeMode, float_int_pow, symbolic_dispatch
 
 from .builder import wrap_constant_result
 from .codegen import OUT_LOCAL, PyCodegen

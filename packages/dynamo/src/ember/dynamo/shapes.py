@@ -1,6 +1,6 @@
 """Dynamic shapes: which input dimensions are symbolic, and the guards on them.
 
-ember.ir's :class:`~ember.ir.shape_env.ShapeEnv` holds size symbols and the
+ember.ir's :class:`~ember.ir.shapes.ShapeEnv` holds size symbols and the
 relations a traced program branched on. This module is ember.dynamo's policy
 on top of it, one :class:`ShapePolicy` per captured graph:
 
@@ -34,7 +34,7 @@ import torch
 
 from ember import ir
 from ember.ir import Size, Source, Stride
-from ember.ir.shape_env import MIN_SIZE, ShapeEnv
+from ember.ir.shapes import MIN_SIZE, ShapeEnv
 
 from .cache import seen_key
 

@@ -19,7 +19,7 @@ import types
 from typing import Any
 
 from ember.ir import Attr, Global, Source
-from ember.ir.shape_env import DataDependentError
+from ember.ir.shapes import DataDependentError
 
 from .builder import wrap, wrap_constant_result
 from .config import DynamoOptions

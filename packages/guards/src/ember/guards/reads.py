@@ -37,8 +37,19 @@ from typing import Any
 
 import torch
 
-from ember.ir import Attr, DictEntry, DictItem, Global, Item, Local, Size, Source, Stride
-from ember.ir.source import DICT_ENTRY_PREFIXES, DICT_ITEM_PREFIX
+from ember.ir import (
+    DICT_ENTRY_PREFIXES,
+    DICT_ITEM_PREFIX,
+    Attr,
+    DictEntry,
+    DictItem,
+    Global,
+    Item,
+    Local,
+    Size,
+    Source,
+    Stride,
+)
 
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
 

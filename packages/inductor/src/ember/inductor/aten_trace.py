@@ -14,7 +14,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_map
 
-from ember.ir.fake_mode import EagerLayoutFakeMode
+from ember.ir.shapes import EagerLayoutFakeMode
 
 from .decompositions import Recorder
 from .errors import LoweringError

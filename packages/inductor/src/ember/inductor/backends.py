@@ -20,7 +20,7 @@ import torch.fx
 
 from ember.ir.cache_entry import source_fingerprint
 from ember.ir.debug import debug_dir_of, set_debug_dir
-from ember.ir.shape_env import SymNode
+from ember.ir.shapes import SymNode
 
 from .compile_fx import compile_graph
 from .errors import InductorError

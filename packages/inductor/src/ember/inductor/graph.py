@@ -19,7 +19,7 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._pytree import tree_flatten, tree_map
 
-from ember.ir.fake_mode import EagerLayoutFakeMode
+from ember.ir.shapes import EagerLayoutFakeMode
 from ember.ir.updates import input_updates_of
 
 from .conv_layout import channels_last_strides, prefers_channels_last

@@ -126,8 +126,7 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs: list[Any], options_key: 
 
 
 def _encode_const(value: Any) -> Any:
-    from ember.ir import encode_value
-    from ember.ir.targets import target_name
+    from ember.ir import encode_value, target_name
 
     if isinstance(value, torch._ops.OpOverload):
         name = target_name(value)
@@ -141,8 +140,7 @@ def _encode_const(value: Any) -> Any:
 
 
 def _decode_const(data: Any) -> Any:
-    from ember.ir import decode_value
-    from ember.ir.targets import resolve_target
+    from ember.ir import decode_value, resolve_target
 
     if "op" in data:
         return resolve_target(data["op"])

@@ -18,7 +18,7 @@ from typing import Any, TypeAlias
 import sympy
 import torch
 
-from ember.ir.shape_env import size_relation
+from ember.ir.shapes import size_relation
 
 Size: TypeAlias = int | sympy.Expr
 

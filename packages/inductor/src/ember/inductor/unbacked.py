@@ -21,7 +21,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from ember.ir.shape_env import ShapeEnv
+from ember.ir.shapes import ShapeEnv
 
 from .fx_util import attr_value
 

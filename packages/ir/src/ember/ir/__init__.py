@@ -16,9 +16,16 @@
   (``ember.ir.logs``: ``ember.<area>`` loggers, ``EMBER_LOGS``, ``set_logs``)
   and the debug folder (``ember.ir.debug``: ``EMBER_COMPILE_DEBUG``, one folder
   per compiled frame).
+* Symbolic sizes and fake tensors at run time (``ember.ir.shapes``: ``ShapeEnv``,
+  ``SymNode``, ``EagerLayoutFakeMode``), shared by every stage that traces, not a
+  contract (ADR 0066).
+
+Other packages import this module's names, and the public submodules listed under
+``[tool.ember] public-modules`` in ember-ir's ``pyproject.toml``; every other module
+is private (``tools/check_imports.py``).
 """
 
-from ember.ir import debug, logs
+from ember.ir import debug, logs, shapes
 from ember.ir.errors import FormatError, UnsupportedGraphError
 from ember.ir.fx_convert import detect_dialect, from_fx, meta_of, to_fx
 from ember.ir.graph import (
@@ -46,8 +53,11 @@ from ember.ir.guards import (
     qualname,
     tensor_payload,
 )
+from ember.ir.modules import module_spec
 from ember.ir.serialize import dumps, loads
 from ember.ir.source import (
+    DICT_ENTRY_PREFIXES,
+    DICT_ITEM_PREFIX,
     Attr,
     DictEntry,
     DictItem,
@@ -80,6 +90,10 @@ from ember.ir.weights import GRAPH_FILE, WEIGHTS_FILE, load, save
 __all__ = [
     "debug",
     "logs",
+    "shapes",
+    "DICT_ENTRY_PREFIXES",
+    "DICT_ITEM_PREFIX",
+    "module_spec",
     "DIALECTS",
     "GRAPH_FILE",
     "OPS",

@@ -22,7 +22,6 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from ember.ir.errors import FormatError, UnsupportedGraphError
-from ember.ir.fake_mode import EagerLayoutFakeMode
 from ember.ir.graph import (
     Dialect,
     GraphIR,
@@ -35,6 +34,7 @@ from ember.ir.graph import (
 )
 from ember.ir.modules import build_module, module_spec
 from ember.ir.serialize import to_json
+from ember.ir.shapes.fake_mode import EagerLayoutFakeMode
 from ember.ir.symbolic import sym_text
 from ember.ir.targets import method_name, resolve_method, resolve_target, target_name
 from ember.ir.values import NodeRef

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.fx
 
-from ember.ir.shape_env import python_value
+from ember.ir.shapes import python_value
 
 from ..errors import Unsupported
 from .base import VariableTracker

@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from ember.ir import Source
-from ember.ir.fake_mode import ITEM_VALUE_TYPES  # dtypes whose .item() is captured
+from ember.ir.shapes import ITEM_VALUE_TYPES  # dtypes whose .item() is captured
 
 from ..errors import Unsupported
 from .base import VariableTracker
