@@ -16,9 +16,22 @@
   (``ember.ir.logs``: ``ember.<area>`` loggers, ``EMBER_LOGS``, ``set_logs``)
   and the debug folder (``ember.ir.debug``: ``EMBER_COMPILE_DEBUG``, one folder
   per compiled frame).
+* The ATen recorder and the decomposition table both compilers trace with
+  (:class:`AtenRecorder`, ``ember.ir.recorder``; :func:`core_aten_table`,
+  :func:`mutation_decompositions`, ... in ``ember.ir.decompositions``).
 """
 
 from ember.ir import debug, logs
+from ember.ir.decompositions import (
+    DecompDict,
+    LazyDecompTable,
+    core_aten_decompositions,
+    core_aten_table,
+    get_decompositions,
+    is_random,
+    mutation_decompositions,
+    with_required,
+)
 from ember.ir.errors import FormatError, UnsupportedGraphError
 from ember.ir.fx_convert import detect_dialect, from_fx, meta_of, to_fx
 from ember.ir.graph import (
@@ -46,6 +59,7 @@ from ember.ir.guards import (
     qualname,
     tensor_payload,
 )
+from ember.ir.recorder import AtenRecorder, DecompTable, UnrecordedTensor, call_node, symint_args
 from ember.ir.serialize import dumps, loads
 from ember.ir.source import (
     Attr,
@@ -146,4 +160,18 @@ __all__ = [
     "size_symbol",
     "sym_text",
     "tensor_payload",
+    # the ATen recorder and the decomposition table (ember.ir.recorder, ember.ir.decompositions)
+    "AtenRecorder",
+    "DecompDict",
+    "DecompTable",
+    "LazyDecompTable",
+    "UnrecordedTensor",
+    "call_node",
+    "core_aten_decompositions",
+    "core_aten_table",
+    "get_decompositions",
+    "is_random",
+    "mutation_decompositions",
+    "symint_args",
+    "with_required",
 ]
