@@ -1,13 +1,14 @@
 """The Triton ops handler: one Triton expression per op, and the kernel state it writes into.
 
 ``TritonOps`` turns each op into one ``tmpN = <expr>`` line in the current scope
-(common subexpressions reuse the variable), like ``CppOps`` does for C++. Values
+(``common.KernelOps``, as ``CppOps`` does for C++: each elementwise op is the
+``triton`` column of its ``op_table.OPS`` row, or an ``op_<name>`` method below). Values
 are blocks: ``[XBLOCK]`` in a 1-D pointwise kernel, ``[YBLOCK, XBLOCK]`` in a
 tiled one, ``[XBLOCK, 1]`` or ``[XBLOCK, RBLOCK]`` in a reduction kernel.
 
 Transcendental ops use ``tl.`` math where Triton has it (``exp``, ``log``,
 ``sin``, ``erf``, ...) and ``libdevice`` otherwise (``tanh``, ``expm1``,
-``atan2``, ...). Triton's interpreter cannot run ``libdevice``; for CPU tensors
+``atan2``, ...: the table's column says which). Triton's interpreter cannot run ``libdevice``; for CPU tensors
 the kernel module's ``libdevice`` is ``triton_libdevice.py`` (numpy), so the
 generated source is the same on a GPU and under the interpreter.
 
