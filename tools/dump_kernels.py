@@ -13,6 +13,13 @@ code it generates; this is how refactors show their kernels are byte-identical.
 ``--check`` also compares the compiled step with eager (within the workload's
 tolerances; workloads with random ops are not compared), e.g. with
 ``--options 'cpu_backend="triton"'`` under ``TRITON_INTERPRET=1``.
+
+One choice is made by timing: a graph of mostly full convolutions runs channels-last
+when ATen runs them faster so on this machine (``conv_layout.py``), so its kernels can
+differ between two runs of the same commit. ``--untimed`` makes it NCHW for every graph,
+for comparing dumps. ``--no-aotgrad`` dumps the inference path ember.inductor takes
+without ember.aotgrad (``aten_trace.py``; training workloads are skipped).
+``tools/diff_kernels.sh`` dumps two commits this way and diffs them.
 """
 
 from __future__ import annotations
@@ -94,7 +101,15 @@ def main() -> None:
     parser.add_argument("workloads", nargs="*", help="workload names (default: all)")
     parser.add_argument("--options", default="", help="InductorOptions overrides, 'field=python_value,...'")
     parser.add_argument("--check", action="store_true", help="compare each compiled step with eager")
+    parser.add_argument("--untimed", action="store_true", help="no timed layout choice (NCHW convolutions)")
+    parser.add_argument("--no-aotgrad", action="store_true", help="as if ember.aotgrad were not installed")
     args = parser.parse_args()
+    if args.untimed:
+        from ember.inductor import conv_layout
+
+        conv_layout._measured_faster = lambda convs: False  # a developer's own dump
+    if args.no_aotgrad:
+        sys.modules["ember.aotgrad"] = None  # type: ignore[assignment]
     with contextlib.suppress(ImportError):
         from bench import workloads_hf as _hf  # noqa: F401
     out = Path(args.out)
@@ -104,6 +119,9 @@ def main() -> None:
     names = args.workloads or sorted(WORKLOADS)
     try:
         for name in names:
+            if args.no_aotgrad and WORKLOADS[name].training:
+                print(f"{name:<20} skipped: training needs ember.aotgrad")
+                continue
             try:
                 n = dump(name, out, cache, _parse_options(args.options), args.check)
             except ImportError as e:  # an HF workload without transformers

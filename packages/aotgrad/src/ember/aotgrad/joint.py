@@ -32,7 +32,8 @@ from ember.aotgrad.aliasing import copy_aliased_outputs, sized_steps, view_chain
 from ember.aotgrad.errors import AotGradError, TraceError, VerifyError
 from ember.aotgrad.functionalize import ViewStep, find_mutated_inputs, functionalize
 from ember.aotgrad.sizes import SYM_TYPES, expr_of, is_symbolic_tensor
-from ember.aotgrad.trace import DecompTable, GraphTracer, storage_key
+from ember.aotgrad.trace import GraphTracer, storage_key
+from ember.ir import DecompTable
 from ember.ir.shapes import EagerLayoutFakeMode, symbolic_dispatch
 
 

@@ -25,11 +25,9 @@ it is computed after that read.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import operator
-import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +37,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from ember.aotgrad.errors import TraceError
 from ember.aotgrad.floats import FLOAT_SYMBOL
+from ember.ir import call_node, symint_args
 from ember.ir.shapes import python_value
 
 if TYPE_CHECKING:
@@ -60,21 +59,6 @@ def expr_of(value: object) -> sympy.Basic | None:
             return None
         return expr
     return None
-
-
-@contextlib.contextmanager
-def symint_args() -> Iterator[None]:
-    """Symbolic sizes may be plain node arguments here (they are bound to nodes later by
-    :func:`bind_sizes`): FX's warning about each is silenced while graphs are built."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Raw Sym", category=UserWarning)
-        yield
-
-
-def call_node(graph: fx.Graph, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> fx.Node:
-    """``graph.call_function`` with symbolic sizes allowed among the arguments."""
-    with symint_args():
-        return graph.call_function(fn, args, kwargs)
 
 
 def hint(value: object) -> int:

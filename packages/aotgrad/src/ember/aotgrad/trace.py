@@ -1,4 +1,4 @@
-"""An ATen-level tracer: a ``TorchDispatchMode`` that records every ATen call.
+"""An ATen-level tracer: ember.ir's ``AtenRecorder`` with aotgrad's metadata and checks.
 
 The tracer sits on top of a ``FakeTensorMode``: each ATen call reaching
 ``__torch_dispatch__`` is recorded as an FX ``call_function`` node and then
@@ -17,8 +17,6 @@ node being run is in a checkpointed region) gets ``meta["recompute"]``.
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -28,13 +26,10 @@ from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
 )
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_map
 
 from ember.aotgrad.errors import TraceError
-from ember.aotgrad.sizes import call_node
-
-DecompTable = Mapping[Any, Callable[..., Any]]
+from ember.ir import AtenRecorder, DecompTable
 
 #: the activation-checkpointing region (``node.meta["recompute"]`` of the torch-level node
 #: being run, see ``regions.py``) whose ATen ops the tracer is recording now, or None
@@ -73,8 +68,9 @@ def _decomposes_implicitly(func: Any) -> bool:
     return bool(func.has_kernel_for_dispatch_key(_IMPLICIT))
 
 
-class GraphTracer(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Records ATen calls on fake tensors into ``self.graph``.
+class GraphTracer(AtenRecorder):  # type: ignore[no-untyped-call]
+    """Records ATen calls on fake tensors into ``self.graph`` (ember.ir's recorder, with
+    aotgrad's metadata, checks and errors).
 
     Use as a context manager nested inside the ``FakeTensorMode`` that created
     the input tensors; register each input with :meth:`placeholder` first.
@@ -84,13 +80,7 @@ class GraphTracer(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """
 
     def __init__(self, decompositions: DecompTable | None = None) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.graph = fx.Graph()
-        self.root = torch.nn.Module()
-        self.decompositions: DecompTable = decompositions or {}
-        self._env: dict[int, fx.Node] = {}
-        self._alive: list[torch.Tensor] = []  # keeps ids in _env unique
-        self._n_consts = 0
+        super().__init__(decompositions=decompositions)
         #: storages of inputs traced as copies laid out otherwise than the real input:
         #: ``as_strided`` on them is refused (its storage positions would be the copy's)
         self.relocated: set[int] = set()
@@ -105,71 +95,39 @@ class GraphTracer(TorchDispatchMode):  # type: ignore[no-untyped-call]
         else:
             with self.graph.inserting_before(first_op):
                 node = self.graph.placeholder(name)
-        self._bind(value, node)
+        self.bind(value, node)
         return node
 
-    def node_of(self, value: torch.Tensor) -> fx.Node:
-        """The node holding ``value``; real tensors become constants."""
-        node = self._env.get(id(value))
-        if node is not None:
-            return node
+    def missing(self, value: torch.Tensor) -> fx.Node:
+        """Real tensors become constants; a fake tensor from elsewhere is an error."""
         if isinstance(value, torch._subclasses.fake_tensor.FakeTensor):
             raise TraceError(
                 f"a fake tensor of shape {tuple(value.shape)} reached a traced op but is "
                 "neither an input of the traced function nor produced inside it; "
                 "pass it as an input instead of capturing it"
             )
-        return self._constant(value)
-
-    def _constant(self, value: torch.Tensor) -> fx.Node:
         if value.requires_grad and torch.is_grad_enabled():
             raise TraceError(
                 f"the traced function captures a tensor of shape {tuple(value.shape)} that "
                 "requires grad; as a constant it would get no gradient. Pass it as an "
                 "input (aot_module passes a module's parameters for you)"
             )
-        name = f"_tensor_constant{self._n_consts}"
-        self._n_consts += 1
         # The tensor itself, not a detached alias: ``param.data = other`` swaps the
         # parameter's storage, which an alias made now would not follow (the compiled graph
         # kept reading the old weights while eager and torch.compile read the new ones).
-        with _disable_current_modes():
-            self.root.register_buffer(name, value)
-        node = self.graph.get_attr(name)
-        self._bind(value, node)
-        return node
+        return self.constant(value, lambda: value)
 
-    def _bind(self, value: torch.Tensor, node: fx.Node) -> None:
-        self._env[id(value)] = node
-        self._alive.append(value)
-        node.meta["val"] = value
+    def bind(self, value: Any, node: fx.Node) -> None:
+        super().bind(value, node)
         node.meta["storage"] = storage_key(value)
         node.meta["layout"] = layout_of(value)
 
-    # -- the dispatch hook ---------------------------------------------------
+    # -- the recorder's hooks --------------------------------------------------
 
-    def __torch_dispatch__(
-        self,
-        func: Any,
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
-        kwargs = kwargs or {}
-        decomp = self.decompositions.get(func)
-        if decomp is not None:
-            with self:
-                out = decomp(*args, **kwargs)
-            if out is not NotImplemented:
-                return out
-        if _decomposes_implicitly(func):
-            with self:
-                out = func.decompose(*args, **kwargs)
-            if out is not NotImplemented:
-                return out
-        return self._record(func, args, kwargs)
+    def decomposes_implicitly(self, func: Any) -> bool:
+        return _decomposes_implicitly(func)
 
-    def _record(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def run(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         packet = getattr(getattr(func, "overloadpacket", None), "__name__", "")
         if packet in _UNSUPPORTED:
             raise TraceError(
@@ -185,13 +143,12 @@ class GraphTracer(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 "tensor: its storage offset and strides are not traced (the input is traced "
                 "as a copy), and as_strided reads storage positions"
             )
-        try:
-            node_args = tree_map(self._arg, args)
-            node_kwargs = tree_map(self._arg, kwargs)
+        try:  # every argument has a node before the op runs: a foreign one is named as such
+            tree_map(self.arg, (args, kwargs))
         except TraceError as e:
             raise TraceError(f"while tracing {func}: {e}") from None
         try:
-            out = func(*args, **kwargs)
+            return func(*args, **kwargs)
         except (DynamicOutputShapeException, DataDependentOutputException) as e:
             raise TraceError(
                 f"{func} has an output whose shape or value depends on tensor data "
@@ -203,29 +160,10 @@ class GraphTracer(TorchDispatchMode):  # type: ignore[no-untyped-call]
             raise TraceError(
                 f"{func} failed on fake tensors while tracing: {type(e).__name__}: {e}"
             ) from e
-        node = call_node(self.graph, func, tuple(node_args), dict(node_kwargs))
+
+    def annotate(self, node: fx.Node) -> None:
         # an in-place op under no_grad changes values without autograd history
         node.meta["grad_enabled"] = torch.is_grad_enabled()
         region = RECOMPUTE_REGION.get()
         if region is not None:
             node.meta["recompute"] = region
-        if isinstance(out, torch.Tensor):
-            self._bind(out, node)
-        elif isinstance(out, (tuple, list)):
-            node.meta["val"] = out
-            for i, item in enumerate(out):
-                if isinstance(item, torch.Tensor):
-                    item_node = self.graph.call_function(operator.getitem, (node, i))
-                    self._bind(item, item_node)
-        else:
-            node.meta["val"] = out
-        return out
-
-    def _arg(self, value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            return self.node_of(value)
-        return value
-
-    def graph_module(self) -> fx.GraphModule:
-        """The recorded graph as a GraphModule (constants become its buffers)."""
-        return fx.GraphModule(self.root, self.graph)

@@ -1,7 +1,7 @@
 """Trace a torch-level fx graph to ATen (inference only), for use without ember.aotgrad.
 
-Runs the graph on fake tensors under a recording dispatch mode (the same one
-the decompositions use), so every op reaching ATen becomes an fx node.
+Runs the graph on fake tensors under ember.ir's recorder (as the decompositions do), so
+every op reaching ATen becomes an fx node.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from typing import Any
 import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor
-from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_map
 
 from ember.ir.shapes import EagerLayoutFakeMode
@@ -28,13 +27,7 @@ class _AtenRecorder(Recorder):  # type: ignore[no-untyped-call]
     A fake tensor that no recorded node produced is an error.
     """
 
-    def __init__(self, graph: torch.fx.Graph, env: dict[int, torch.fx.Node],
-                 root: torch.nn.Module) -> None:
-        super().__init__(graph, env)
-        self.root = root
-        self.n_consts = 0
-
-    def _missing(self, x: torch.Tensor) -> torch.fx.Node:
+    def missing(self, x: torch.Tensor) -> torch.fx.Node:
         if isinstance(x, FakeTensor):
             real = getattr(x, "constant", None)
             if not isinstance(real, torch.Tensor):
@@ -43,15 +36,7 @@ class _AtenRecorder(Recorder):  # type: ignore[no-untyped-call]
                 )
         else:
             real = x
-        name = f"_tensor_constant{self.n_consts}"
-        self.n_consts += 1
-        with _disable_current_modes():
-            self.root.register_buffer(name, real.detach().clone())
-        node = self.graph.get_attr(name)
-        node.meta["val"] = x
-        self.env[id(x)] = node
-        self.keep.append(x)
-        return node
+        return self.constant(x, lambda: real.detach().clone())
 
 
 def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> torch.fx.GraphModule:
@@ -88,5 +73,5 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> torch.
     recorder = _AtenRecorder(graph, env, root)
     with torch.no_grad(), fake_mode, recorder:
         out = torch.func.functional_call(gm, swapped, tuple(fakes))
-    graph.output(tree_map(lambda t: recorder._arg(t) if isinstance(t, torch.Tensor) else t, out))
+    graph.output(tree_map(recorder.arg, out))
     return torch.fx.GraphModule(root, graph)

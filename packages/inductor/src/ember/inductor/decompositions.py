@@ -1,23 +1,26 @@
-"""Decompositions inductor applies to ops it has no direct lowering for.
+"""The lowering layer: decompositions inductor applies to ops it has no direct lowering for.
 
-The table comes from ``torch._decomp``. ``decompose_node`` runs one
-decomposition on fake tensors under a recording dispatch mode, producing a
-small fx graph of simpler ATen ops that the graph lowering then lowers.
+A layer on ember.ir's one table (``ember.ir.decompositions``): a curated list of composite
+ops (:data:`_CURATED`), without the ops inductor lowers itself or keeps as ATen calls
+(:data:`NEVER_DECOMPOSE`); for an op the list misses, torch's core-ATen table (the base)
+less the same kept ops. ``decompose_node`` runs one decomposition on fake tensors under
+ember.ir's recorder, producing a small fx graph of simpler ATen ops that the graph
+lowering then lowers.
 """
 
 from __future__ import annotations
 
 import functools
 import operator
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
+
+from ember.ir import AtenRecorder, core_aten_table, get_decompositions
 
 aten = torch.ops.aten
 
@@ -162,17 +165,8 @@ _CURATED = (
 
 @functools.lru_cache(maxsize=1)
 def _curated_table() -> dict[Any, Callable[..., Any]]:
-    from torch._decomp import get_decompositions
-
     packets = [getattr(aten, name) for name in _CURATED if hasattr(aten, name)]
-    return dict(get_decompositions(packets))
-
-
-@functools.lru_cache(maxsize=1)
-def _core_table() -> dict[Any, Callable[..., Any]]:
-    from torch._decomp import core_aten_decompositions
-
-    return dict(core_aten_decompositions())
+    return get_decompositions(packets)
 
 
 def _full_table() -> dict[Any, Callable[..., Any]]:
@@ -183,51 +177,15 @@ def _lookup(target: Any) -> Callable[..., Any] | None:
     """Curated first; torch's whole core table only for ops the curated list misses."""
     if target in NEVER_DECOMPOSE:
         return None
-    return _curated_table().get(target) or _core_table().get(target)
+    return _curated_table().get(target) or core_aten_table().get(target)
 
 
-class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Records every ATen call on fake tensors into ``graph``."""
+class Recorder(AtenRecorder):  # type: ignore[no-untyped-call]
+    """ember.ir's recorder keeping only calls that make tensors or write to one: sizes,
+    devices and scalars stay plain values, not graph nodes."""
 
-    def __init__(self, graph: torch.fx.Graph, env: dict[int, torch.fx.Node]) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.graph = graph
-        self.env = env
-        self.keep: list[Any] = []
-
-    def _missing(self, x: torch.Tensor) -> torch.fx.Node:
-        """A tensor argument that no recorded node produced (subclasses say what that means)."""
-        raise _Unrecordable(f"decomposition created a constant tensor {tuple(x.shape)}")
-
-    def _arg(self, x: Any) -> Any:
-        if isinstance(x, torch.Tensor):
-            node = self.env.get(id(x))
-            return self._missing(x) if node is None else node
-        return x
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        if not any(isinstance(t, torch.Tensor) for t in tree_flatten(out)[0]) and not _mutates(
-            func
-        ):
-            return out  # sizes, devices, scalars: plain values, not graph nodes
-        with warnings.catch_warnings():  # symbolic sizes are plain arguments here
-            warnings.filterwarnings("ignore", message="Raw Sym", category=UserWarning)
-            node = self.graph.call_function(
-                func, tree_map(self._arg, args), tree_map(self._arg, kwargs)
-            )
-        node.meta["val"] = out
-        self.keep.append(out)
-        if isinstance(out, torch.Tensor):
-            self.env[id(out)] = node
-        elif isinstance(out, (tuple, list)):
-            for i, o in enumerate(out):
-                if isinstance(o, torch.Tensor):
-                    item = self.graph.call_function(operator.getitem, (node, i))
-                    item.meta["val"] = o
-                    self.env[id(o)] = item
-        return out
+    def records(self, func: Any, out: Any) -> bool:
+        return any(isinstance(t, torch.Tensor) for t in tree_flatten(out)[0]) or _mutates(func)
 
 
 def _mutates(func: Any) -> bool:
@@ -236,10 +194,6 @@ def _mutates(func: Any) -> bool:
     return schema is not None and any(
         a.alias_info is not None and a.alias_info.is_write for a in schema.arguments
     )
-
-
-class _Unrecordable(Exception):
-    pass
 
 
 def decompose_node(fx_node: torch.fx.Node, fake_mode: FakeTensorMode) -> torch.fx.Graph | None:
@@ -273,10 +227,8 @@ def decompose_node(fx_node: torch.fx.Node, fake_mode: FakeTensorMode) -> torch.f
     try:
         with fake_mode, recorder:
             out = fn(*args, **kwargs)
-    except _Unrecordable:
-        return None
-    except Exception:  # a decomposition may reject these arguments; ATen will run the op
-        return None
+    except Exception:  # a constant made inside (UnrecordedTensor), or a decomposition
+        return None  # rejecting these arguments: ATen will run the op
     graph.output(tree_map(lambda t: env.get(id(t), t) if isinstance(t, torch.Tensor) else t, out))
     for t in tree_flatten(out)[0]:
         if isinstance(t, torch.Tensor) and id(t) not in env:

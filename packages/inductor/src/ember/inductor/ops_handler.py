@@ -5,83 +5,24 @@ A loop body is a plain function ``body(index, ops)``: it reads memory with
 What a value *is* depends on the handler passed in: a string of C++ for the
 C++ backend, a printed expression for debugging, nothing at all for the
 dependency collector. Handlers are explicit arguments, never thread-local.
-Backends differ only in their handler (one string per op), their index
-printer and their kernel skeleton.
+The elementwise ops are the rows of ``op_table.OPS`` (one row per op, with each
+backend's syntax); ``DefaultOps`` has a method for each, and the memory, constant
+and control ops (``SPECIAL_OPS``) are declared here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import sympy
 import torch
 
-UNARY_OPS: tuple[str, ...] = (
-    "exp",
-    "exp2",
-    "expm1",
-    "log",
-    "log2",
-    "log10",
-    "log1p",
-    "sqrt",
-    "rsqrt",
-    "sin",
-    "cos",
-    "tan",
-    "asin",
-    "acos",
-    "atan",
-    "sinh",
-    "cosh",
-    "tanh",
-    "asinh",
-    "acosh",
-    "atanh",
-    "erf",
-    "erfc",
-    "sigmoid",
-    "reciprocal",
-    "floor",
-    "ceil",
-    "trunc",
-    "round",
-    "neg",
-    "abs",
-    "sign",
-    "relu",
-    "logical_not",
-    "bitwise_not",
-    "isnan",
-    "isinf",
-)
-BINARY_OPS: tuple[str, ...] = (
-    "add",
-    "sub",
-    "mul",
-    "truediv",
-    "floordiv",
-    "mod",
-    "fmod",
-    "pow",
-    "maximum",
-    "minimum",
-    "atan2",
-    "hypot",
-    "eq",
-    "ne",
-    "lt",
-    "le",
-    "gt",
-    "ge",
-    "logical_and",
-    "logical_or",
-    "logical_xor",
-    "bitwise_and",
-    "bitwise_or",
-    "bitwise_xor",
-)
+from .op_table import OPS
+
+#: the elementwise ops, in the order of ``op_table.OPS`` (where each is defined)
+UNARY_OPS: tuple[str, ...] = tuple(op.name for op in OPS if op.arity == 1)
+BINARY_OPS: tuple[str, ...] = tuple(op.name for op in OPS if op.arity == 2)
 SPECIAL_OPS: tuple[str, ...] = (
     "load",
     "constant",
@@ -107,67 +48,8 @@ class OpsHandler(Protocol):
     ) -> Any: ...
     def indirect_indexing(self, x: Any, size: int) -> sympy.Expr: ...
 
-    def exp(self, x: Any) -> Any: ...
-    def exp2(self, x: Any) -> Any: ...
-    def expm1(self, x: Any) -> Any: ...
-    def log(self, x: Any) -> Any: ...
-    def log2(self, x: Any) -> Any: ...
-    def log10(self, x: Any) -> Any: ...
-    def log1p(self, x: Any) -> Any: ...
-    def sqrt(self, x: Any) -> Any: ...
-    def rsqrt(self, x: Any) -> Any: ...
-    def sin(self, x: Any) -> Any: ...
-    def cos(self, x: Any) -> Any: ...
-    def tan(self, x: Any) -> Any: ...
-    def asin(self, x: Any) -> Any: ...
-    def acos(self, x: Any) -> Any: ...
-    def atan(self, x: Any) -> Any: ...
-    def sinh(self, x: Any) -> Any: ...
-    def cosh(self, x: Any) -> Any: ...
-    def tanh(self, x: Any) -> Any: ...
-    def asinh(self, x: Any) -> Any: ...
-    def acosh(self, x: Any) -> Any: ...
-    def atanh(self, x: Any) -> Any: ...
-    def erf(self, x: Any) -> Any: ...
-    def erfc(self, x: Any) -> Any: ...
-    def sigmoid(self, x: Any) -> Any: ...
-    def reciprocal(self, x: Any) -> Any: ...
-    def floor(self, x: Any) -> Any: ...
-    def ceil(self, x: Any) -> Any: ...
-    def trunc(self, x: Any) -> Any: ...
-    def round(self, x: Any) -> Any: ...
-    def neg(self, x: Any) -> Any: ...
-    def abs(self, x: Any) -> Any: ...
-    def sign(self, x: Any) -> Any: ...
-    def relu(self, x: Any) -> Any: ...
-    def logical_not(self, x: Any) -> Any: ...
-    def bitwise_not(self, x: Any) -> Any: ...
-    def isnan(self, x: Any) -> Any: ...
-    def isinf(self, x: Any) -> Any: ...
-    def add(self, a: Any, b: Any) -> Any: ...
-    def sub(self, a: Any, b: Any) -> Any: ...
-    def mul(self, a: Any, b: Any) -> Any: ...
-    def truediv(self, a: Any, b: Any) -> Any: ...
-    def floordiv(self, a: Any, b: Any) -> Any: ...
-    def mod(self, a: Any, b: Any) -> Any: ...
-    def fmod(self, a: Any, b: Any) -> Any: ...
-    def pow(self, a: Any, b: Any) -> Any: ...
-    def maximum(self, a: Any, b: Any) -> Any: ...
-    def minimum(self, a: Any, b: Any) -> Any: ...
-    def atan2(self, a: Any, b: Any) -> Any: ...
-    def hypot(self, a: Any, b: Any) -> Any: ...
-    def eq(self, a: Any, b: Any) -> Any: ...
-    def ne(self, a: Any, b: Any) -> Any: ...
-    def lt(self, a: Any, b: Any) -> Any: ...
-    def le(self, a: Any, b: Any) -> Any: ...
-    def gt(self, a: Any, b: Any) -> Any: ...
-    def ge(self, a: Any, b: Any) -> Any: ...
-    def logical_and(self, a: Any, b: Any) -> Any: ...
-    def logical_or(self, a: Any, b: Any) -> Any: ...
-    def logical_xor(self, a: Any, b: Any) -> Any: ...
-    def bitwise_and(self, a: Any, b: Any) -> Any: ...
-    def bitwise_or(self, a: Any, b: Any) -> Any: ...
-    def bitwise_xor(self, a: Any, b: Any) -> Any: ...
+    # every elementwise op of ``op_table.OPS``: ``ops.exp(x)``, ``ops.add(a, b)``, ...
+    def __getattr__(self, name: str) -> Callable[..., Any]: ...
 
 
 class DefaultOps:
@@ -200,188 +82,32 @@ class DefaultOps:
         result: sympy.Expr = self._op("indirect_indexing", x, size)
         return result
 
-    def exp(self, x: Any) -> Any:
-        return self._op("exp", x)
+    if TYPE_CHECKING:  # the elementwise ops, made below from the table
 
-    def exp2(self, x: Any) -> Any:
-        return self._op("exp2", x)
+        def __getattr__(self, name: str) -> Callable[..., Any]: ...
 
-    def expm1(self, x: Any) -> Any:
-        return self._op("expm1", x)
 
-    def log(self, x: Any) -> Any:
-        return self._op("log", x)
+def _forward(name: str) -> Callable[..., Any]:
+    def op(self: DefaultOps, *args: Any) -> Any:
+        return self._op(name, *args)
 
-    def log2(self, x: Any) -> Any:
-        return self._op("log2", x)
+    op.__name__, op.__qualname__ = name, f"DefaultOps.{name}"
+    return op
 
-    def log10(self, x: Any) -> Any:
-        return self._op("log10", x)
 
-    def log1p(self, x: Any) -> Any:
-        return self._op("log1p", x)
+def _declared(name: str, arity: int) -> Callable[..., Any]:
+    def op(self: OpsHandler, *args: Any) -> Any: ...
 
-    def sqrt(self, x: Any) -> Any:
-        return self._op("sqrt", x)
+    op.__name__, op.__qualname__ = name, f"OpsHandler.{name}"
+    op.__doc__ = f"``ops.{name}`` ({arity} operand{'s' if arity > 1 else ''}; ``op_table.OPS``)."
+    return op
 
-    def rsqrt(self, x: Any) -> Any:
-        return self._op("rsqrt", x)
 
-    def sin(self, x: Any) -> Any:
-        return self._op("sin", x)
-
-    def cos(self, x: Any) -> Any:
-        return self._op("cos", x)
-
-    def tan(self, x: Any) -> Any:
-        return self._op("tan", x)
-
-    def asin(self, x: Any) -> Any:
-        return self._op("asin", x)
-
-    def acos(self, x: Any) -> Any:
-        return self._op("acos", x)
-
-    def atan(self, x: Any) -> Any:
-        return self._op("atan", x)
-
-    def sinh(self, x: Any) -> Any:
-        return self._op("sinh", x)
-
-    def cosh(self, x: Any) -> Any:
-        return self._op("cosh", x)
-
-    def tanh(self, x: Any) -> Any:
-        return self._op("tanh", x)
-
-    def asinh(self, x: Any) -> Any:
-        return self._op("asinh", x)
-
-    def acosh(self, x: Any) -> Any:
-        return self._op("acosh", x)
-
-    def atanh(self, x: Any) -> Any:
-        return self._op("atanh", x)
-
-    def erf(self, x: Any) -> Any:
-        return self._op("erf", x)
-
-    def erfc(self, x: Any) -> Any:
-        return self._op("erfc", x)
-
-    def sigmoid(self, x: Any) -> Any:
-        return self._op("sigmoid", x)
-
-    def reciprocal(self, x: Any) -> Any:
-        return self._op("reciprocal", x)
-
-    def floor(self, x: Any) -> Any:
-        return self._op("floor", x)
-
-    def ceil(self, x: Any) -> Any:
-        return self._op("ceil", x)
-
-    def trunc(self, x: Any) -> Any:
-        return self._op("trunc", x)
-
-    def round(self, x: Any) -> Any:
-        return self._op("round", x)
-
-    def neg(self, x: Any) -> Any:
-        return self._op("neg", x)
-
-    def abs(self, x: Any) -> Any:
-        return self._op("abs", x)
-
-    def sign(self, x: Any) -> Any:
-        return self._op("sign", x)
-
-    def relu(self, x: Any) -> Any:
-        return self._op("relu", x)
-
-    def logical_not(self, x: Any) -> Any:
-        return self._op("logical_not", x)
-
-    def bitwise_not(self, x: Any) -> Any:
-        return self._op("bitwise_not", x)
-
-    def isnan(self, x: Any) -> Any:
-        return self._op("isnan", x)
-
-    def isinf(self, x: Any) -> Any:
-        return self._op("isinf", x)
-
-    def add(self, a: Any, b: Any) -> Any:
-        return self._op("add", a, b)
-
-    def sub(self, a: Any, b: Any) -> Any:
-        return self._op("sub", a, b)
-
-    def mul(self, a: Any, b: Any) -> Any:
-        return self._op("mul", a, b)
-
-    def truediv(self, a: Any, b: Any) -> Any:
-        return self._op("truediv", a, b)
-
-    def floordiv(self, a: Any, b: Any) -> Any:
-        return self._op("floordiv", a, b)
-
-    def mod(self, a: Any, b: Any) -> Any:
-        return self._op("mod", a, b)
-
-    def fmod(self, a: Any, b: Any) -> Any:
-        return self._op("fmod", a, b)
-
-    def pow(self, a: Any, b: Any) -> Any:
-        return self._op("pow", a, b)
-
-    def maximum(self, a: Any, b: Any) -> Any:
-        return self._op("maximum", a, b)
-
-    def minimum(self, a: Any, b: Any) -> Any:
-        return self._op("minimum", a, b)
-
-    def atan2(self, a: Any, b: Any) -> Any:
-        return self._op("atan2", a, b)
-
-    def hypot(self, a: Any, b: Any) -> Any:
-        return self._op("hypot", a, b)
-
-    def eq(self, a: Any, b: Any) -> Any:
-        return self._op("eq", a, b)
-
-    def ne(self, a: Any, b: Any) -> Any:
-        return self._op("ne", a, b)
-
-    def lt(self, a: Any, b: Any) -> Any:
-        return self._op("lt", a, b)
-
-    def le(self, a: Any, b: Any) -> Any:
-        return self._op("le", a, b)
-
-    def gt(self, a: Any, b: Any) -> Any:
-        return self._op("gt", a, b)
-
-    def ge(self, a: Any, b: Any) -> Any:
-        return self._op("ge", a, b)
-
-    def logical_and(self, a: Any, b: Any) -> Any:
-        return self._op("logical_and", a, b)
-
-    def logical_or(self, a: Any, b: Any) -> Any:
-        return self._op("logical_or", a, b)
-
-    def logical_xor(self, a: Any, b: Any) -> Any:
-        return self._op("logical_xor", a, b)
-
-    def bitwise_and(self, a: Any, b: Any) -> Any:
-        return self._op("bitwise_and", a, b)
-
-    def bitwise_or(self, a: Any, b: Any) -> Any:
-        return self._op("bitwise_or", a, b)
-
-    def bitwise_xor(self, a: Any, b: Any) -> Any:
-        return self._op("bitwise_xor", a, b)
+# one method per table row: DefaultOps routes it to ``_op``; the protocol lists it (typing
+# reaches it through ``__getattr__``)
+for _op in OPS:
+    setattr(DefaultOps, _op.name, _forward(_op.name))
+    setattr(OpsHandler, _op.name, _declared(_op.name, _op.arity))
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -402,12 +128,9 @@ class PrintOps(DefaultOps):
         return f"{name}({', '.join(str(a) for a in args)})"
 
 
-#: Ops that cost a libm-style evaluation rather than one instruction: the transcendental
-#: unary ops (``UNARY_OPS`` up to ``sigmoid``, less the square roots, which are one
-#: instruction each) and ``pow``/``atan2``.
-HEAVY_OPS = (
-    frozenset(UNARY_OPS[: UNARY_OPS.index("sigmoid") + 1]) - {"sqrt", "rsqrt"}
-) | {"pow", "atan2"}
+#: Ops that cost a libm-style evaluation rather than one instruction (``Op.heavy``): the
+#: transcendental ones, ``pow`` and ``atan2``.
+HEAVY_OPS = frozenset(op.name for op in OPS if op.heavy)
 #: ops costing more than a few cycles per vector element (HEAVY_OPS, divisions, roots)
 COSTLY_OPS = HEAVY_OPS | {"sqrt", "rsqrt", "truediv", "reciprocal", "floordiv", "mod", "fmod"}
 

@@ -16,6 +16,9 @@
   (``ember.ir.logs``: ``ember.<area>`` loggers, ``EMBER_LOGS``, ``set_logs``)
   and the debug folder (``ember.ir.debug``: ``EMBER_COMPILE_DEBUG``, one folder
   per compiled frame).
+* The ATen recorder and the decomposition table both compilers trace with
+  (:class:`AtenRecorder`, ``ember.ir.recorder``; :func:`core_aten_table`,
+  :func:`mutation_decompositions`, ... in ``ember.ir.decompositions``).
 * Symbolic sizes and fake tensors at run time (``ember.ir.shapes``: ``ShapeEnv``,
   ``SymNode``, ``EagerLayoutFakeMode``), shared by every stage that traces, not a
   contract (ADR 0066).
@@ -26,6 +29,16 @@ is private (``tools/check_imports.py``).
 """
 
 from ember.ir import debug, logs, shapes
+from ember.ir.decompositions import (
+    DecompDict,
+    LazyDecompTable,
+    core_aten_decompositions,
+    core_aten_table,
+    get_decompositions,
+    is_random,
+    mutation_decompositions,
+    with_required,
+)
 from ember.ir.errors import FormatError, UnsupportedGraphError
 from ember.ir.fx_convert import detect_dialect, from_fx, meta_of, to_fx
 from ember.ir.graph import (
@@ -54,6 +67,7 @@ from ember.ir.guards import (
     tensor_payload,
 )
 from ember.ir.modules import module_spec
+from ember.ir.recorder import AtenRecorder, DecompTable, UnrecordedTensor, call_node, symint_args
 from ember.ir.serialize import dumps, loads
 from ember.ir.source import (
     DICT_ENTRY_PREFIXES,
@@ -160,4 +174,18 @@ __all__ = [
     "size_symbol",
     "sym_text",
     "tensor_payload",
+    # the ATen recorder and the decomposition table (ember.ir.recorder, ember.ir.decompositions)
+    "AtenRecorder",
+    "DecompDict",
+    "DecompTable",
+    "LazyDecompTable",
+    "UnrecordedTensor",
+    "call_node",
+    "core_aten_decompositions",
+    "core_aten_table",
+    "get_decompositions",
+    "is_random",
+    "mutation_decompositions",
+    "symint_args",
+    "with_required",
 ]

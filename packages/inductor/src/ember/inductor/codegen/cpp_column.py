@@ -25,13 +25,13 @@ from ..ir import Reduction
 from ..kernel_plan import KernelPlan, Loop, SchedNode
 from ..loops import MergedLoops
 from ..sizes import is_size_symbol, is_static
-from .cpp_loops import emit_inner_loop, merge_inner_loops, store_line
+from .common import Scope, emit_pointwise, forget_inner_values, reduction_value
+from .cpp_loops import emit_inner_loop, merge_inner_loops
 from .cpp_ops import (
     CTYPES,
     CppKernel,
     CppOps,
     CppVar,
-    Scope,
     cexpr,
     nan_fixup,
     nan_update,
@@ -117,9 +117,7 @@ def emit_column_kernel(
             ctype = CTYPES[dtype]
             arr = k.new_var()
             acc = f"{arr}[{lane}]"
-            value = ops.to_dtype(
-                data.inner_fn(n.full_index(outer_syms), n.reduction_index(inner_syms), ops), dtype
-            )
+            value = reduction_value(ops, n, outer_syms, inner_syms)
             k.scope.lines.append(reduction_update(rtype, acc, value))
             if rtype in ("max", "min") and dtype.is_floating_point:
                 nan = k.new_var()
@@ -132,16 +130,10 @@ def emit_column_kernel(
                 f"for (int64_t i = 0; i < {tile}; ++i) {arr}[i] = {reduction_init(rtype, dtype)};"
             )
             accs.append((n, CppVar(acc, dtype)))
-        else:
-            idx = n.full_index(list(outer_syms) + list(inner_syms))
-            value = ops.to_dtype(data.inner_fn(idx, ops), n.buffer.get_dtype())
-            k.locals[n.name] = value
-            if n.name in plan.stores:
-                k.scope.lines.append(store_line(k, n, value, n.buffer.layout.index(idx)))
+        else:  # (a column plan has no private buffers: stored means a graph buffer)
+            emit_pointwise(k, ops, n, n.full_index(list(outer_syms) + list(inner_syms)))
     body = k.scope.lines
-    for n in loop.nodes:
-        if not n.is_reduction:
-            k.locals.pop(n.name, None)
+    forget_inner_values(k, loop)
 
     # After the rows: per lane, NaN fix-ups, reduction stores, then the epilogue loops.
     k.rewrite = outer.rewrite
@@ -150,7 +142,7 @@ def emit_column_kernel(
     for n, var in accs:
         k.locals[n.name] = var
         if n.name in plan.stores:
-            finish.append(store_line(k, n, var, n.buffer.layout.index(n.full_index(outer_syms))))
+            finish.append(k.store_line(n.name, n.buffer.layout.index(n.full_index(outer_syms)), var))
     for epilogue in plan.loops[1:]:
         finish.extend(emit_inner_loop(k, epilogue, outer, parallel_inner=False))
 

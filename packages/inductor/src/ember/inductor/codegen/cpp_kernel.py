@@ -8,12 +8,11 @@ that builds and loads kernels) so that loading cached kernels imports none of th
 
 from __future__ import annotations
 
-import re
-
 import torch
 
 from ..kernel_plan import KernelPlan
 from ..options import InductorOptions
+from .common import size_args
 from .cpp_column import column_plan, emit_column_kernel
 from .cpp_loops import emit_inner_loop, emit_loop_body, loop_nest
 from .cpp_ops import CppKernel, mem_ctype
@@ -96,8 +95,7 @@ def generate_kernel(
             loop_nest(outer, body, parallel=parallel_outer, simd_inner=False, reductions=[])
         )
     text = "\n".join("  " + ln for ln in [*aliases, *lines])
-    symbols = sorted(plan.size_symbols(), key=lambda sym: int(sym.name[1:]))
-    sizes = [sym.name for sym in symbols if re.search(rf"\b{sym.name}\b", text)]
+    sizes = size_args(plan, text)
     params += [f"const int64_t {name}" for name in sizes]
     src = f'extern "C" void ember_kernel({", ".join(params)})\n{{\n' + text + "\n}\n"
     return src, args, sizes

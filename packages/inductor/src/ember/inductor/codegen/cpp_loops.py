@@ -18,14 +18,13 @@ from ..ir import Reduction
 from ..kernel_plan import Loop, SchedNode
 from ..loops import MergedLoops
 from ..sizes import Size
+from .common import Scope, emit_pointwise, forget_inner_values, reduction_value
 from .cpp_ops import (
     _OMP_CLAUSE,
     CTYPES,
     CppKernel,
     CppOps,
     CppVar,
-    Scope,
-    _cast,
     cexpr,
     nan_fixup,
     nan_update,
@@ -218,11 +217,6 @@ def versioned(
     ]
 
 
-def store_line(k: CppKernel, node: SchedNode, value: CppVar, index: sympy.Expr) -> str:
-    ptr, dtype = k.pointer(node.name)
-    return f"{ptr}[{cexpr(k.address(node.name, index))}] = {_cast(value, dtype)};"
-
-
 def emit_loop_body(k: CppKernel, outer: MergedLoops) -> list[str]:
     """Pure pointwise kernels: every node once per (outer) index. Lines that do not
     depend on the innermost index go to ``k.before_inner`` (``hoist_invariant``)."""
@@ -231,14 +225,7 @@ def emit_loop_body(k: CppKernel, outer: MergedLoops) -> list[str]:
     ops = CppOps(k)
     for loop in k.plan.loops:
         for n in loop.nodes:
-            idx = n.full_index(k.plan.outer_symbols)
-            data = n.buffer.data
-            assert not isinstance(data, Reduction)
-            value = data.inner_fn(idx, ops)
-            value = ops.to_dtype(value, n.buffer.get_dtype())
-            k.locals[n.name] = value
-            if k.stored(n.name):
-                k.scope.lines.append(store_line(k, n, value, n.buffer.layout.index(idx)))
+            emit_pointwise(k, ops, n, n.full_index(k.plan.outer_symbols))
     if len(outer.sizes) < 2:
         return k.scope.lines
     k.before_inner, body = hoist_invariant(
@@ -272,7 +259,7 @@ def emit_inner_loop(k: CppKernel, loop: Loop, outer: MergedLoops, *, parallel_in
             rtype = data.reduction_type
             dtype = data.dtype
             ctype = CTYPES[dtype]
-            value = data.inner_fn(n.full_index(outer_syms), n.reduction_index(inner_syms), ops)
+            value = reduction_value(ops, n, outer_syms, inner_syms)
             if rtype in ("argmax", "argmin"):
                 can_simd = False
                 src_ctype = CTYPES[data.src_dtype]
@@ -291,7 +278,6 @@ def emit_inner_loop(k: CppKernel, loop: Loop, outer: MergedLoops, *, parallel_in
                 post.append(f"if ({acc} < 0) {acc} = 0;")
                 results.append((n, CppVar(acc, torch.int64)))
                 continue
-            value = ops.to_dtype(value, dtype)
             pre.append(f"{ctype} {acc} = {reduction_init(rtype, dtype)};")
             k.scope.lines.append(reduction_update(rtype, acc, value))
             clauses.append(f"reduction({_OMP_CLAUSE[rtype]}:{acc})")
@@ -304,15 +290,9 @@ def emit_inner_loop(k: CppKernel, loop: Loop, outer: MergedLoops, *, parallel_in
                 post.append(nan_fixup(nan, acc, dtype))
             results.append((n, CppVar(acc, dtype)))
         else:
-            idx = n.full_index(list(outer_syms) + list(inner_syms))
-            value = ops.to_dtype(data.inner_fn(idx, ops), n.buffer.get_dtype())
-            if loop.inner:
-                k.locals[n.name] = value
-            else:
+            value = emit_pointwise(k, ops, n, n.full_index(list(outer_syms) + list(inner_syms)))
+            if not loop.inner:
                 results.append((n, value))
-                k.locals[n.name] = value
-            if k.stored(n.name):
-                k.scope.lines.append(store_line(k, n, value, n.buffer.layout.index(idx)))
     body = k.scope.lines
     k.scope = outer_scope
     if loop.inner:
@@ -336,12 +316,10 @@ def emit_inner_loop(k: CppKernel, loop: Loop, outer: MergedLoops, *, parallel_in
             if k.stored(n.name):
                 k.rewrite = outer.rewrite
                 out.append(
-                    store_line(k, n, value, n.buffer.layout.index(n.full_index(outer_syms)))
+                    k.store_line(n.name, n.buffer.layout.index(n.full_index(outer_syms)), value)
                 )
-    # values computed inside an inner loop are not visible after it
-    for n in loop.nodes:
-        if loop.inner and not n.is_reduction:
-            k.locals.pop(n.name, None)
+    if loop.inner:
+        forget_inner_values(k, loop)
     k.rewrite = outer.rewrite
     return out
 

@@ -1,10 +1,10 @@
 """The C++ ops handler: one C++ expression per op, and the kernel state it writes into.
 
-``CppOps`` turns each op into one ``auto tmpN = <expr>;`` line in the current
-scope (common subexpressions reuse the variable), so the C++ code generator
-differs from the Triton one only in the strings per op. ``CppKernel`` holds
-what one kernel's emission needs: pointers, values kept in registers, the
-index rewrite of the loops being emitted.
+``CppOps`` turns each op into one ``T tmpN = <expr>;`` line in the current
+scope (``common.KernelOps``: common subexpressions reuse the variable; each
+elementwise op is the ``cpp`` column of its ``op_table.OPS`` row). ``CppKernel``
+is ``common.KernelState`` with what only C++ kernels need (private arrays, the
+values converted from bools, the lines hoisted before an inner loop).
 """
 
 from __future__ import annotations
@@ -19,9 +19,17 @@ import torch
 
 from ..index import index_symbols, print_index
 from ..kernel_plan import KernelPlan, private_offset
-from ..ops_handler import DefaultOps
 from ..options import InductorOptions
-from .cpp_prelude import MVEC_FUNCS
+from .common import (
+    KernelOps,
+    KernelState,
+    RealSyntax,
+    Scope,
+    Var,
+    is_integral,
+    print_real,
+    reduction_identity,
+)
 
 CTYPES = {
     torch.float32: "float",
@@ -57,30 +65,19 @@ def cexpr(expr: sympy.Expr | int) -> str:
     return print_index(expr, div="/", mul="*", integer=_c_integer)
 
 
-def _integral(expr: sympy.Expr) -> bool:
-    """Whether ``expr`` is integer arithmetic (an index), as opposed to a real-valued
-    expression of sizes (``1/(s0 - 1)``, batch norm's unbiased correction)."""
-    return not any(a.is_Float or (a.is_Rational and not a.is_Integer) for a in sympy.preorder_traversal(expr)) and not any(
-        isinstance(a, sympy.Pow) and a.exp.is_negative for a in sympy.preorder_traversal(expr))
+_REAL = RealSyntax(
+    number=lambda v: repr(v),
+    symbol=lambda name: f"static_cast<double>({name})",
+    integer=lambda e: f"static_cast<double>({cexpr(e)})",
+    mul="*",
+    reciprocal="(1.0/({0}))",
+    sqrt="std::sqrt({0})",
+)
 
 
 def cfloat(expr: sympy.Expr) -> str:
     """A real-valued expression of sizes as C++ ``double`` arithmetic."""
-    if expr.is_Number:
-        return repr(float(expr))
-    if isinstance(expr, sympy.Symbol):
-        return f"static_cast<double>({expr.name})"
-    if isinstance(expr, sympy.Add):
-        return "(" + " + ".join(cfloat(a) for a in expr.args) + ")"
-    if isinstance(expr, sympy.Mul):
-        return "(" + "*".join(cfloat(a) for a in expr.args) + ")"
-    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer:
-        base, n = cfloat(expr.base), int(expr.exp)
-        body = "*".join([base] * abs(n)) or "1.0"
-        return f"({body})" if n > 0 else f"(1.0/({body}))"
-    if isinstance(expr, sympy.Pow) and expr.exp == sympy.Rational(1, 2):
-        return f"std::sqrt({cfloat(expr.base)})"
-    return f"static_cast<double>({cexpr(expr)})"
+    return print_real(expr, _REAL)
 
 
 def literal(value: bool | int | float, dtype: torch.dtype) -> str:
@@ -101,110 +98,36 @@ def literal(value: bool | int | float, dtype: torch.dtype) -> str:
     return f"static_cast<{ctype}>({v}LL)"
 
 
-@dataclass(frozen=True, slots=True)
-class CppVar:
-    expr: str
-    dtype: torch.dtype
+#: a C++ value (``tmp3``, a literal, ``acc[x0 - x0_tile]``)
+CppVar = Var
 
-    def __str__(self) -> str:
-        return self.expr
+#: ops whose value is C++ ``bool`` arithmetic cast back to the operands' type
+_BOOL_ARITH = ("add", "mul", "sub")
 
 
-_UNARY_FLOAT = {
-    "sqrt": "std::sqrt({0})",
-    "floor": "std::floor({0})",
-    "ceil": "std::ceil({0})",
-    "trunc": "std::trunc({0})",
-    "round": "std::nearbyint({0})",
-    "atan": "std::atan({0})",
-}
-_UNARY_ANY = {
-    "neg": "-{0}",
-    "abs": "std::abs({0})",
-    "sign": "ember_sign({0})",
-    "logical_not": "!{0}",
-    "isnan": "ember_isnan({0})",
-    "isinf": "ember_isinf({0})",
-    "reciprocal": "(1 / {0})",
-}
-_BINARY = {
-    "add": "{0} + {1}",
-    "sub": "{0} - {1}",
-    "mul": "{0} * {1}",
-    "truediv": "{0} / {1}",
-    "floordiv": "ember_floordiv({0}, {1})",
-    "mod": "ember_mod({0}, {1})",
-    "fmod": "ember_fmod({0}, {1})",
-    "pow": "std::pow({0}, {1})",
-    "maximum": "ember_maximum({0}, {1})",
-    "minimum": "ember_minimum({0}, {1})",
-    "atan2": "std::atan2({0}, {1})",
-    "hypot": "std::hypot({0}, {1})",
-    "eq": "{0} == {1}",
-    "ne": "{0} != {1}",
-    "lt": "{0} < {1}",
-    "le": "{0} <= {1}",
-    "gt": "{0} > {1}",
-    "ge": "{0} >= {1}",
-    "logical_and": "({0} != 0) && ({1} != 0)",
-    "logical_or": "({0} != 0) || ({1} != 0)",
-    "logical_xor": "({0} != 0) != ({1} != 0)",
-    "bitwise_and": "{0} & {1}",
-    "bitwise_or": "{0} | {1}",
-    "bitwise_xor": "{0} ^ {1}",
-}
-_BOOL_RESULT = {
-    "eq",
-    "ne",
-    "lt",
-    "le",
-    "gt",
-    "ge",
-    "logical_and",
-    "logical_or",
-    "logical_xor",
-    "logical_not",
-    "isnan",
-    "isinf",
-}
-
-
-@dataclass
-class Scope:
-    lines: list[str]
-    cse: dict[str, CppVar]
-
-
-class CppOps(DefaultOps):
+class CppOps(KernelOps):
     """Emits C++ statements into the kernel's current scope; values are ``CppVar``."""
 
+    column = "cpp"
+    label = "C++"
+    k: CppKernel
+
     def __init__(self, kernel: CppKernel) -> None:
-        self.k = kernel
+        super().__init__(kernel)
 
     def _emit(self, expr: str, dtype: torch.dtype, ctype: str | None = None) -> CppVar:
-        scope = self.k.scope
-        hit = scope.cse.get(expr)
-        if hit is not None:
-            return hit
-        name = self.k.new_var()
-        scope.lines.append(f"{ctype or CTYPES[dtype]} {name} = {expr};")
-        var = CppVar(name, dtype)
-        scope.cse[expr] = var
-        return var
+        return self.k.emit(expr, dtype, ctype)
 
-    def load(self, name: str, index: sympy.Expr) -> CppVar:
-        local = self.k.locals.get(name)
-        if local is not None:
-            return local
+    def literal(self, value: bool | int | float, dtype: torch.dtype) -> str:
+        return literal(value, dtype)
+
+    def load_memory(self, name: str, index: sympy.Expr) -> CppVar:
         ptr, dtype = self.k.pointer(name)
         return self._emit(f"{ptr}[{cexpr(self.k.address(name, index))}]", dtype, mem_ctype(dtype))
 
-    def constant(self, value: bool | int | float, dtype: torch.dtype) -> CppVar:
-        return CppVar(literal(value, dtype), dtype)
-
     def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> CppVar:
         expr = self.k.rewrite(expr)
-        text = cexpr(expr) if _integral(expr) else cfloat(expr)
+        text = cexpr(expr) if is_integral(expr) else cfloat(expr)
         return self._emit(f"static_cast<{CTYPES[dtype]}>({text})", dtype)
 
     def to_dtype(self, x: CppVar, dtype: torch.dtype) -> CppVar:
@@ -225,7 +148,7 @@ class CppOps(DefaultOps):
         self, mask: CppVar, body: Callable[[], Any], other: bool | int | float, dtype: torch.dtype
     ) -> CppVar:
         outer = self.k.scope
-        inner = Scope([], dict(outer.cse))
+        inner = Scope([], {}, outer)
         self.k.scope = inner
         try:
             value = body()
@@ -253,51 +176,34 @@ class CppOps(DefaultOps):
         w = self._emit(f"ember_check_index({v}, {cexpr(size)})", torch.int64)
         return sympy.Symbol(w.expr, integer=True)
 
-    def _op(self, name: str, *args: Any) -> CppVar:
-        if name in _BINARY:
-            a, b = args
-            dtype = torch.bool if name in _BOOL_RESULT else a.dtype
-            expr = _BINARY[name].format(a, b)
-            if (
-                dtype != torch.bool
-                and name.startswith("bitwise")
-                or (dtype == torch.bool and name in ("add", "mul", "sub"))
-            ):
-                expr = f"static_cast<{CTYPES[dtype]}>({expr})"
-            return self._emit(expr, dtype)
-        (x,) = args
-        dtype = torch.bool if name in _BOOL_RESULT else x.dtype
-        if name in _UNARY_ANY:
-            return self._emit(_UNARY_ANY[name].format(x), dtype)
-        if name == "bitwise_not":
-            return self._emit(f"!{x}" if x.dtype == torch.bool else f"~{x}", dtype)
-        if name == "relu":
-            return self._emit(f"{x} < 0 ? {literal(0, dtype)} : {x}", dtype)
-        suffix = "f" if x.dtype == torch.float32 else ""
-        if name == "sigmoid":
-            e = self._emit(f"ember_exp{suffix}(-{x})", dtype)
-            return self._emit(f"{literal(1, dtype)} / ({literal(1, dtype)} + {e})", dtype)
-        if name == "rsqrt":
-            return self._emit(f"{literal(1, dtype)} / std::sqrt({x})", dtype)
-        if name in MVEC_FUNCS:
-            return self._emit(f"ember_{name}{suffix}({x})", dtype)
-        if name in _UNARY_FLOAT:
-            return self._emit(_UNARY_FLOAT[name].format(x), dtype)
-        raise NotImplementedError(f"C++ backend has no ops.{name}")
+    # -- the syntax of ``op_table.OPS`` rows without a C++ column, and the casts around it --
+
+    def emit_op(self, name: str, expr: str, dtype: torch.dtype) -> CppVar:
+        # bitwise ops on small integers and arithmetic on bools compute in int: cast back
+        if (dtype != torch.bool and name.startswith("bitwise_") and name != "bitwise_not") or (
+            dtype == torch.bool and name in _BOOL_ARITH
+        ):
+            expr = f"static_cast<{CTYPES[dtype]}>({expr})"
+        return self._emit(expr, dtype)
+
+    def op_bitwise_not(self, x: CppVar) -> CppVar:
+        return self._emit(f"!{x}" if x.dtype == torch.bool else f"~{x}", x.dtype)
+
+    def op_sigmoid(self, x: CppVar) -> CppVar:
+        dtype, suffix = x.dtype, "f" if x.dtype == torch.float32 else ""
+        e = self._emit(f"ember_exp{suffix}(-{x})", dtype)
+        return self._emit(f"{literal(1, dtype)} / ({literal(1, dtype)} + {e})", dtype)
 
 
-_REDUCTION_INIT = {"sum": 0, "prod": 1, "any": False, "all": True}
 _OMP_CLAUSE = {"sum": "+", "prod": "*", "max": "max", "min": "min", "any": "||", "all": "&&"}
 _COMBINE = {"sum": "+", "prod": "*", "any": "||", "all": "&&"}
 
 
 def reduction_init(rtype: str, dtype: torch.dtype) -> str:
     """The identity of reduction ``rtype`` (sum/prod/max/min/any/all) as a C++ literal."""
-    if rtype not in ("max", "min"):
-        return literal(_REDUCTION_INIT[rtype], dtype)
-    if dtype.is_floating_point:
-        return literal(-math.inf if rtype == "max" else math.inf, dtype)
-    return f"std::numeric_limits<{CTYPES[dtype]}>::{'lowest' if rtype == 'max' else 'max'}()"
+    if rtype in ("max", "min") and not dtype.is_floating_point:
+        return f"std::numeric_limits<{CTYPES[dtype]}>::{'lowest' if rtype == 'max' else 'max'}()"
+    return literal(reduction_identity(rtype, dtype), dtype)
 
 
 def reduction_update(rtype: str, acc: str, value: CppVar) -> str:
@@ -318,15 +224,10 @@ def nan_fixup(flag: str, acc: str, dtype: torch.dtype) -> str:
 
 
 @dataclass
-class CppKernel:
+class CppKernel(KernelState):
     plan: KernelPlan
     options: InductorOptions
-    pointers: dict[str, tuple[str, torch.dtype]] = field(default_factory=dict)
     arg_names: list[str] = field(default_factory=list)
-    locals: dict[str, CppVar] = field(default_factory=dict)
-    counter: int = 0
-    scope: Scope = field(default_factory=lambda: Scope([], {}))
-    rewrite: Callable[[sympy.Expr], sympy.Expr] = field(default=lambda e: e)
     #: numbers converted from a bool -> that bool (a round trip back is dropped: besides
     #: wasted work, gcc turns ``(f != 0) ? a : b`` on such a value into a branch)
     from_bool: dict[str, CppVar] = field(default_factory=dict)
@@ -337,13 +238,19 @@ class CppKernel:
     #: masks a pointwise kernel's innermost loop is versioned on (``cpp_loops.versioned``)
     specialize: list[str] = field(default_factory=list)
 
-    def new_var(self) -> str:
-        self.counter += 1
-        return f"tmp{self.counter}"
+    def declare(self, name: str, expr: str, dtype: torch.dtype, decl: str | None) -> str:
+        return f"{decl or CTYPES[dtype]} {name} = {expr};"
 
     def stored(self, name: str) -> bool:
         """Whether the kernel writes ``name`` to memory (a graph buffer or a local array)."""
         return name in self.plan.stores or name in self.plan.private
+
+    def store(self, name: str, index: sympy.Expr, value: CppVar) -> None:
+        self.scope.lines.append(self.store_line(name, index, value))
+
+    def store_line(self, name: str, index: sympy.Expr, value: CppVar) -> str:
+        ptr, dtype = self.pointer(name)
+        return f"{ptr}[{cexpr(self.address(name, index))}] = {_cast(value, dtype)};"
 
     def address(self, name: str, index: sympy.Expr) -> sympy.Expr:
         """Where element ``index`` of buffer ``name`` lives, as emitted in the loops."""

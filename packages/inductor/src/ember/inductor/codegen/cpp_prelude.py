@@ -2,30 +2,9 @@
 
 from __future__ import annotations
 
-#: Math functions glibc's libmvec has vector variants of (float and double).
-MVEC_FUNCS = (
-    "acos",
-    "acosh",
-    "asin",
-    "asinh",
-    "atan",
-    "atanh",
-    "cos",
-    "cosh",
-    "erf",
-    "erfc",
-    "exp",
-    "exp2",
-    "expm1",
-    "log",
-    "log10",
-    "log1p",
-    "log2",
-    "sin",
-    "sinh",
-    "tan",
-    "tanh",
-)
+# MVEC_FUNCS: the math functions glibc's libmvec has vector variants of (float and
+# double), declared below; the ``op_table.OPS`` rows whose C++ is ``ember_<name>{f}(x)``.
+from ..op_table import MVEC_FUNCS
 
 #: Functions the helpers define inline (vectorized in place by gcc) instead of calling libm.
 INLINE_MATH = frozenset({"ember_expf"})

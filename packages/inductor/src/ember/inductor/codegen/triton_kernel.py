@@ -33,7 +33,6 @@ generates or recompiles anything ember owns.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -41,13 +40,13 @@ import sympy
 import torch
 
 from ..index import affine_coefficients, upper_bound
-from ..ir import Reduction
 from ..kernel_plan import KernelPlan, Loop, SchedNode
 from ..sizes import Size, as_size, product
 from .backend import KernelSource
+from .common import Scope, emit_pointwise, forget_inner_values, reduction_value, size_args
 from .pysize import pyexpr
 from .triton_configs import PERSISTENT_RNUMEL
-from .triton_ops import Scope, TritonKernel, TritonOps, TVar, texpr
+from .triton_ops import TritonKernel, TritonOps, TVar, texpr
 from .triton_reduce import ReductionCode, reduce_block, reduce_loop, reduce_trivial
 
 _HEADER = """import triton
@@ -98,7 +97,7 @@ class _Gen:
         self.name = name
         pointers = {n: (f"in_{n}", dtypes[n]) for n in plan.loads}
         pointers.update({n: (f"out_{n}", dtypes[n]) for n in plan.stores})
-        self.k = TritonKernel(pointers)
+        self.k = TritonKernel(pointers=pointers, stores=set(plan.stores))
         self.ops = TritonOps(self.k)
         self.outer = plan.merged_outer()
         self.numels: list[tuple[str, Size]] = []
@@ -126,19 +125,8 @@ class _Gen:
         ]
         self._outer_lanes("xindex", syms, sizes, "xmask")
 
-    def _compute(self, n: SchedNode, idx: list[sympy.Expr]) -> TVar:
-        data = n.buffer.data
-        assert not isinstance(data, Reduction)
-        value = data.inner_fn(idx, self.ops)
-        if not isinstance(value, TVar):
-            value = self.ops.constant(value, n.buffer.get_dtype())
-        return self.ops.to_dtype(value, n.buffer.get_dtype())
-
     def _emit_pointwise_node(self, n: SchedNode, idx: list[sympy.Expr]) -> None:
-        value = self._compute(n, idx)
-        self.k.locals[n.name] = value
-        if n.name in self.plan.stores:
-            self.k.store(n.name, n.buffer.layout.index(idx), value)
+        emit_pointwise(self.k, self.ops, n, idx)
 
     def index_bounds(self) -> list[Size] | None:
         """The largest element count and address of every access (None: one is unbounded,
@@ -259,14 +247,7 @@ class _Gen:
                 self._emit_pointwise_node(n, n.full_index(self.plan.outer_symbols))
 
     def _reduction_value(self, n: SchedNode, inner_syms: Sequence[sympy.Symbol]) -> TVar:
-        data = n.buffer.data
-        assert isinstance(data, Reduction)
-        value = data.inner_fn(n.full_index(self.plan.outer_symbols), n.reduction_index(inner_syms), self.ops)
-        if not isinstance(value, TVar):
-            value = self.ops.constant(value, data.src_dtype)
-        if data.reduction_type not in ("argmax", "argmin"):
-            value = self.ops.to_dtype(value, data.dtype)
-        return value
+        return reduction_value(self.ops, n, self.plan.outer_symbols, inner_syms)
 
     def _finish(self, n: SchedNode, result: TVar) -> None:
         """A reduction's result is in registers for the rest of the kernel; store it if needed."""
@@ -308,9 +289,7 @@ class _Gen:
                 self._emit_pointwise_node(n, n.full_index(self.plan.outer_symbols + loop.symbols))
                 if kept is not None:
                     kept[n.name] = k.locals[n.name]
-        for n in loop.nodes:  # values of the inner range are not visible after it
-            if not n.is_reduction:
-                k.locals.pop(n.name, None)
+        forget_inner_values(k, loop)
         body = scope.lines
         k.scope = outer_scope
         if not self.persistent:
@@ -363,8 +342,7 @@ def _module(gens: Sequence[tuple[str, _Gen, bool]], sizes: Sequence[str]) -> str
 def _size_args(plan: KernelPlan, gens: Sequence[_Gen]) -> list[str]:
     """The size symbols the kernels' bodies read (kernel arguments after the counts)."""
     text = "\n".join("\n".join(g.body(False)) for g in gens)
-    symbols = sorted(plan.size_symbols(), key=lambda sym: int(sym.name[1:]))
-    return [sym.name for sym in symbols if re.search(rf"\b{sym.name}\b", text)]
+    return size_args(plan, text)
 
 
 def _bound_text(bounds: Sequence[Size]) -> str:

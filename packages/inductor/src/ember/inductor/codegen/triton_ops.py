@@ -1,13 +1,14 @@
 """The Triton ops handler: one Triton expression per op, and the kernel state it writes into.
 
 ``TritonOps`` turns each op into one ``tmpN = <expr>`` line in the current scope
-(common subexpressions reuse the variable), like ``CppOps`` does for C++. Values
+(``common.KernelOps``, as ``CppOps`` does for C++: each elementwise op is the
+``triton`` column of its ``op_table.OPS`` row, or an ``op_<name>`` method below). Values
 are blocks: ``[XBLOCK]`` in a 1-D pointwise kernel, ``[YBLOCK, XBLOCK]`` in a
 tiled one, ``[XBLOCK, 1]`` or ``[XBLOCK, RBLOCK]`` in a reduction kernel.
 
 Transcendental ops use ``tl.`` math where Triton has it (``exp``, ``log``,
 ``sin``, ``erf``, ...) and ``libdevice`` otherwise (``tanh``, ``expm1``,
-``atan2``, ...). Triton's interpreter cannot run ``libdevice``; for CPU tensors
+``atan2``, ...: the table's column says which). Triton's interpreter cannot run ``libdevice``; for CPU tensors
 the kernel module's ``libdevice`` is ``triton_libdevice.py`` (numpy), so the
 generated source is the same on a GPU and under the interpreter.
 
@@ -27,8 +28,8 @@ import sympy
 import torch
 
 from ..index import print_index
-from ..ops_handler import DefaultOps
 from ..sizes import is_size_symbol
+from .common import KernelOps, KernelState, RealSyntax, Var, is_integral, print_real
 
 TL_DTYPES = {
     torch.float32: "tl.float32",
@@ -57,34 +58,19 @@ def texpr(expr: sympy.Expr) -> str:
     return print_index(expr, div="//", mul=" * ")
 
 
-def _integral(expr: sympy.Expr) -> bool:
-    """Whether ``expr`` is integer arithmetic (an index), as opposed to a real-valued
-    expression of sizes (``1/(s0 - 1)``, batch norm's unbiased correction)."""
-    for a in sympy.preorder_traversal(expr):
-        if a.is_Float or (a.is_Rational and not a.is_Integer):
-            return False
-        if isinstance(a, sympy.Pow) and a.exp.is_negative:
-            return False
-    return True
+_REAL = RealSyntax(
+    number=lambda v: f"tl.full([1], {v!r}, tl.float64)",
+    symbol=lambda name: f"({name} + tl.zeros([1], tl.float64))",
+    integer=lambda e: f"({texpr(e)} + tl.zeros([1], tl.float64))",
+    mul=" * ",
+    reciprocal="(1.0 / ({0}))",
+    sqrt="tl.sqrt({0})",
+)
 
 
 def tfloat(expr: sympy.Expr) -> str:
     """A real-valued expression of sizes as float64 Triton arithmetic."""
-    if expr.is_Number:
-        return f"tl.full([1], {float(expr)!r}, tl.float64)"
-    if isinstance(expr, sympy.Symbol):
-        return f"({expr.name} + tl.zeros([1], tl.float64))"
-    if isinstance(expr, sympy.Add):
-        return "(" + " + ".join(tfloat(a) for a in expr.args) + ")"
-    if isinstance(expr, sympy.Mul):
-        return "(" + " * ".join(tfloat(a) for a in expr.args) + ")"
-    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer:
-        base, n = tfloat(expr.base), int(expr.exp)
-        body = " * ".join([base] * abs(n)) or "1.0"
-        return f"({body})" if n > 0 else f"(1.0 / ({body}))"
-    if isinstance(expr, sympy.Pow) and expr.exp == sympy.Rational(1, 2):
-        return f"tl.sqrt({tfloat(expr.base)})"
-    return f"({texpr(expr)} + tl.zeros([1], tl.float64))"
+    return print_real(expr, _REAL)
 
 
 def scalar_literal(value: bool | int | float, dtype: torch.dtype) -> str:
@@ -125,118 +111,46 @@ def cast(value: TVar, tl_dtype: str) -> str:
     return f"{value}.to({tl_dtype})"
 
 
-@dataclass(frozen=True, slots=True)
-class TVar:
-    expr: str
-    dtype: torch.dtype
+#: a Triton value (a block: ``tmp3``, a literal)
+TVar = Var
 
-    def __str__(self) -> str:
-        return self.expr
+#: ops on bools computed as logic (``True + True`` is ``True`` in torch)
+_BOOL_LOGIC = {"add": "|", "maximum": "|", "mul": "&", "minimum": "&"}
 
 
-#: ops that are ``tl.`` math (the same functions on a GPU and under the interpreter)
-_TL_MATH = {
-    "exp": "tl.exp",
-    "exp2": "tl.exp2",
-    "log": "tl.log",
-    "log2": "tl.log2",
-    "sqrt": "tl.sqrt",
-    "rsqrt": "tl.rsqrt",
-    "sin": "tl.sin",
-    "cos": "tl.cos",
-    "erf": "tl.erf",
-    "floor": "tl.floor",
-    "ceil": "tl.ceil",
-    "sigmoid": "tl.sigmoid",
-}
-#: ops Triton has only in libdevice (CUDA's libm)
-_LIBDEVICE = {
-    "expm1": "expm1",
-    "log10": "log10",
-    "log1p": "log1p",
-    "tan": "tan",
-    "asin": "asin",
-    "acos": "acos",
-    "atan": "atan",
-    "sinh": "sinh",
-    "cosh": "cosh",
-    "tanh": "tanh",
-    "asinh": "asinh",
-    "acosh": "acosh",
-    "atanh": "atanh",
-    "erfc": "erfc",
-    "trunc": "trunc",
-    "round": "nearbyint",
-}
-_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-_ARITH = {"add": "+", "sub": "-", "mul": "*", "truediv": "/"}
-_BITWISE = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
-_LOGICAL = {"logical_and": "&", "logical_or": "|", "logical_xor": "^"}
+@dataclass(kw_only=True)
+class TritonKernel(KernelState):
+    """``common.KernelState`` with what Triton kernels need: masks, lanes, index ranges."""
 
+    #: buffers the kernel writes
+    stores: set[str] = field(default_factory=set)
+    #: masks of the enclosing ``ops.masked`` bodies
+    masked: list[str] = field(default_factory=list)
+    #: symbol -> the mask of the lanes it varies over (``xmask``, ``ymask``, ``r0mask``)
+    symbol_masks: dict[sympy.Symbol, str] = field(default_factory=dict)
+    #: symbol -> exclusive upper bound (loop extents; indirect indices' dim sizes)
+    ranges: dict[sympy.Symbol, Any] = field(default_factory=dict)
+    #: every address expression emitted (int64 indexing is needed if one can reach 2**31)
+    addresses: list[sympy.Expr] = field(default_factory=list)
+    #: lanes of the current scope (``xmask``, ``xmask & r0mask``, ...)
+    lane_mask: str = "xmask"
+    #: a lane variable of the current scope's shape (blockifies scalar addresses)
+    lane_index: str = "xindex"
+    #: the kernel checks indirect indices (it takes an ``err_ptr`` argument)
+    index_check: bool = False
+    #: check indirect indices with ``tl.device_assert`` instead (compiled CUDA kernels:
+    #: no flag to read back, as eager's CUDA kernels; launched with ``debug=True``)
+    device_asserts: bool = False
+    #: the kernel holds a ``tl.device_assert``
+    asserts: bool = False
+    #: ``@triton.jit`` helpers the kernel calls (name -> source)
+    helpers: dict[str, str] = field(default_factory=dict)
 
-@dataclass
-class Scope:
-    """Lines being emitted and the values computed in them; ``parent`` values stay visible."""
+    def declare(self, name: str, expr: str, dtype: torch.dtype, decl: str | None) -> str:
+        return f"{name} = {expr}"
 
-    lines: list[str]
-    cse: dict[str, TVar] = field(default_factory=dict)
-    parent: Scope | None = None
-
-    def lookup(self, expr: str) -> TVar | None:
-        scope: Scope | None = self
-        while scope is not None:
-            hit = scope.cse.get(expr)
-            if hit is not None:
-                return hit
-            scope = scope.parent
-        return None
-
-
-class TritonKernel:
-    """What one kernel's emission needs: pointers, masks, index rewrite, values in registers."""
-
-    def __init__(self, pointers: dict[str, tuple[str, torch.dtype]]) -> None:
-        self.pointers = pointers
-        self.scope = Scope([])
-        self.counter = 0
-        #: buffer name -> its value, where it is in registers
-        self.locals: dict[str, TVar] = {}
-        #: masks of the enclosing ``ops.masked`` bodies
-        self.masked: list[str] = []
-        #: index expressions over the plan's symbols -> over the emitted (merged) loops
-        self.rewrite: Callable[[sympy.Expr], sympy.Expr] = lambda e: e
-        #: symbol -> the mask of the lanes it varies over (``xmask``, ``ymask``, ``r0mask``)
-        self.symbol_masks: dict[sympy.Symbol, str] = {}
-        #: symbol -> exclusive upper bound (loop extents; indirect indices' dim sizes)
-        self.ranges: dict[sympy.Symbol, int] = {}
-        #: every address expression emitted (int64 indexing is needed if one can reach 2**31)
-        self.addresses: list[sympy.Expr] = []
-        #: lanes of the current scope (``xmask``, ``xmask & r0mask``, ...)
-        self.lane_mask = "xmask"
-        #: a lane variable of the current scope's shape (blockifies scalar addresses)
-        self.lane_index = "xindex"
-        #: the kernel checks indirect indices (it takes an ``err_ptr`` argument)
-        self.index_check = False
-        #: check indirect indices with ``tl.device_assert`` instead (compiled CUDA kernels:
-        #: no flag to read back, as eager's CUDA kernels; launched with ``debug=True``)
-        self.device_asserts = False
-        #: the kernel holds a ``tl.device_assert``
-        self.asserts = False
-        #: ``@triton.jit`` helpers the kernel calls (name -> source)
-        self.helpers: dict[str, str] = {}
-
-    def new_var(self) -> str:
-        self.counter += 1
-        return f"tmp{self.counter}"
-
-    def emit(self, expr: str, dtype: torch.dtype) -> TVar:
-        hit = self.scope.lookup(expr)
-        if hit is not None:
-            return hit
-        var = TVar(self.new_var(), dtype)
-        self.scope.lines.append(f"{var} = {expr}")
-        self.scope.cse[expr] = var
-        return var
+    def stored(self, name: str) -> bool:
+        return name in self.stores
 
     def line(self, text: str) -> None:
         self.scope.lines.append(text)
@@ -270,7 +184,7 @@ class TritonKernel:
             mask = " & ".join([self.lane_mask, *self.masked])
         return text, mask
 
-    def store(self, name: str, index: sympy.Expr, value: TVar) -> None:
+    def store(self, name: str, index: sympy.Expr, value: Var) -> None:
         ptr, dtype = self.pointers[name]
         text, mask = self.address(ptr, index)
         self.line(f"tl.store({text}, {store_value(value, dtype)}, {mask})")
@@ -285,26 +199,26 @@ def store_value(value: TVar, dtype: torch.dtype) -> str:
     return str(value)
 
 
-class TritonOps(DefaultOps):
+class TritonOps(KernelOps):
     """Emits Triton statements into the kernel's current scope; values are ``TVar``."""
 
-    def __init__(self, kernel: TritonKernel) -> None:
-        self.k = kernel
+    column = "triton"
+    label = "Triton"
+    k: TritonKernel
 
-    def load(self, name: str, index: sympy.Expr) -> TVar:
-        local = self.k.locals.get(name)
-        if local is not None:
-            return local
+    def __init__(self, kernel: TritonKernel) -> None:
+        super().__init__(kernel)
+
+    def literal(self, value: bool | int | float, dtype: torch.dtype) -> str:
+        return literal(value, dtype)
+
+    def load_memory(self, name: str, index: sympy.Expr) -> TVar:
         ptr, dtype = self.k.pointers[name]
         text, mask = self.k.address(ptr, index)
         load = f"tl.load({text}, {mask}, other=0)"
         if dtype in LOW_PRECISION:
             load += ".to(tl.float32)"
         return self.k.emit(load, dtype)
-
-    def constant(self, value: bool | int | float, dtype: torch.dtype) -> TVar:
-        return TVar(literal(value, dtype), dtype)
-
     def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> TVar:
         index = self.k.rewrite(expr)
         if not index.free_symbols:
@@ -312,7 +226,7 @@ class TritonOps(DefaultOps):
                 return self.constant(int(index), dtype)
             return self.constant(float(index), dtype)
         # a real-valued expression of size arguments (batch norm's ``1/(n-1)``), or an index
-        text = texpr(index) if _integral(index) else tfloat(index)
+        text = texpr(index) if is_integral(index) else tfloat(index)
         if not any(s in self.k.symbol_masks for s in index.free_symbols):
             # only size arguments: a scalar, spread over the scope's lanes like a load
             text = f"{text} + tl.zeros_like({self.k.lane_index})"
@@ -367,85 +281,54 @@ class TritonOps(DefaultOps):
         k.ranges[sym] = size
         return sym
 
-    def _op(self, name: str, *args: Any) -> TVar:
-        k = self.k
-        if len(args) == 2:
-            a, b = args
-            return self._binary(name, a, b)
-        x: TVar = args[0]
-        dtype = x.dtype
-        is_float = dtype.is_floating_point
-        if name in _TL_MATH:
-            return k.emit(f"{_TL_MATH[name]}({x})", dtype)
-        if name in _LIBDEVICE:
-            return k.emit(f"libdevice.{_LIBDEVICE[name]}({x})", dtype)
-        if name == "neg":
-            return k.emit(f"-{x}", dtype)
-        if name == "abs":
-            return k.emit(f"tl.abs({x})", dtype) if dtype != torch.bool else x
-        if name == "reciprocal":
-            return k.emit(f"1.0 / {x}", dtype)
-        if name == "relu":
-            return k.emit(f"tl.where({x} < 0, {literal(0, dtype)}, {x})", dtype)
-        if name == "sign":
-            if dtype == torch.bool:
-                return x
-            one, zero = literal(1, dtype), literal(0, dtype)
-            neg = k.emit(f"tl.where({x} < {zero}, -{one}, {x})", dtype)
-            return k.emit(f"tl.where({x} > {zero}, {one}, {neg})", dtype)
-        if name in ("logical_not",) or (name == "bitwise_not" and dtype == torch.bool):
-            return k.emit(f"({x} == 0)", torch.bool)
-        if name == "bitwise_not":
-            return k.emit(f"~{x}", dtype)
-        if name == "isnan":
-            return k.emit(f"({x} != {x})", torch.bool)
-        if name == "isinf":
-            if not is_float:
-                return k.emit(f"({x} != {x})", torch.bool)
-            return k.emit(f'(tl.abs({x}) == float("inf"))', torch.bool)
-        raise NotImplementedError(f"Triton backend has no ops.{name}")
+    # -- the syntax of ``op_table.OPS`` rows without a Triton column --------------------
 
-    def _binary(self, name: str, a: TVar, b: TVar) -> TVar:
-        k = self.k
-        dtype = a.dtype
-        if name in _CMP:
-            return k.emit(f"({a} {_CMP[name]} {b})", torch.bool)
-        if name in _LOGICAL:
-            return k.emit(f"(({a} != 0) {_LOGICAL[name]} ({b} != 0))", torch.bool)
-        if dtype == torch.bool and name in ("add", "mul", "maximum", "minimum"):
-            op = "|" if name in ("add", "maximum") else "&"
-            return k.emit(f"({a} {op} {b})", dtype)
-        if name in _ARITH:
-            return k.emit(f"({a} {_ARITH[name]} {b})", dtype)
-        if name in _BITWISE:
-            return k.emit(f"({a} {_BITWISE[name]} {b})", dtype)
-        if name in ("maximum", "minimum"):
-            cmp = "<" if name == "maximum" else ">"
-            return k.emit(f"tl.where(({a} {cmp} {b}) | ({b} != {b}), {b}, {a})", dtype)
-        if name in ("atan2", "hypot"):
-            return k.emit(f"libdevice.{name}({a}, {b})", dtype)
-        if name == "pow":
-            if dtype.is_floating_point:
-                return k.emit(f"libdevice.pow({a}, {b})", dtype)
-            # integer powers through float64, as the C++ backend's std::pow
-            p = f"libdevice.pow({a}.to(tl.float64), {b}.to(tl.float64))"
-            return k.emit(f"{p}.to({TL_DTYPES[dtype]})", dtype)
-        if name == "fmod":
-            if dtype.is_floating_point:
-                return k.emit(f"libdevice.fmod({a}, {b})", dtype)
-            return k.emit(f"({a} % {b})", dtype)  # Triton's % truncates like C
-        if name == "mod":
-            r = (
-                k.emit(f"libdevice.fmod({a}, {b})", dtype)
-                if dtype.is_floating_point
-                else k.emit(f"({a} % {b})", dtype)
-            )
-            fix = f"({r} != 0) & (({r} < 0) != ({b} < 0))"
-            return k.emit(f"tl.where({fix}, {r} + {b}, {r})", dtype)
-        if name == "floordiv":
-            if dtype.is_floating_point:
-                return k.emit(f"tl.floor({a} / {b})", dtype)
-            q = k.emit(f"({a} // {b})", dtype)  # truncates
-            fix = f"(({q} * {b}) != {a}) & (({a} < 0) != ({b} < 0))"
-            return k.emit(f"tl.where({fix}, {q} - 1, {q})", dtype)
-        raise NotImplementedError(f"Triton backend has no ops.{name}")
+    def _op(self, name: str, *args: Any) -> TVar:
+        if len(args) == 2 and args[0].dtype == torch.bool and name in _BOOL_LOGIC:
+            a, b = args
+            return self.k.emit(f"({a} {_BOOL_LOGIC[name]} {b})", a.dtype)
+        return super()._op(name, *args)
+
+    def op_abs(self, x: TVar) -> TVar:
+        return self.k.emit(f"tl.abs({x})", x.dtype) if x.dtype != torch.bool else x
+
+    def op_sign(self, x: TVar) -> TVar:
+        if x.dtype == torch.bool:
+            return x
+        one, zero = literal(1, x.dtype), literal(0, x.dtype)
+        neg = self.k.emit(f"tl.where({x} < {zero}, -{one}, {x})", x.dtype)
+        return self.k.emit(f"tl.where({x} > {zero}, {one}, {neg})", x.dtype)
+
+    def op_bitwise_not(self, x: TVar) -> TVar:
+        if x.dtype == torch.bool:
+            return self.k.emit(f"({x} == 0)", torch.bool)
+        return self.k.emit(f"~{x}", x.dtype)
+
+    def op_isinf(self, x: TVar) -> TVar:
+        if not x.dtype.is_floating_point:
+            return self.k.emit(f"({x} != {x})", torch.bool)
+        return self.k.emit(f'(tl.abs({x}) == float("inf"))', torch.bool)
+
+    def op_pow(self, a: TVar, b: TVar) -> TVar:
+        if a.dtype.is_floating_point:
+            return self.k.emit(f"libdevice.pow({a}, {b})", a.dtype)
+        # integer powers through float64, as the C++ backend's std::pow
+        p = f"libdevice.pow({a}.to(tl.float64), {b}.to(tl.float64))"
+        return self.k.emit(f"{p}.to({TL_DTYPES[a.dtype]})", a.dtype)
+
+    def op_fmod(self, a: TVar, b: TVar) -> TVar:
+        if a.dtype.is_floating_point:
+            return self.k.emit(f"libdevice.fmod({a}, {b})", a.dtype)
+        return self.k.emit(f"({a} % {b})", a.dtype)  # Triton's % truncates like C
+
+    def op_mod(self, a: TVar, b: TVar) -> TVar:
+        r = self.op_fmod(a, b)
+        fix = f"({r} != 0) & (({r} < 0) != ({b} < 0))"
+        return self.k.emit(f"tl.where({fix}, {r} + {b}, {r})", a.dtype)
+
+    def op_floordiv(self, a: TVar, b: TVar) -> TVar:
+        if a.dtype.is_floating_point:
+            return self.k.emit(f"tl.floor({a} / {b})", a.dtype)
+        q = self.k.emit(f"({a} // {b})", a.dtype)  # truncates
+        fix = f"(({q} * {b}) != {a}) & (({a} < 0) != ({b} < 0))"
+        return self.k.emit(f"tl.where({fix}, {q} - 1, {q})", a.dtype)

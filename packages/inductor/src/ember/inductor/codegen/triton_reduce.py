@@ -17,7 +17,6 @@ the reduction's identity. The semantics are eager's:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +25,7 @@ import torch
 
 from ..ir import Reduction
 from ..kernel_plan import SchedNode
+from .common import reduction_identity
 from .triton_ops import TritonKernel, TVar, literal, register_dtype, scalar_literal
 
 _MUL_HELPER = """def _ember_mul(a, b):
@@ -47,21 +47,9 @@ def _data(n: SchedNode) -> Reduction:
     return data
 
 
-def _extreme(rtype: str, dtype: torch.dtype, make: Callable[[Any, torch.dtype], str] = literal) -> str:
-    """The identity of max (lowest value) or min (highest value)."""
-    low = rtype in ("max", "argmax")
-    if dtype.is_floating_point:
-        return make(-math.inf if low else math.inf, dtype)
-    if dtype == torch.bool:
-        return make(not low, dtype)
-    info = torch.iinfo(dtype)
-    return make(info.min if low else info.max, dtype)
-
-
 def _identity(rtype: str, dtype: torch.dtype, make: Callable[[Any, torch.dtype], str] = literal) -> str:
-    if rtype in ("max", "min"):
-        return _extreme(rtype, dtype, make)
-    return make({"sum": 0, "prod": 1, "any": False, "all": True, "welford_m2": 0}[rtype], dtype)
+    """Reduction ``rtype``'s identity (``common.reduction_identity``) as a literal."""
+    return make(reduction_identity(rtype, dtype), dtype)
 
 
 def reduce_trivial(k: TritonKernel, n: SchedNode, value: TVar) -> TVar:
@@ -112,7 +100,7 @@ def _arg_block(
     k: TritonKernel, rtype: str, src: torch.dtype, value: TVar, m: str, rindex: str, rnumel: str
 ) -> tuple[TVar, TVar, TVar | None]:
     """(extreme value, its first index, row has a NaN) of one block, each ``[XBLOCK, 1]``."""
-    ident = _extreme(rtype, src)
+    ident = _identity(rtype, src)
     fn = "tl.max" if rtype == "argmax" else "tl.min"
     vm = k.emit(f"tl.where({m}, {value}, {ident})", src)
     nan: TVar | None = None
@@ -192,7 +180,7 @@ def _arg_loop(
     is strictly better, so the first occurrence wins."""
     best_v, best_i, seen_nan = f"{acc}_v", f"{acc}_i", f"{acc}_nan"
     before = [
-        f"{best_v} = tl.full([XBLOCK, 1], {_extreme(rtype, src, scalar_literal)}, {register_dtype(src)})",
+        f"{best_v} = tl.full([XBLOCK, 1], {_identity(rtype, src, scalar_literal)}, {register_dtype(src)})",
         f"{best_i} = tl.zeros([XBLOCK, 1], tl.int64)",
         f"{seen_nan} = tl.zeros([XBLOCK, 1], tl.int1)",
     ]

@@ -1,4 +1,10 @@
-"""Elementwise ATen ops: one table row per op, type promotion as torch does it."""
+"""Elementwise ATen ops, type promotion as torch does it.
+
+An ATen op computed by one ``ops.<name>`` is registered from its row of ``op_table.OPS``
+(the one table to add an elementwise op to); ops that need more (``add``'s ``alpha``,
+``div``'s rounding modes, ``pow``'s small exponents, ``where``, ``clamp``, ``gelu``, ...)
+have their lowering below.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 
 from ..ir import IRNode, Pointwise
+from ..op_table import OPS, Op
 from ..ops_handler import OpsHandler
 from . import LoweringContext, make_pointwise, meta_of, out_dtype, promote, register_lowering
 
@@ -35,97 +42,42 @@ def _binary(name: str) -> Callable[..., Any]:
     return lambda ops, a, b: getattr(ops, name)(a, b)
 
 
-_FLOAT_UNARY = {
-    aten.exp: "exp",
-    aten.exp2: "exp2",
-    aten.expm1: "expm1",
-    aten.log: "log",
-    aten.log2: "log2",
-    aten.log10: "log10",
-    aten.log1p: "log1p",
-    aten.sqrt: "sqrt",
-    aten.rsqrt: "rsqrt",
-    aten.sin: "sin",
-    aten.cos: "cos",
-    aten.tan: "tan",
-    aten.asin: "asin",
-    aten.acos: "acos",
-    aten.atan: "atan",
-    aten.sinh: "sinh",
-    aten.cosh: "cosh",
-    aten.tanh: "tanh",
-    aten.asinh: "asinh",
-    aten.acosh: "acosh",
-    aten.atanh: "atanh",
-    aten.erf: "erf",
-    aten.erfc: "erfc",
-    aten.sigmoid: "sigmoid",
-    aten.reciprocal: "reciprocal",
-}
-for _op, _name in _FLOAT_UNARY.items():
-    _register(_op.default, _unary(_name), Kind.INT_TO_FLOAT)
-
-for _op, _name in {
-    aten.neg: "neg",
-    aten.sign: "sign",
-    aten.relu: "relu",
-    aten.bitwise_not: "bitwise_not",
-}.items():
-    _register(_op.default, _unary(_name))
-_register(aten.abs.default, _unary("abs"), Kind.COMPLEX_TO_FLOAT)
-_register(aten.logical_not.default, _unary("logical_not"), bool_out=True)
-_register(aten.isnan.default, _unary("isnan"), bool_out=True)
-_register(aten.isinf.default, _unary("isinf"), bool_out=True)
-
-
 def _lower_rounding(ctx: LoweringContext, node: torch.fx.Node, x: IRNode, name: str) -> Pointwise:
     if not x.get_dtype().is_floating_point:
         return make_pointwise(node, [x], lambda ops, v: v, compute_dtype=x.get_dtype())
     return make_pointwise(node, [x], _unary(name), compute_dtype=x.get_dtype())
 
 
-for _op, _name in {
-    aten.floor: "floor",
-    aten.ceil: "ceil",
-    aten.trunc: "trunc",
-    aten.round: "round",
-}.items():
-    register_lowering(_op.default)(lambda ctx, node, x, _n=_name: _lower_rounding(ctx, node, x, _n))
-
-_BINARY = {
-    aten.mul: "mul",
-    aten.maximum: "maximum",
-    aten.minimum: "minimum",
-    aten.bitwise_and: "bitwise_and",
-    aten.bitwise_or: "bitwise_or",
-    aten.bitwise_xor: "bitwise_xor",
+_KINDS = {
+    "default": Kind.DEFAULT,
+    "int_to_float": Kind.INT_TO_FLOAT,
+    "complex_to_float": Kind.COMPLEX_TO_FLOAT,
 }
-for _op, _name in _BINARY.items():
-    for _ov in ("Tensor", "Scalar"):
-        if hasattr(_op, _ov):
-            _register(getattr(_op, _ov), _binary(_name))
-    if hasattr(_op, "default"):
-        _register(_op.default, _binary(_name))
 
-for _op, _name in {aten.atan2: "atan2", aten.hypot: "hypot"}.items():
-    _register(_op.default, _binary(_name), Kind.INT_TO_FLOAT)
 
-for _op, _name in {
-    aten.eq: "eq",
-    aten.ne: "ne",
-    aten.lt: "lt",
-    aten.le: "le",
-    aten.gt: "gt",
-    aten.ge: "ge",
-}.items():
-    _register(_op.Tensor, _binary(_name), bool_out=True)
-    _register(_op.Scalar, _binary(_name), bool_out=True)
-for _op, _name in {
-    aten.logical_and: "logical_and",
-    aten.logical_or: "logical_or",
-    aten.logical_xor: "logical_xor",
-}.items():
-    _register(_op.default, _binary(_name), bool_out=True)
+def _register_table_op(op: Op) -> None:
+    """The ATen ops ``op`` (a row of ``op_table.OPS``) lowers directly, on its overloads."""
+    targets = [
+        getattr(getattr(aten, packet), ov)
+        for packet in op.aten
+        for ov in op.overloads
+        if hasattr(getattr(aten, packet), ov)
+    ]
+    for target in targets:
+        if op.lower == "rounding":
+            register_lowering(target)(lambda ctx, node, x, _n=op.name: _lower_rounding(ctx, node, x, _n))
+        else:
+            fn = _unary(op.name) if op.arity == 1 else _binary(op.name)
+            if op.lower == "bool":
+                _register(target, fn, bool_out=True)
+            else:
+                assert op.lower is not None
+                _register(target, fn, _KINDS[op.lower])
+
+
+for _row in OPS:
+    if _row.lower is not None:
+        _register_table_op(_row)
 
 
 def _with_alpha(name: str) -> Callable[..., Any]:
@@ -168,23 +120,6 @@ def _div(
         )
     # Integer truncation division: C++ '/' truncates toward zero already.
     return make_pointwise(node, [a, b], lambda ops, x, y: ops.truediv(x, y), compute_dtype=compute)
-
-
-register_lowering(aten.floor_divide.default, aten.floor_divide.Scalar)(
-    lambda ctx, node, a, b: make_pointwise(
-        node, [a, b], _binary("floordiv"), compute_dtype=promote([a, b])
-    )
-)
-register_lowering(aten.remainder.Tensor, aten.remainder.Scalar)(
-    lambda ctx, node, a, b: make_pointwise(
-        node, [a, b], _binary("mod"), compute_dtype=promote([a, b])
-    )
-)
-register_lowering(aten.fmod.Tensor, aten.fmod.Scalar)(
-    lambda ctx, node, a, b: make_pointwise(
-        node, [a, b], _binary("fmod"), compute_dtype=promote([a, b])
-    )
-)
 
 
 @register_lowering(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
