@@ -5,6 +5,7 @@ inference graph that only reads the values calls no ATen pooling kernel."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -82,3 +83,27 @@ def test_a_computed_input_is_stored_once_not_recomputed_per_window_element(check
     assert "\n".join(c.report.kernel_sources.values()).count("sqrt") == 1, c.report.kernel_sources
     c = check(lambda x: torch.nn.functional.max_pool2d(x.relu(), 3, 2, padding=1), x)
     assert c.report.kernels == 1
+
+
+@pytest.mark.parametrize("ceil", [False, True])
+def test_max_pool_at_symbolic_sizes_is_generated_code(ceil: bool, reports: list[Any]) -> None:
+    """A model called at a second size compiles with symbolic sizes: the pool is generated
+    code there too (it ran ATen's scalar kernel: "max_pool2d with symbolic output sizes"),
+    its window offsets masked where they cannot be proved inside; values and indices equal
+    eager's at every size."""
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return aten.max_pool2d_with_indices(x.relu(), [3, 3], [2, 2], [1, 1], [1, 1], ceil)
+
+    compiled = ember.dynamo.optimize("inductor", dynamic=True)(f)
+    for shape in ((2, 4, 9, 9), (1, 3, 12, 7), (3, 2, 5, 16)):
+        x = torch.randn(shape)
+        x[..., 1, 1] = float("nan")
+        got, want = compiled(x), f(x)
+        torch.testing.assert_close(got[0], want[0], equal_nan=True)
+        assert torch.equal(got[1], want[1])
+    assert reports and all(
+        isinstance(c, CompiledGraph) and c.report.fallbacks == {} for c in reports
+    ), [getattr(c, "report", c) for c in reports]
+    sources = "\n".join(src for c in reports for src in c.report.kernel_sources.values())
+    assert "const int64_t s" in sources  # a graph with symbolic sizes ran

@@ -24,7 +24,7 @@ import torch
 from ..index import index_symbols
 from ..ir import Buffer, Index, IRNode, Pointwise, ReinterpretView
 from ..ops_handler import DepsOps, OpsHandler
-from ..sizes import Size, provably
+from ..sizes import Size, as_sizes, provably
 from . import LoweringContext, as_int_list, register_lowering, scalar_value
 
 aten = torch.ops.aten
@@ -69,13 +69,12 @@ def _max_pool2d_with_indices(
     pads = _pair(padding, [0, 0])
     dils = _pair(dilation, [1, 1])
     values, _ = node.meta["val"]
-    if not all(isinstance(v, int) for v in values.shape[-2:]):
-        return ctx.fallback(node, "max_pool2d with symbolic output sizes")  # type: ignore[no-any-return]
     if not x.get_dtype().is_floating_point:
         return ctx.fallback(node, "max_pool2d of an integer tensor")  # type: ignore[no-any-return]
     if len(kernel) != 2 or kernel[0] * kernel[1] > MAX_WINDOW:
         return ctx.fallback(node, f"max_pool2d window over {MAX_WINDOW} elements")  # type: ignore[no-any-return]
-    out_h, out_w = (int(v) for v in values.shape[-2:])
+    # symbolic output sizes: a window offset that cannot be proved inside is masked
+    out_h, out_w = as_sizes(values.shape[-2:])
     size: tuple[Size, ...] = (*x.get_size()[:-2], out_h, out_w)
     if kernel[0] * kernel[1] > 1 and _costly(x):
         # every output reads kernel_size elements: a computed input (a batch norm) is
@@ -86,7 +85,7 @@ def _max_pool2d_with_indices(
     load = x.make_loader()
     lead = len(size) - 2
 
-    def checks(out: int, k: int, s: int, p: int, d: int, extent: Size) -> tuple[bool, bool]:
+    def checks(out: Size, k: int, s: int, p: int, d: int, extent: Size) -> tuple[bool, bool]:
         """Whether offset ``k`` of the window can fall before 0 / at or past ``extent``."""
         first, last = -p + k * d, (out - 1) * s - p + k * d
         return first < 0, not provably(sympy.sympify(last) < sympy.sympify(extent))
