@@ -19,6 +19,7 @@ from torch import nn
 
 from ember.inductor import CompiledGraph, CppOptions, InductorOptions, decomposition_table
 from ember.inductor.index import FloorDiv, ModIndex, index_symbols, simplify_index
+from ember.inductor.testing import conv_inputs_channels_last
 
 Check = Callable[..., CompiledGraph]
 #: every test here runs with both code generators (Triton in its interpreter)
@@ -278,21 +279,7 @@ def test_pointwise_kernel_iterates_in_its_stores_memory_order(check: Check) -> N
 
 def _conv_input_formats(c: CompiledGraph, x: torch.Tensor) -> list[bool]:
     """Whether each ATen convolution the compiled graph calls gets a channels-last input."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    seen: list[bool] = []
-
-    class Record(TorchDispatchMode):
-        def __torch_dispatch__(
-            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
-        ) -> Any:
-            if func is torch.ops.aten.convolution.default:
-                seen.append(args[0].is_contiguous(memory_format=torch.channels_last))
-            return func(*args, **(kwargs or {}))
-
-    with Record():
-        c(x)
-    return seen
+    return conv_inputs_channels_last(lambda: c(x))
 
 
 def _with_running_stats(block: nn.Module) -> nn.Module:

@@ -195,29 +195,18 @@ def test_depthwise_convolutions_run_channels_last_at_symbolic_sizes(reports: lis
     # a graph of 1x1 and depthwise convolutions runs them channels-last (ADR 0056) at
     # symbolic sizes too: the choice counted their work by the sizes' values for the inputs
     # at hand (it needed static sizes, so every model called at a second batch size lost it)
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from ember.inductor.testing import conv_inputs_channels_last
 
     dynamo = pytest.importorskip("ember.dynamo")
     torch.manual_seed(0)
     model = _Depthwise().eval()
     compiled = dynamo.compile(model, backend="inductor", dynamic=True)
-    layouts: list[bool] = []
-
-    class Record(TorchDispatchMode):
-        def __torch_dispatch__(
-            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
-        ) -> Any:
-            if func is torch.ops.aten.convolution.default:
-                layouts.append(args[0].is_contiguous(memory_format=torch.channels_last))
-            return func(*args, **(kwargs or {}))
-
     with torch.no_grad():
         for n, hw in ((2, 16), (3, 12)):
             x = torch.randn(n, 3, hw, hw)
             torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
             assert compiled(x).is_contiguous()  # eager's layout for what the caller gets
-        with Record():
-            compiled(torch.randn(4, 3, 10, 10))
+        layouts = conv_inputs_channels_last(lambda: compiled(torch.randn(4, 3, 10, 10)))
     sources = "\n".join(reports[-1].report.kernel_sources.values())
     assert "const int64_t s" in sources, sources  # the graph that ran has symbolic sizes
     assert layouts and all(layouts), layouts

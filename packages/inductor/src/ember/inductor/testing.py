@@ -13,6 +13,8 @@ fallback returns) so a test can check kernel counts, wrapper source or fallback 
 
 ``peak_cpu_bytes(run)``: the peak tensor memory ``run()`` allocates on CPU above what was
 alive before it (the benchmark's and the memory tests' one measure).
+``conv_inputs_channels_last(run)``: for each ATen convolution ``run()`` calls, whether its
+input is channels-last (the layout ember.inductor chose, ADR 0056).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def recorded_graphs() -> Iterator[list[Any]]:
         setattr(backends, name, real)
 
 
-__all__ = ["recorded_graphs", "recording"]
+__all__ = ["conv_inputs_channels_last", "peak_cpu_bytes", "recorded_graphs", "recording"]
 
 
 def peak_cpu_bytes(run: Callable[[], Any]) -> int:
@@ -74,3 +76,24 @@ def peak_cpu_bytes(run: Callable[[], Any]) -> int:
         level += size
         peak = max(peak, level)
     return peak
+
+
+def conv_inputs_channels_last(run: Callable[[], Any]) -> list[bool]:
+    """For each ATen convolution ``run()`` calls, in order, whether its input is stored
+    channels-last."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list[bool] = []
+
+    class Record(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            if func is torch.ops.aten.convolution.default:
+                seen.append(args[0].is_contiguous(memory_format=torch.channels_last))
+            return func(*args, **(kwargs or {}))
+
+    with Record():  # type: ignore[no-untyped-call]
+        run()
+    return seen
