@@ -301,7 +301,21 @@ class Runtime:
         finally:
             self.state.compiling -= 1
             self.state.record_time("convert_frame", time.perf_counter() - start)
-        cache.add(guarded)
+        self._add_entry(cache, guarded, folder=folder)
+        frame_cache.remember(
+            self.frames, cache.code, guarded, f_locals, fn.__globals__, cache.where(),
+            self.compiler if folder is None else None,  # (a debug folder's compiler writes there)
+        )
+        return guarded
+
+    def _add_entry(
+        self, cache: CodeCache, guarded: GuardedCode, *, loaded: bool = False,
+        folder: Path | None = None,
+    ) -> None:
+        """Put an entry in ``cache``: the one path of both producers, a capture
+        (:meth:`convert`) and a stored frame bound to this call (:meth:`load`; ``loaded``).
+        The graphs of both were built by ``compiled_graph.graph_entry``."""
+        cache.add(guarded, loaded=loaded)
         cache.merge_sizes(guarded.input_sizes)
         if guarded.dynamic:
             log_recompiles.info(
@@ -312,15 +326,10 @@ class Runtime:
             write_frame(folder, cache.code, guarded)
             log_dynamo.info("debug artifacts for %s in %s", cache.where(), folder)
         log_capture(cache.where(), cache.code, guarded)
-        if log_guards.isEnabledFor(logging.DEBUG):
+        if not loaded and log_guards.isEnabledFor(logging.DEBUG):
             source = getattr(guarded.check_fn, "code", None)
             log_guards.debug("check function of %s:\n%s", cache.where(), source)
-        self.emit("capture", cache.code, guarded, None, folder=folder)
-        frame_cache.remember(
-            self.frames, cache.code, guarded, f_locals, fn.__globals__, cache.where(),
-            self.compiler if folder is None else None,  # (a debug folder's compiler writes there)
-        )
-        return guarded
+        self.emit("capture", cache.code, guarded, "frame cache" if loaded else None, folder=folder)
 
     def load(
         self, fn: types.FunctionType, cache: CodeCache, f_locals: dict[str, Any]
@@ -350,11 +359,7 @@ class Runtime:
             for sizes in frame_cache.seen_sizes(self.frames, cache.code):
                 cache.merge_sizes(sizes)
             return None
-        cache.add(guarded, loaded=True)
-        cache.merge_sizes(guarded.input_sizes)
-        frame_hook.mark_skip(guarded.code)
-        log_capture(cache.where(), cache.code, guarded)
-        self.emit("capture", cache.code, guarded, "frame cache")
+        self._add_entry(cache, guarded, loaded=True)
         return guarded
 
 
