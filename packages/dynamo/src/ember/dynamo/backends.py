@@ -188,7 +188,7 @@ def with_repro_hook(compiler: CompilerFn, environ: Mapping[str, str] | None = No
     warnings.warn(
         "EMBER_REPRO_AFTER is set but ember-minifier is not installed, so no repro is "
         "written; install it with `pip install ember-minifier` (or packages/minifier).",
-        stacklevel=3,
+        stacklevel=user_stacklevel(),  # the user's compile()/optimize() line
     )
     return compiler
 
