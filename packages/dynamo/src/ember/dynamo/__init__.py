@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from . import logs as _logs
 from .api import (
-    CompileOptionsError,
     OptimizeContext,
     OptimizedModule,
     allow_in_graph,
@@ -28,6 +27,7 @@ from .api import (
 from .artifacts import load_cache_artifacts, save_cache_artifacts
 from .backends import (
     BACKENDS,
+    CompileOptionsError,
     InvalidBackendError,
     eager,
     list_backends,

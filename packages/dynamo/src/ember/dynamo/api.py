@@ -22,9 +22,7 @@ import functools
 import inspect
 import logging
 import os
-import sys
 import types
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -33,7 +31,7 @@ import torch
 
 from . import cache as cache_mod
 from . import frame_cache, frame_hook, trace_rules
-from .backends import backend_name, lookup_backend, with_repro_hook
+from .backends import Backend, CompileOptionsError, resolve_backend
 from .config import OPTION_NAMES, DynamoOptions, config, not_implemented
 from .debug_dir import debug_dir_from_env
 from .distributed import FULLGRAPH_MESSAGE, DDPForward, is_ddp, wrapped_module
@@ -65,19 +63,19 @@ def capture(state: FrameState, compiler: CompilerFn, options: Any, hooks: FrameH
 
 
 def new_runtime(
-    backend: CompilerFn, options: DynamoOptions, frames: frame_cache.FrameStore | None = None
+    backend: Backend | CompilerFn, options: DynamoOptions,
+    frames: frame_cache.FrameStore | None = None,
 ) -> Runtime:
-    """A runtime over ``backend`` with this process's state and ember's capture."""
+    """A runtime over ``backend`` (resolved by ``resolve_backend``; a bare backend function is
+    taken as it is) with this process's state and ember's capture."""
     return Runtime(backend, options, convert=capture, state=STATE, frames=frames)
 
 
-def frame_store(
-    backend: str | CompilerFn, mode: str | None, options: dict[str, Any], snapshot: DynamoOptions
-) -> frame_cache.FrameStore | None:
+def frame_store(backend: Backend, snapshot: DynamoOptions) -> frame_cache.FrameStore | None:
     """The disk-backed frame store of a backend given by its registered name (None otherwise:
     a backend object may hold state, so its frames are kept in memory only; so are they
     under ``EMBER_COMPILE_DEBUG``)."""
-    if not isinstance(backend, str) or snapshot.debug_dir is not None:
+    if not isinstance(backend.spec, str) or snapshot.debug_dir is not None:
         return None  # with EMBER_COMPILE_DEBUG the user wants to see this process compile
     if logging.getLogger("ember.dynamo").isEnabledFor(logging.DEBUG):
         return None  # so with EMBER_LOGS=+dynamo (every traced instruction)
@@ -87,64 +85,12 @@ def frame_store(
     what = snapshot.replace(
         debug_dir=None, run_only=False, fail_on_recompile=False, cache_size_limit=0, strict=False
     )
-    key = repr((backend, mode, sorted(options.items(), key=lambda kv: kv[0]), what))
+    options = sorted(backend.options.items(), key=lambda kv: kv[0])
+    key = repr((backend.spec, backend.mode, options, what))
     return frame_cache.FrameStore(key, folder)
 
 
-class CompileOptionsError(ValueError):
-    """A ``mode`` or ``options`` key that ``compile`` does not know.
-
-    Example::
-
-        ember.dynamo.compile: unknown options key(s) 'max_autotun'; backend
-        'eager' accepts none, and ember.dynamo accepts: cache_size_limit,
-        debug_dir, dynamic, ...
-    """
-
-
 # -- compile / optimize ------------------------------------------------------
-
-
-def _backend_options(backend: CompilerFn, mode: str | None, options: dict[str, Any]) -> CompilerFn:
-    """Apply ``mode``/backend ``options`` through the backend's ``configure`` hook.
-
-    A backend that takes options exposes ``configure(mode, options) ->
-    CompilerFn`` (it raises ``ValueError`` for keys it does not know, and warns
-    for a mode it does not implement). A backend without it takes no options,
-    and a mode other than "default" is said to change nothing for it.
-    """
-    configure = getattr(backend, "configure", None)
-    if configure is not None and (mode is not None or options):
-        try:
-            return configure(mode, options)  # type: ignore[no-any-return]
-        except ValueError as exc:
-            raise CompileOptionsError(f"ember.dynamo.compile: {exc}") from exc
-    name = backend_name(backend)
-    if options:
-        raise CompileOptionsError(
-            f"ember.dynamo.compile: unknown options key(s) {', '.join(map(repr, sorted(options)))}; "
-            f"backend {name!r} takes no options, and ember.dynamo's own are: "
-            f"{', '.join(sorted(OPTION_NAMES))}"
-        )
-    if mode is not None:
-        warnings.warn(
-            f"ember.dynamo.compile: mode={mode!r} changes nothing with backend {name!r}: modes "
-            "configure the inductor backend's code generation (CUDA graphs, autotuning), and "
-            f"{name!r} runs each graph as it always does",
-            UserWarning,
-            stacklevel=user_stacklevel(),
-        )
-    return backend
-
-
-def user_stacklevel() -> int:
-    """The ``stacklevel`` that points a warning at the first frame outside ember."""
-    frame = sys._getframe(1)
-    level = 1
-    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("ember."):
-        frame = frame.f_back
-        level += 1
-    return level
 
 
 def make_runtime(
@@ -155,7 +101,8 @@ def make_runtime(
     mode: str | None = None,
     options: dict[str, Any] | None = None,
 ) -> Runtime:
-    """Resolve the backend and snapshot ``config`` into a :class:`Runtime`."""
+    """Resolve the backend (once: ``resolve_backend``) and snapshot ``config`` into a
+    :class:`Runtime`."""
     if mode is not None and options:
         raise CompileOptionsError(
             "ember.dynamo.compile: pass either mode or options, not both (as torch.compile)"
@@ -166,12 +113,10 @@ def make_runtime(
         )
     opts = dict(options or {})
     dynamo_opts = {k: opts.pop(k) for k in list(opts) if k in OPTION_NAMES}
-    compiler = lookup_backend(backend)
-    compiler = _backend_options(compiler, None if mode == "default" else mode, opts)
-    compiler = with_repro_hook(compiler)
+    resolved = resolve_backend(backend, mode, opts, option_names=OPTION_NAMES)
     snapshot = snapshot_options(fullgraph=fullgraph, dynamic=dynamic, **dynamo_opts)
     _refuse_not_implemented(snapshot)
-    return new_runtime(compiler, snapshot, frame_store(backend, mode, opts, snapshot))
+    return new_runtime(resolved, snapshot, frame_store(resolved, snapshot))
 
 
 def _refuse_not_implemented(options: DynamoOptions) -> None:
@@ -216,11 +161,9 @@ def wrap_target(target: Any, runtime: Runtime) -> Any:
     if isinstance(target, CompiledMethod):
         return CompiledMethod(target.__wrapped__, runtime, target.__self__)
     if isinstance(target, CompiledOptimizerStep):
-        return CompiledOptimizerStep(target.optimizer, runtime.compiler, runtime.options.cache_size_limit,
-                                     runtime.state)
+        return CompiledOptimizerStep(target.optimizer, runtime)
     if is_optimizer_step(target):
-        return CompiledOptimizerStep(target.__self__, runtime.compiler, runtime.options.cache_size_limit,
-                                     runtime.state)
+        return CompiledOptimizerStep(target.__self__, runtime)
     if isinstance(target, CompiledFunction):
         target = target.__wrapped__
     if getattr(target, "_ember_disabled", False):
@@ -342,11 +285,11 @@ def optimize(
     ``@optimize(my_compiler)`` on a function or method, or
     ``optimize("eager")(module)``. ``nopython=True`` is ``fullgraph=True``.
     """
-    compiler = with_repro_hook(lookup_backend(backend))  # unknown names fail here
+    resolved = resolve_backend(backend)  # unknown names fail here
     _refuse_not_implemented(snapshot_options(dynamic=dynamic))
 
     def factory() -> Runtime:
-        return new_runtime(compiler, snapshot_options(fullgraph=nopython, dynamic=dynamic))
+        return new_runtime(resolved, snapshot_options(fullgraph=nopython, dynamic=dynamic))
 
     if disable:
         return _PassThrough(factory)

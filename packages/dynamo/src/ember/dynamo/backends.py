@@ -9,14 +9,23 @@ Names resolve in this order: backends registered in this process with
 installing ``ember-aotgrad`` is what makes ``"aot_eager"`` available and
 installing ``ember-inductor`` is what makes ``"inductor"`` available.
 ember.dynamo itself ships only ``eager``. Any callable is accepted as is.
+
+:func:`resolve_backend` is the one step from ``compile(..., backend=, mode=,
+options=)`` to a :class:`Backend`: the name looked up, ``mode``/``options``
+applied through the backend's ``configure`` hook, the minifier's repro hook put
+around it (``EMBER_REPRO_AFTER``). A ``Runtime`` holds that object, and every
+compiled callable of the runtime (functions, modules, regional blocks, optimizer
+steps) compiles its graphs through it (``compiled_graph.GraphCompiler``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -48,6 +57,17 @@ class InvalidBackendError(ValueError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class CompileOptionsError(ValueError):
+    """A ``mode`` or ``options`` key that ``compile`` does not know.
+
+    Example::
+
+        ember.dynamo.compile: unknown options key(s) 'max_autotun'; backend
+        'eager' accepts none, and ember.dynamo accepts: cache_size_limit,
+        debug_dir, dynamic, ...
+    """
 
 
 def eager(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
@@ -168,7 +188,7 @@ def with_repro_hook(compiler: CompilerFn, environ: Mapping[str, str] | None = No
     warnings.warn(
         "EMBER_REPRO_AFTER is set but ember-minifier is not installed, so no repro is "
         "written; install it with `pip install ember-minifier` (or packages/minifier).",
-        stacklevel=3,
+        stacklevel=user_stacklevel(),  # the user's compile()/optimize() line
     )
     return compiler
 
@@ -178,3 +198,89 @@ def backend_name(backend: str | CompilerFn) -> str:
     if isinstance(backend, str):
         return backend
     return getattr(backend, "__name__", type(backend).__name__)
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside ember."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("ember."):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def _configured(
+    compiler: CompilerFn, mode: str | None, options: dict[str, Any], option_names: Iterable[str]
+) -> CompilerFn:
+    """Apply ``mode``/backend ``options`` through the backend's ``configure`` hook.
+
+    A backend that takes options exposes ``configure(mode, options) ->
+    CompilerFn`` (it raises ``ValueError`` for keys it does not know, and warns
+    for a mode it does not implement). A backend without it takes no options,
+    and a mode other than "default" is said to change nothing for it.
+    """
+    configure = getattr(compiler, "configure", None)
+    if configure is not None and (mode is not None or options):
+        try:
+            return configure(mode, options)  # type: ignore[no-any-return]
+        except ValueError as exc:
+            raise CompileOptionsError(f"ember.dynamo.compile: {exc}") from exc
+    name = backend_name(compiler)
+    if options:
+        raise CompileOptionsError(
+            f"ember.dynamo.compile: unknown options key(s) {', '.join(map(repr, sorted(options)))}; "
+            f"backend {name!r} takes no options, and ember.dynamo's own are: "
+            f"{', '.join(sorted(option_names))}"
+        )
+    if mode is not None:
+        warnings.warn(
+            f"ember.dynamo.compile: mode={mode!r} changes nothing with backend {name!r}: modes "
+            "configure the inductor backend's code generation (CUDA graphs, autotuning), and "
+            f"{name!r} runs each graph as it always does",
+            UserWarning,
+            stacklevel=user_stacklevel(),
+        )
+    return compiler
+
+
+@dataclass(frozen=True, eq=False)
+class Backend:
+    """A backend resolved once (:func:`resolve_backend`): what a ``Runtime`` holds.
+
+    ``compiler`` is the function graphs are handed to: the looked-up backend,
+    configured with ``mode``/``options``, inside the minifier's repro hook when
+    ``EMBER_REPRO_AFTER`` is set. ``spec`` is what the user passed (a registered
+    name keys the disk frame store, ``api.frame_store``); ``mode`` and
+    ``options`` are as given to ``compile``.
+    """
+
+    name: str
+    compiler: CompilerFn
+    spec: str | CompilerFn
+    mode: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def of(compiler: CompilerFn) -> Backend:
+        """A backend function taken as it is (no lookup, no options, no repro hook)."""
+        return Backend(backend_name(compiler), compiler, compiler)
+
+
+def resolve_backend(
+    backend: str | CompilerFn,
+    mode: str | None = None,
+    options: dict[str, Any] | None = None,
+    *,
+    option_names: Iterable[str] = (),
+) -> Backend:
+    """``backend`` (a name or a callable) looked up, configured with ``mode`` (``"default"``
+    configures nothing) and the backend's ``options``, and inside the repro hook: the one
+    resolution step of ``compile``/``optimize``. Unknown names raise
+    ``InvalidBackendError``, options the backend refuses ``CompileOptionsError``
+    (``option_names``: ember.dynamo's own, named in that message)."""
+    opts = dict(options or {})
+    compiler = lookup_backend(backend)
+    compiler = _configured(compiler, None if mode == "default" else mode, opts, option_names)
+    compiler = with_repro_hook(compiler)
+    return Backend(backend_name(backend), compiler, backend, mode, opts)

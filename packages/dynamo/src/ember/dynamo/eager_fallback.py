@@ -17,6 +17,9 @@ Two places can fail after capture succeeded:
   the graph writes inputs, the exception is raised, with a note, and the graph
   runs eagerly from the next call on.
 
+How these wrappers compose around a backend's result, and the backend call that may
+fail, are in ``compiled_graph.py``.
+
 Failures of capture itself (not graph breaks) are handled by the runtime
 (``function_entry.py``): the frame runs eagerly. With ``strict`` (the
 ``strict`` option, or ``EMBER_STRICT=1``) every such error is raised instead,
@@ -55,67 +58,6 @@ def may_have_written(gm: torch.fx.GraphModule, exc: BaseException) -> bool:
         return said
     mutated = gm.meta.get(MUTATED_INPUTS_KEY)
     return mutated is None or bool(mutated)
-
-
-def compile_or_eager(
-    backend: Callable[[torch.fx.GraphModule, list[Any]], Any],
-    gm: torch.fx.GraphModule,
-    example_inputs: list[Any],
-    *,
-    strict: bool,
-    verbose: bool = False,
-) -> Callable[..., Any]:
-    """``backend(gm, example_inputs)``, guarded; ``gm`` itself if the backend fails
-    (the traceback logged with ``verbose``, TorchDynamo's ``config.verbose``)."""
-    name = type(gm).__name__
-    try:
-        compiled = backend(gm, example_inputs)
-    except Exception as exc:
-        if strict:
-            raise
-        log_dynamo.warning(
-            "the backend failed compiling %s (%s); running that graph eagerly "
-            "(strict=True or EMBER_STRICT=1 raises instead)",
-            name,
-            reason(exc),
-            exc_info=exc if verbose or log_dynamo.isEnabledFor(10) else None,
-        )
-        return gm.forward
-    if strict:
-        return compiled  # type: ignore[no-any-return]
-    return EagerOnError(compiled, gm, name)
-
-
-def rebound(
-    compiled: Callable[..., Any], new_for: dict[int, torch.Tensor], gm: torch.fx.GraphModule
-) -> Callable[..., Any] | None:
-    """What the backend compiled for one module instance, reading another instance's
-    weights instead (``new_for``: ``id`` of each old weight -> the new one), with ``gm`` (the
-    new instance's graph) as the eager fallback; None where the compiled object cannot say
-    how (a backend result with ``rebind_weights``, e.g. ember.inductor's compiled graphs,
-    or the graph's own bound ``forward``; closures and other wrappers cannot)."""
-    if type(compiled) is EagerOnError:
-        if compiled.failed is not None:
-            return None
-        inner = rebound(compiled.compiled, new_for, gm)
-        return None if inner is None else EagerOnError(inner, gm, compiled.name)
-    rewrap = getattr(compiled, "_ember_rewrap", None)
-    if rewrap is not None:  # a wrapper that says how to wrap again (``frame_hook.run_uncaptured``)
-        inner = rebound(compiled.__wrapped__, new_for, gm)  # type: ignore[attr-defined]
-        return None if inner is None else rewrap(inner)
-    owner = getattr(compiled, "__self__", None)
-    if isinstance(owner, torch.fx.GraphModule) and getattr(compiled, "__name__", "") in (
-        "forward",
-        "_lazy_forward",  # an FX graph module whose code is generated on its first call
-    ):
-        # the backend returned the graph's own ``forward`` (eager-style backends, counting
-        # test backends): the new instance's graph, same code over its own weights, is that
-        return gm.forward
-    rebind = getattr(type(compiled), "rebind_weights", None)
-    if rebind is None:
-        return None
-    found: Callable[..., Any] | None = rebind(compiled, new_for)
-    return found
 
 
 class EagerOnError:

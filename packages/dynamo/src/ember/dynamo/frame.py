@@ -5,11 +5,12 @@ The runtime (``function_entry``, ``frame_hook``) hands capture a
 may call back into; capture (``convert_frame``) returns a
 :class:`GuardedCode`: transformed code, its guards and the graphs it calls.
 The runtime never imports capture: it is given the capture function (``ConvertFn``)
-by the public API. Capture sees the runtime through ``FrameHooks``, apart from three
+by the public API. Capture sees the runtime through ``FrameHooks``, apart from four
 direct imports of it (``function_entry.CompiledFunction`` in ``builder`` and
 ``variables.nn_module``; ``frame_cache.has_hooks`` and ``frame_hook.run_uncaptured`` in
-``split_frame``), which the layer table of docs/architecture.md allows: capture sits
-above the runtime.
+``split_frame``; ``compiled_graph.graph_entry`` in ``output_graph``, the one path a
+frame's graphs are built through), which the layer table of docs/architecture.md
+allows: capture sits above the runtime.
 """
 
 from __future__ import annotations

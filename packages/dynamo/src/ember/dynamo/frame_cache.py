@@ -63,8 +63,9 @@ from ember.ir.cache_entry import (
     store_entry,
 )
 
-from .eager_fallback import alias_checked, no_aliasing_guard, rebound, set_mutated_inputs
-from .frame import CapturedGraph, CompilerFn, GraphBreak, GuardedCode, next_graph_name
+from .compiled_graph import graph_entry, rebound
+from .eager_fallback import no_aliasing_guard
+from .frame import CapturedGraph, CompilerFn, GraphBreak, GuardedCode
 from .logs import get_logger
 from .portable import bind, code_digest, identity_of, make_portable, resolve
 from .rebuild import rebuild_object as _rebuild_object
@@ -609,19 +610,21 @@ def instantiate(
         sources = [ir.parse_source(s) for s in graph.inputs]
         example_inputs = [guards.eval_source(s, f_locals, f_globals) for s in sources]
         # a graph that changes an input in place runs in program order when that input
-        # shares memory with another (``f(x, x)``), as it did where it was captured
-        set_mutated_inputs(gm, graph.mutated)
-        backend_out = _shared_compile(graph, gm, tensors, example_inputs, compiler, shared)
-        # not wrapped where the stored guards check it (a frame stored with NO_ALIASING)
+        # shares memory with another (``f(x, x)``), as it did where it was captured; not
+        # checked per call where the stored guards check it (a frame stored with NO_ALIASING)
         no_alias = no_aliasing_guard(sources, example_inputs, graph.mutated)
-        compiled = alias_checked(backend_out, gm, graph.mutated, guarded=no_alias in bound.guards)
-        name = next_graph_name()
-        f_globals[name] = compiled
-        names[graph.name] = name
-        attrs = {k: ir.parse_source(v) for k, v in graph.attrs.items()}
-        graphs.append(
-            CapturedGraph(name, gm, example_inputs, compiled, sources, attrs, mutated=graph.mutated)
+        captured = graph_entry(
+            gm,
+            example_inputs,
+            graph.mutated,
+            functools.partial(_shared_compile, graph, gm, tensors, example_inputs, compiler, shared),
+            f_globals,
+            alias_guarded=no_alias in bound.guards,
+            sources=sources,
+            attr_sources={k: ir.parse_source(v) for k, v in graph.attrs.items()},
         )
+        names[graph.name] = captured.name
+        graphs.append(captured)
     for stored_name, resume in stored.resumes:
         offset = stored_name[len(RESUME_PREFIX) :].rpartition("_")[0]
         name = resume_name(int(offset) if offset.isdigit() else 0)
@@ -647,7 +650,7 @@ class Shared:
     """What the backend compiled for the first instance a stored graph was bound to."""
 
     compiler: CompilerFn
-    compiled: Any  # the backend's result (``Runtime.compiler``), before ``alias_checked``
+    compiled: Any  # the backend's result (``Runtime.compiler``), before ``AliasChecked``
     weights: dict[str, torch.Tensor]  # that instance's tensors, by graph name
     signature: tuple[Any, ...]  # ``_compile_signature`` of that binding
 
@@ -692,7 +695,7 @@ def _shared_compile(
     """``compiler(gm, example_inputs)``, or, for a further instance of a block whose stored
     graph was bound before with weights and inputs of the same layouts (same sharing, same
     grad and autocast modes), what the backend compiled then, reading this instance's weights
-    (``eager_fallback.rebound``): no graph key, plan or wrapper is made again per block
+    (``compiled_graph.rebound``): no graph key, plan or wrapper is made again per block
     (regional compilation). A backend result that cannot be rebound is compiled per instance."""
     signature = _compile_signature(tensors, example_inputs) if shared is not None else ()
     if shared is not None:

@@ -167,7 +167,7 @@ def run_uncaptured(compiled: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             hook.set_callback(previous)
 
-    # what ``eager_fallback.rebound`` needs to rebind the wrapped result for another instance
+    # what ``compiled_graph.rebound`` needs to rebind the wrapped result for another instance
     run.__wrapped__ = compiled  # type: ignore[attr-defined]
     run._ember_rewrap = run_uncaptured  # type: ignore[attr-defined]
     return run

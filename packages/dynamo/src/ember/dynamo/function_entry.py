@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import itertools
 import logging
 import time
 import types
@@ -39,16 +38,15 @@ from typing import Any
 import torch
 
 from ember.ir.cache_entry import paused_gc
-from ember.ir.debug import debug_dir_of
 from ember.ir.logs import reason as one_line
 from ember.ir.stages import stage
 
 from . import frame_cache, frame_hook, trace_rules
+from .backends import Backend
 from .cache import CacheTable, CodeCache, RecompileError, first_failure
+from .compiled_graph import GraphCompiler
 from .config import DynamoOptions
-from .debug_dir import frame_folder, name_backend_folder, record_event, write_frame
-from .distributed import split_at_ddp_buckets
-from .eager_fallback import LeavingGradMode, compile_or_eager, exit_grad_mode, turns_grad_on
+from .debug_dir import frame_folder, record_event, write_frame
 from .errors import Unsupported
 from .frame import CompilerFn, ConvertFn, FrameState, GuardedCode
 from .logs import get_logger, log_capture
@@ -178,7 +176,7 @@ class Runtime:
 
     def __init__(
         self,
-        backend: CompilerFn,
+        backend: Backend | CompilerFn,
         options: DynamoOptions,
         *,
         convert: ConvertFn,
@@ -186,9 +184,14 @@ class Runtime:
         table: CacheTable | None = None,
         frames: frame_cache.FrameStore | None = None,
     ) -> None:
-        self.backend = backend
+        #: the backend resolved once (``backends.resolve_backend``; a bare function as it is)
+        self.backend = backend if isinstance(backend, Backend) else Backend.of(backend)
         self.options = options
         self.state = state
+        #: what every graph of this runtime is compiled by: the backend with the wrappers
+        #: around its result (``compiled_graph.py``), for functions, modules, regional
+        #: blocks, stored frames and optimizer steps alike
+        self.compiler = GraphCompiler(self.backend, options, state)
         self.table = table if table is not None else CacheTable()
         if frames is not None:
             self.table.frames = frames
@@ -252,57 +255,6 @@ class Runtime:
         return found[1]
 
     # -- compile --------------------------------------------------------------
-    def compiler_for(self, folder: Path | None) -> CompilerFn:
-        """The backend handed to one capture: timed, and with ``EMBER_COMPILE_DEBUG``
-        each graph names its folder in the frame's debug folder (``gm.meta``)."""
-        if folder is None:
-            return self.compiler
-        graphs = itertools.count()
-
-        def compile_in_folder(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
-            name_backend_folder(folder, next(graphs), gm)
-            return self.compiler(gm, example_inputs)
-
-        return compile_in_folder
-
-    def compiler(self, gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
-        """The backend, timed; inside a DDP forward, once per gradient bucket
-        (``distributed.split_at_ddp_buckets``)."""
-        start = time.perf_counter()
-        with stage("backend", folder=debug_dir_of(gm)):
-            return self._backend_compile(gm, example_inputs, start)
-
-    def _backend_compile(self, gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor],
-                         start: float) -> Any:
-        if not torch.is_grad_enabled() and turns_grad_on(gm):
-            # compiled under no_grad, a backend builds no backward, yet the ops after the
-            # graph's `_set_grad_enabled(True)` must record history (a graph resumed inside
-            # `with torch.no_grad()` that runs past its end, fuzz seed 4020): run the FX
-            # graph, which switches the mode itself
-            log_perf.info(
-                "a graph called under no_grad that switches grad on runs as its FX graph, not "
-                "compiled by the backend (a backend compiling under no_grad builds no backward "
-                "for the ops after the switch)"
-            )
-            return frame_hook.run_uncaptured(gm.forward) if self.state.hook_runtimes else gm.forward
-        try:
-            backend = split_at_ddp_buckets(self.backend, fullgraph=self.options.fullgraph)
-            compiled = compile_or_eager(
-                backend,
-                gm,
-                example_inputs,
-                strict=self.options.strict,
-                verbose=self.options.verbose,
-            )
-            mode = exit_grad_mode(gm)
-            if mode is not None:
-                compiled = LeavingGradMode(compiled, mode)
-            if self.state.hook_runtimes:
-                compiled = frame_hook.run_uncaptured(compiled)
-            return compiled
-        finally:
-            self.state.record_time("backend_compile", time.perf_counter() - start)
-
     def convert(
         self, fn: types.FunctionType, cache: CodeCache, f_locals: dict[str, Any]
     ) -> GuardedCode | None:
@@ -321,7 +273,7 @@ class Runtime:
         start = time.perf_counter()
         try:
             with frame_hook.suspended(), stage("dynamo", label=cache.where(), folder=folder):
-                guarded = self._convert(state, self.compiler_for(folder), self.options, self)
+                guarded = self._convert(state, self.compiler.in_folder(folder), self.options, self)
         except Unsupported as exc:
             if self.options.fullgraph:
                 raise
@@ -349,7 +301,21 @@ class Runtime:
         finally:
             self.state.compiling -= 1
             self.state.record_time("convert_frame", time.perf_counter() - start)
-        cache.add(guarded)
+        self._add_entry(cache, guarded, folder=folder)
+        frame_cache.remember(
+            self.frames, cache.code, guarded, f_locals, fn.__globals__, cache.where(),
+            self.compiler if folder is None else None,  # (a debug folder's compiler writes there)
+        )
+        return guarded
+
+    def _add_entry(
+        self, cache: CodeCache, guarded: GuardedCode, *, loaded: bool = False,
+        folder: Path | None = None,
+    ) -> None:
+        """Put an entry in ``cache``: the one path of both producers, a capture
+        (:meth:`convert`) and a stored frame bound to this call (:meth:`load`; ``loaded``).
+        The graphs of both were built by ``compiled_graph.graph_entry``."""
+        cache.add(guarded, loaded=loaded)
         cache.merge_sizes(guarded.input_sizes)
         if guarded.dynamic:
             log_recompiles.info(
@@ -360,15 +326,10 @@ class Runtime:
             write_frame(folder, cache.code, guarded)
             log_dynamo.info("debug artifacts for %s in %s", cache.where(), folder)
         log_capture(cache.where(), cache.code, guarded)
-        if log_guards.isEnabledFor(logging.DEBUG):
+        if not loaded and log_guards.isEnabledFor(logging.DEBUG):
             source = getattr(guarded.check_fn, "code", None)
             log_guards.debug("check function of %s:\n%s", cache.where(), source)
-        self.emit("capture", cache.code, guarded, None, folder=folder)
-        frame_cache.remember(
-            self.frames, cache.code, guarded, f_locals, fn.__globals__, cache.where(),
-            self.compiler if folder is None else None,  # (a debug folder's compiler writes there)
-        )
-        return guarded
+        self.emit("capture", cache.code, guarded, "frame cache" if loaded else None, folder=folder)
 
     def load(
         self, fn: types.FunctionType, cache: CodeCache, f_locals: dict[str, Any]
@@ -398,11 +359,7 @@ class Runtime:
             for sizes in frame_cache.seen_sizes(self.frames, cache.code):
                 cache.merge_sizes(sizes)
             return None
-        cache.add(guarded, loaded=True)
-        cache.merge_sizes(guarded.input_sizes)
-        frame_hook.mark_skip(guarded.code)
-        log_capture(cache.where(), cache.code, guarded)
-        self.emit("capture", cache.code, guarded, "frame cache")
+        self._add_entry(cache, guarded, loaded=True)
         return guarded
 
 

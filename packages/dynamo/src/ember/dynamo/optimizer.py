@@ -40,7 +40,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
@@ -51,6 +51,9 @@ from .cache import RecompileError, register_cache
 from .frame import CompilerFn
 from .logs import get_logger
 from .optimizer_guards import StepGuards
+
+if TYPE_CHECKING:
+    from .function_entry import Runtime
 
 log = get_logger("dynamo")
 
@@ -472,13 +475,14 @@ def _eager_foreach(group: dict[str, Any], optimizer: torch.optim.Optimizer) -> b
 class CompiledOptimizerStep:
     """What ``compile(optimizer.step)`` returns; call it as the step itself."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, compiler: CompilerFn, cache_size_limit: int,
-                 state: Any = None) -> None:
+    def __init__(self, optimizer: torch.optim.Optimizer, runtime: Runtime) -> None:
         self.optimizer = optimizer
-        self._compiler = compiler
-        self._limit = cache_size_limit
-        #: the runtime state whose stance and ``run()`` apply (``RuntimeState``), if any
-        self._state = state
+        #: the runtime's graph compiler: its resolved backend, with the wrappers every
+        #: compiled graph gets (``compiled_graph.GraphCompiler``), as for functions and modules
+        self._compiler: CompilerFn = runtime.compiler
+        self._limit = runtime.options.cache_size_limit
+        #: the runtime state whose stance and ``run()`` apply (``RuntimeState``)
+        self._state = runtime.state
         #: plan key -> compiled step (``None``: this layout runs eagerly)
         self.entries: dict[Any, Callable[..., Any] | None] = {}
         #: plan key -> the state entries that layout's step creates (a first step's)

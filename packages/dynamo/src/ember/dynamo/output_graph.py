@@ -30,10 +30,11 @@ from ember.ir.shapes import EagerLayoutFakeMode, float_int_pow, symbolic_dispatc
 
 from .builder import wrap_constant_result
 from .codegen import OUT_LOCAL, PyCodegen
-from .eager_fallback import alias_checked, no_aliasing_guard, set_mutated_inputs
+from .compiled_graph import graph_entry
+from .eager_fallback import no_aliasing_guard
 from .empty_check import empty_input_error
 from .errors import Unsupported, UserRaised
-from .frame import CapturedGraph, CompilerFn, next_graph_name
+from .frame import CapturedGraph, CompilerFn
 from .guard_collector import GuardCollector
 from .mutable import Trail
 from .numpy_ops import ndarray_needs_copy, ndarray_to_tensor, ndarrays_to_graph_inputs
@@ -488,32 +489,33 @@ class OutputGraph:
             if i.version is not None and isinstance(i.var, TensorVariable)
             and _version_of(i.var.example) != i.version
         )
-        set_mutated_inputs(gm, mutated)
-        # compiled under the grad mode it runs under, not the one where capture stopped (a
-        # break inside `with torch.no_grad()`): the backend decides on it whether to build
-        # a backward
-        with torch.set_grad_enabled(self.entry_grad):
-            compiled = compiler(gm, example_inputs)
         # the frame's guards check that no written input shares memory with another (ADR
         # 0062); where they cannot (NumPy inputs, a capture from aliased inputs), each call does
         no_alias = None if any(i.convert is not None for i in inputs) else no_aliasing_guard(
             [i.source for i in inputs], example_inputs, mutated)
         if no_alias is not None:
             self.guards.add_guard(no_alias)
-        compiled = alias_checked(compiled, gm, mutated, guarded=no_alias is not None)
-        name = next_graph_name()
-        self.f_globals[name] = compiled
-        captured = CapturedGraph(
-            name,
+
+        def compile_graph() -> Any:
+            # compiled under the grad mode it runs under, not the one where capture stopped
+            # (a break inside `with torch.no_grad()`): the backend decides on it whether to
+            # build a backward
+            with torch.set_grad_enabled(self.entry_grad):
+                return compiler(gm, example_inputs)
+
+        captured = graph_entry(
             gm,
             example_inputs,
-            compiled,
-            [i.source for i in inputs],
-            {k: v for k, v in self.attr_sources.items() if hasattr(gm, k)},
-            "a graph input is a NumPy array (stored frames read tensors only)"
-            if any(i.convert is not None for i in inputs) else "",
             mutated,
+            compile_graph,
+            self.f_globals,
+            alias_guarded=no_alias is not None,
+            sources=[i.source for i in inputs],
+            attr_sources={k: v for k, v in self.attr_sources.items() if hasattr(gm, k)},
+            unstorable="a graph input is a NumPy array (stored frames read tensors only)"
+            if any(i.convert is not None for i in inputs) else "",
         )
+        name = captured.name
         return name, captured, inputs
 
     def call_graph(

@@ -57,7 +57,7 @@ class CompileProfiler:
 
         def listen(event: CaptureEvent) -> None:
             me = ref()
-            if me is not None and event.runtime.backend is me:
+            if me is not None and event.runtime.backend.compiler is me:
                 me._hear(event)
 
         self._listener: Callable[[CaptureEvent], None] = listen
