@@ -92,11 +92,11 @@ class LoweredGraph:
     size_inputs: dict[int, Any] = field(default_factory=dict)
 
 
-def _body_stats(node: IRNode) -> tuple[int, int, int]:
-    """(distinct buffers read, ops, transcendental ops) of ``node``'s body."""
+def _body_stats(node: IRNode) -> tuple[int, int, int, int]:
+    """(distinct buffers read, ops, transcendental ops, costly ops) of ``node``'s body."""
     deps = DepsOps()
     node.make_loader()(index_symbols("t", len(node.get_size())), deps)
-    return len({n for n, _ in deps.loads}), deps.num_ops, deps.num_heavy
+    return len({n for n, _ in deps.loads}), deps.num_ops, deps.num_heavy, deps.num_costly
 
 
 def _reads_transposed(node: IRNode) -> bool:
@@ -535,14 +535,15 @@ class GraphLowering:
             return
         if isinstance(value, View) and as_strided_of_buffer(value) is not None:
             return
-        reads, ops, heavy = _body_stats(value)
+        reads, ops, heavy, costly = _body_stats(value)
         users = len(node.users)
         opts = self.options
         if reads and _is_scalar_feeding_tensor(node, value, ops - reads):
             # a 0-d value computed from scalars (an optimizer's ``-lr / (1 - beta ** step)``)
             # read by a loop over a tensor: computed once, not once per element
             self.env[node] = self.realize(value)
-        elif reads and _is_costly_and_broadcast(node, value, self._channels_last_convs, self.hints):
+        elif reads and costly and _is_broadcast_along_innermost(
+                node, value, self._channels_last_convs, self.hints):
             # a batch norm's ``rsqrt(var + eps)`` per channel, read by a loop over a
             # channels-last activation: computed once per channel, not once per element
             self.env[node] = self.realize(value)
@@ -691,27 +692,21 @@ _BROADCAST_RATIO = 16
 _BROADCAST_MIN_ELEMENTS = 8192
 
 
-def _is_costly_and_broadcast(
+def _is_broadcast_along_innermost(
     node: torch.fx.Node, value: IRNode, channels_last: bool, hints: SizeHints
 ) -> bool:
-    """Whether ``value`` (of static size) computes a costly op (a division, a square root,
-    a transcendental function) and is read broadcast by an op with ``_BROADCAST_RATIO``
-    times more elements, along that op's innermost dim. Inlined, the op runs for every
-    element of the reader: a batch norm's ``rsqrt(var + eps)`` over a channels-last
-    activation, where the channel is the innermost index (ShuffleNet's per-channel scale:
-    ~37 us of a 49k-element kernel, 20 us computed once). Along an outer dim (NCHW) the
-    C++ compiler computes it once per row already, and a stored value costs a kernel."""
+    """Whether ``value`` (of static size; the caller knows it computes a costly op: a
+    division, a square root, a transcendental function) is read broadcast by an op with
+    ``_BROADCAST_RATIO`` times more elements, along that op's innermost dim. Inlined, the
+    op runs for every element of the reader: a batch norm's ``rsqrt(var + eps)`` over a
+    channels-last activation, where the channel is the innermost index (ShuffleNet's
+    per-channel scale: ~37 us of a 49k-element kernel, 20 us computed once). Along an outer
+    dim (NCHW) the C++ compiler computes it once per row already, and a stored value costs
+    a kernel."""
     size = value.get_size()
     if not all(isinstance(s, int) for s in size):
         return False
     numel = math.prod(int(s) for s in size)
-    deps = DepsOps()
-    try:
-        value.make_loader()(index_symbols("t", len(size)), deps)
-    except Exception:  # a loader that needs more than loads and arithmetic
-        return False
-    if not deps.num_costly:
-        return False
     for user in _consumers(node):
         val = user.meta.get("val")
         if not isinstance(val, torch.Tensor):
