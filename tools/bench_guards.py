@@ -279,6 +279,8 @@ def main() -> None:
     if args.wall:
         _clock = time.perf_counter
     torch.set_num_threads(1)
+    # steady state: the native graph runner (ADR 0068) built before the first graph
+    os.environ.setdefault("EMBER_NATIVE_RUNNER", "wait")
     os.environ.setdefault("EMBER_NATIVE_GUARDS", "1")
     print(f"# {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, load {os.getloadavg()[0]:.2f}, "
           f"torch {torch.__version__}, python {sys.version.split()[0]}, 1 thread, "

@@ -11,7 +11,9 @@ runs ``--calls`` calls of each in turn, and a cell is the best round's mean per 
 the calling thread's CPU time, so a load that comes and goes on a shared machine moves all
 three alike (``tools/bench.py``'s "beside" column measures the same way per cell process);
 ``--wall`` times with the wall clock instead (for an idle machine: it also counts work a
-callable hands to other threads).
+callable hands to other threads). ``--python-wrapper`` adds a column ``ember-py``: the same
+compiled graphs run through their generated Python wrappers instead of the native graph
+runner (ADR 0068), to measure what the runner saves per call.
 Prints one line per model (ms per call and speedup over eager) and the geometric means.
 """
 
@@ -22,6 +24,7 @@ import contextlib
 import importlib
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -65,17 +68,58 @@ def time_rounds(fns: dict[str, Callable[[], Any]], calls: int, rounds: int) -> d
     return {key: value * 1e3 for key, value in best.items()}
 
 
-def measure(name: str, with_torch: bool, calls: int, rounds: int) -> dict[str, float]:
+#: set while the ``ember-py`` column runs: compiled graphs call their Python wrappers
+_PYTHON_WRAPPER = [False]
+
+
+def _python_wrapper_switch() -> None:
+    """Make ``ember.inductor``'s compiled graphs run their Python wrapper while
+    ``_PYTHON_WRAPPER[0]`` is set (only this benchmark's process pays the test)."""
+    from ember.inductor import native_runner
+    from ember.inductor.compile_fx import CompiledGraph
+
+    run = CompiledGraph._run
+
+    def switched(self: Any, inputs: list[Any]) -> Any:
+        if _PYTHON_WRAPPER[0] and native_runner.is_program(self._call):
+            program = self._call
+            self._call = native_runner.python_of(program)
+            try:
+                return run(self, inputs)
+            finally:
+                self._call = program
+        return run(self, inputs)
+
+    CompiledGraph._run = switched  # type: ignore[method-assign]
+
+
+def _with_python_wrapper(fn: Callable[[], Any]) -> Callable[[], Any]:
+    def call() -> Any:
+        _PYTHON_WRAPPER[0] = True
+        try:
+            return fn()
+        finally:
+            _PYTHON_WRAPPER[0] = False
+
+    return call
+
+
+def measure(name: str, with_torch: bool, calls: int, rounds: int, python_wrapper: bool = False) -> dict[str, float]:
     import ember.dynamo
 
     case = build(name)
     model = case.model
-    compiled: dict[str, Callable[..., Any]] = {
-        "eager": model, "ember": ember.dynamo.optimize("inductor")(model)}
+    ember_fn = ember.dynamo.optimize("inductor")(model)
+    compiled: dict[str, Callable[..., Any]] = {"eager": model, "ember": ember_fn}
+    if python_wrapper:
+        _python_wrapper_switch()
+        compiled["ember-py"] = ember_fn
     if with_torch:
         compiled["torch"] = torch.compile(model)
     with torch.no_grad():
         fns = {key: bind(f, tuple(case.args), dict(case.kwargs)) for key, f in compiled.items()}
+        if "ember-py" in fns:
+            fns["ember-py"] = _with_python_wrapper(fns["ember-py"])
         for fn in fns.values():
             for _ in range(3):
                 fn()
@@ -89,19 +133,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--json", help="write {model: {eager, ember, torch}} (ms) here")
+    parser.add_argument("--python-wrapper", action="store_true",
+                        help="add ember with its graphs' Python wrappers instead of the native runner")
     parser.add_argument("--wall", action="store_true",
                         help="time with the wall clock (on an idle machine) instead of CPU time")
     opts = parser.parse_args(argv)
     global CLOCK
     CLOCK = time.perf_counter if opts.wall else time.thread_time
     torch.set_num_threads(1)
+    # steady state: the native graph runner built before the first graph (a first process
+    # on a machine builds it in the background and runs Python wrappers meanwhile)
+    os.environ.setdefault("EMBER_NATIVE_RUNNER", "wait")
     results: dict[str, dict[str, float]] = {}
     for name in opts.models:
-        ms = measure(name, not opts.no_torch, opts.calls, opts.rounds)
+        ms = measure(name, not opts.no_torch, opts.calls, opts.rounds, opts.python_wrapper)
         results[name] = ms
         cells = "  ".join(f"{k} {v:8.2f} ms {ms['eager'] / v:5.2f}x" for k, v in ms.items())
         print(f"{name:20s} {cells}", flush=True)
-    for key in ("ember", "torch"):
+    for key in ("ember", "ember-py", "torch"):
         ratios = [r["eager"] / r[key] for r in results.values() if key in r]
         if ratios:
             geo = math.exp(sum(map(math.log, ratios)) / len(ratios))

@@ -107,7 +107,7 @@ def main() -> None:
     if args.untimed:
         from ember.inductor import conv_layout
 
-        conv_layout._measured_faster = lambda convs: False  # a developer's own dump
+        conv_layout._measured_faster = lambda *_: False  # a developer's own dump
     if args.no_aotgrad:
         sys.modules["ember.aotgrad"] = None  # type: ignore[assignment]
     with contextlib.suppress(ImportError):

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ember.ir.native_build import NativeBuildError, load_extension
+from ember.ir.native_build import NativeBuildError, load_extension, torch_flags
 
 if TYPE_CHECKING:
     from ember.guards.builder import GuardBuilder, Part
@@ -567,27 +567,12 @@ _helper_lock = threading.Lock()
 _helper_thread: threading.Thread | None = None
 
 
-def _torch_flags() -> list[str]:
-    import torch
-
-    root = Path(torch.__file__).parent
-    lib = str(root / "lib")
-    # torch's headers need C++20 from torch 2.15 on (``<=>``, ``std::bit_width``); older ones C++17
-    major, minor = (int(part) for part in torch.__version__.split(".")[:2])
-    standard = "-std=c++20" if (major, minor) >= (2, 15) else "-std=c++17"
-    flags = [standard, f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-             f"-DEMBER_TORCH_VERSION=\"{torch.__version__}\""]
-    flags += [f"-I{root / 'include'}", f"-I{root / 'include' / 'torch' / 'csrc' / 'api' / 'include'}"]
-    flags += [f"-L{lib}", f"-Wl,-rpath,{lib}", "-ltorch_python", "-ltorch", "-ltorch_cpu", "-lc10"]
-    return flags
-
-
 def _load_helper() -> None:
     global _helper, _helper_error
     try:
         import torch
 
-        module = load_extension(_TENSOR_SOURCE.read_text(), AREA, "ember_guards_tensor", flags=_torch_flags(), cxx=True)
+        module = load_extension(_TENSOR_SOURCE.read_text(), AREA, "ember_guards_tensor", flags=torch_flags(), cxx=True)
         capsule = module.setup(torch.Tensor, torch.nn.Parameter)
         _helper = (module, capsule, module.storage_capsule())
     except Exception as exc:

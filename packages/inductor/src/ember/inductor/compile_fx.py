@@ -30,7 +30,7 @@ from ember.ir.stages import record as record_stage
 from ember.ir.stages import stage
 from ember.ir.updates import input_updates_of
 
-from . import graph_cache
+from . import graph_cache, native_runner
 from .codegen.backend import Backend, BuildStats, KernelSource
 from .codegen.registry import backend_for
 from .codegen.wrapper_runtime import in_layout, namespace
@@ -109,6 +109,9 @@ class CompiledGraph:
         self._rebind: tuple[dict[str, torch.Tensor], Callable[[dict[str, torch.Tensor], bool], Any]] | None = None
         #: the CUDA-graph runner (``mode="reduce-overhead"`` on CUDA), None without one
         self.cudagraphs: CudaGraphCall | None = None
+        #: while the native graph runner is being built: what makes this graph's call
+        #: once it is (``_run`` swaps it in; ADR 0068)
+        self._upgrade: Callable[[], Callable[[list[Any]], list[Any]]] | None = None
 
     def rebind_weights(self, new_for: Mapping[int, torch.Tensor]) -> CompiledGraph | None:
         """This compiled graph reading other weights: each constant ``t`` replaced by
@@ -126,10 +129,16 @@ class CompiledGraph:
             new[name] = found
         other = copy.copy(self)
         other._call = make(new, False)
+        other._upgrade = (lambda: make(new, False)) if self._upgrade is not None else None
         other._make_profiled = lambda: make(new, True)
         other._profiled = None
         other._rebind = (new, make)
         return other
+
+    @property
+    def runs_natively(self) -> bool:
+        """Whether calls run the native graph runner's program (ADR 0068), not the Python wrapper."""
+        return native_runner.is_program(self._call)
 
     def use_cuda_graphs(self, gm: torch.fx.GraphModule, art: GraphArtifact, device: torch.device) -> None:
         """Replay this graph's calls from CUDA graphs (``mode="reduce-overhead"``, ADR 0039),
@@ -162,6 +171,9 @@ class CompiledGraph:
 
     def _run(self, inputs: list[Any]) -> Any:
         """The wrapper on ``inputs`` (a list of the call's own, which the wrapper empties)."""
+        if self._upgrade is not None and not native_runner.building():
+            upgrade, self._upgrade = self._upgrade, None
+            self._call = upgrade()
         if profiling():
             outs = self._call_profiled(inputs)
         else:
@@ -379,21 +391,27 @@ def _compile(
     constants = {name: _attr(gm, target) for name, target in art.constant_targets.items()}
     code = _wrapper_code(art.wrapper_source)
 
-    def wrapper(kernels: dict[str, Any], constants: dict[str, torch.Tensor]) -> Callable[[list[Any]], list[Any]]:
-        ns = namespace(backend, kernels, constants, art.consts)
+    def make(constants: dict[str, torch.Tensor], profiled: bool) -> Callable[[list[Any]], list[Any]]:
+        """The graph's call: the generated wrapper executed into a namespace of the kernels
+        and ``constants``; for C++ kernels run by the native graph runner where it can be
+        (``native_runner.py``); with kernels named for torch's profiler when ``profiled``."""
+        ns = namespace(backend, named_kernels(kernels) if profiled else kernels, constants, art.consts)
         exec(code, ns)
+        if backend.name == "cpp" and not profiled:
+            native = native_runner.native_call(art.wrapper_source, ns, art.consts)
+            if native is not None:
+                return native
         return ns["call"]  # type: ignore[no-any-return]
 
-    def make(constants: dict[str, torch.Tensor], profiled: bool) -> Callable[[list[Any]], list[Any]]:
-        return wrapper(named_kernels(kernels) if profiled else kernels, constants)
-
-    call = wrapper(kernels, constants)
+    call = make(constants, False)
     report.compiled, report.cached = stats.compiled, stats.cached
     report.seconds = time.perf_counter() - start
     compiled = CompiledGraph(
         call, art, report, gm, inputs_guarded, profiled=lambda: make(constants, True)
     )
     compiled._rebind = (constants, make)
+    if backend.name == "cpp" and native_runner.building():
+        compiled._upgrade = lambda: make(constants, False)
     device = graph_device(example_inputs)
     if device.type == "cuda" and opts.mode in CUDAGRAPH_MODES:
         compiled.use_cuda_graphs(gm, art, device)

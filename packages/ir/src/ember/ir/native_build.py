@@ -164,4 +164,21 @@ def _compile(source: str, lib: Path, meta: Path, name: str, flags: Sequence[str]
         os.replace(tmp_meta, meta)
 
 
-__all__ = ["NativeBuildError", "cached_path", "extension_key", "is_cached", "load_extension"]
+def torch_flags() -> list[str]:
+    """Compiler flags of a C++ extension built against the running torch's headers and
+    libraries (the tensor guard helper, ADR 0051; the native graph runner, ADR 0068)."""
+    import torch
+
+    root = Path(torch.__file__).parent
+    lib = str(root / "lib")
+    # torch's headers need C++20 from torch 2.14 on (``<=>``, ``std::bit_width``); older ones C++17
+    major, minor = (int(part) for part in torch.__version__.split(".")[:2])
+    standard = "-std=c++20" if (major, minor) >= (2, 14) else "-std=c++17"
+    flags = [standard, f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+             f"-DEMBER_TORCH_VERSION=\"{torch.__version__}\""]
+    flags += [f"-I{root / 'include'}", f"-I{root / 'include' / 'torch' / 'csrc' / 'api' / 'include'}"]
+    flags += [f"-L{lib}", f"-Wl,-rpath,{lib}", "-ltorch_python", "-ltorch", "-ltorch_cpu", "-lc10"]
+    return flags
+
+
+__all__ = ["NativeBuildError", "cached_path", "extension_key", "is_cached", "load_extension", "torch_flags"]

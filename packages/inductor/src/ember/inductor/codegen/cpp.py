@@ -115,12 +115,16 @@ class CppBackend:
 def _index_checked(name: str, fn: Any, take_error: Any) -> Callable[..., None]:
     """``fn`` followed by a check of the kernel's out-of-range-index flag."""
 
+    message = (f"index out of range in generated kernel {name} (an indirect index from "
+               "gather/index/index_select/embedding was outside its dimension)")
+
     def call(*args: Any) -> None:
         fn(*args)
         if take_error():
-            raise KernelIndexError(
-                f"index out of range in generated kernel {name} (an indirect index from "
-                "gather/index/index_select/embedding was outside its dimension)"
-            )
+            raise KernelIndexError(message)
 
+    # what the native graph runner calls instead (native_runner.py)
+    call.native_fn = fn  # type: ignore[attr-defined]
+    call.native_take_error = take_error  # type: ignore[attr-defined]
+    call.native_message = message  # type: ignore[attr-defined]
     return call
