@@ -23,13 +23,12 @@ from __future__ import annotations
 import functools
 import os
 import re
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ember.ir.native_build import NativeBuildError, load_extension, torch_flags
+from ember.ir.native_build import BackgroundBuild, NativeBuildError, load_extension, torch_flags
 
 if TYPE_CHECKING:
     from ember.guards.builder import GuardBuilder, Part
@@ -552,7 +551,7 @@ def build(native: NativeSource, flags: dict[str, Any] | None, capsule: Any = Non
 
 def _storage_capsule() -> Any:
     """The tensor helper's ``storage_ptr`` capsule (``None`` without the helper)."""
-    helper = _helper
+    helper = _helper.value
     if helper is None:
         return None
     return helper[2]
@@ -561,31 +560,17 @@ def _storage_capsule() -> Any:
 # -- the tensor helper ---------------------------------------------------------------------
 
 _TENSOR_SOURCE = Path(__file__).with_name("native_tensor.cpp")
-_helper: tuple[Any, Any, Any] | None = None
-_helper_error: str | None = None
-_helper_lock = threading.Lock()
-_helper_thread: threading.Thread | None = None
 
 
-def _load_helper() -> None:
-    global _helper, _helper_error
-    try:
-        import torch
+def _load_helper() -> tuple[Any, Any, Any]:
+    import torch
 
-        module = load_extension(_TENSOR_SOURCE.read_text(), AREA, "ember_guards_tensor", flags=torch_flags(), cxx=True)
-        capsule = module.setup(torch.Tensor, torch.nn.Parameter)
-        _helper = (module, capsule, module.storage_capsule())
-    except Exception as exc:
-        _helper_error = f"{type(exc).__name__}: {_first_error(str(exc))}"
+    module = load_extension(_TENSOR_SOURCE.read_text(), AREA, "ember_guards_tensor", flags=torch_flags(), cxx=True)
+    capsule = module.setup(torch.Tensor, torch.nn.Parameter)
+    return (module, capsule, module.storage_capsule())
 
 
-def _first_error(message: str) -> str:
-    """The compiler's first ``error:`` line where there is one (the command line is long and
-    says nothing), else the message's start."""
-    for line in message.splitlines():
-        if "error:" in line:
-            return line.strip()[:300]
-    return message[:300]
+_helper = BackgroundBuild("ember-native-tensor-guards", _load_helper)
 
 
 def tensor_helper(wait: bool = False) -> tuple[Any, Any, Any] | None:
@@ -593,19 +578,9 @@ def tensor_helper(wait: bool = False) -> tuple[Any, Any, Any] | None:
     it is being built (in a thread: it compiles against torch's headers, ~15 s, once per
     torch build and cache) or where it cannot be built (``EMBER_NATIVE_TENSOR_GUARDS=0``
     turns it off)."""
-    global _helper_thread
-    if _helper is not None or _helper_error is not None:
-        return _helper
-    if os.environ.get("EMBER_NATIVE_TENSOR_GUARDS", "1") == "0":
+    if os.environ.get("EMBER_NATIVE_TENSOR_GUARDS", "1") == "0" and _helper.value is None:
         return None
-    with _helper_lock:
-        if _helper_thread is None:
-            _helper_thread = threading.Thread(target=_load_helper, name="ember-native-tensor-guards", daemon=True)
-            _helper_thread.start()
-        thread = _helper_thread
-    if wait:
-        thread.join()
-    return _helper
+    return _helper.get(wait)
 
 
 def layout_check(spec: tuple[Any, ...], state_type: type, wait: bool = False) -> Any | None:
@@ -623,7 +598,7 @@ def layout_check(spec: tuple[Any, ...], state_type: type, wait: bool = False) ->
 
 def tensor_helper_error() -> str | None:
     """Why the tensor helper is not available (``None`` when it is, or not yet decided)."""
-    return _helper_error
+    return _helper.error
 
 
 def source_lines(native: NativeSource) -> int:

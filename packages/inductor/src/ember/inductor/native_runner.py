@@ -24,7 +24,6 @@ import ctypes
 import functools
 import logging
 import os
-import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -32,7 +31,7 @@ from typing import Any
 
 import torch
 
-from ember.ir.native_build import load_extension, torch_flags
+from ember.ir.native_build import BackgroundBuild, load_extension, torch_flags
 
 log = logging.getLogger("ember.inductor.native_runner")
 
@@ -58,20 +57,11 @@ class Untranslatable(Exception):
 
 # -- the runner module ---------------------------------------------------------------------
 
-_module: Any = None
-_error: str | None = None
-_lock = threading.Lock()
-_thread: threading.Thread | None = None
+def _build() -> Any:
+    return load_extension(_SOURCE.read_text(), "runner", "ember_inductor_runner", flags=torch_flags(), cxx=True)
 
 
-def _build() -> None:
-    global _module, _error
-    try:
-        _module = load_extension(_SOURCE.read_text(), "runner", "ember_inductor_runner",
-                                 flags=torch_flags(), cxx=True)
-    except Exception as exc:  # a missing compiler or headers: graphs run their Python wrappers
-        _error = f"{type(exc).__name__}: {str(exc)[:300]}"
-        log.info("ember.inductor: the native graph runner is not available (%s)", _error)
+_runner: BackgroundBuild[Any] = BackgroundBuild("ember-native-runner", _build)
 
 
 def mode() -> str:
@@ -82,32 +72,23 @@ def mode() -> str:
 def runner_module(wait: bool = False) -> Any | None:
     """The built runner module; None while it is being built (in a thread) or where it
     cannot be (see ``runner_error``)."""
-    global _thread
-    if _module is not None or _error is not None:
-        return _module
-    with _lock:
-        if _thread is None:
-            _thread = threading.Thread(target=_build, name="ember-native-runner", daemon=True)
-            _thread.start()
-        thread = _thread
-    if wait:
-        thread.join()
-    return _module
+    return _runner.get(wait)
 
 
 def building() -> bool:
     """Whether the runner module is being built now (graphs run as Python meanwhile)."""
-    return _module is None and _error is None and _thread is not None and mode() != "0"
+    return _runner.building() and mode() != "0"
 
 
 def is_program(call: Any) -> bool:
     """Whether ``call`` is a native program (not a Python wrapper)."""
-    return _module is not None and isinstance(call, _module.Program)
+    module = _runner.value
+    return module is not None and isinstance(call, module.Program)
 
 
 def runner_error() -> str | None:
     """Why the runner module is not available (None when it is or is being built)."""
-    return _error
+    return _runner.error
 
 
 # -- translation ---------------------------------------------------------------------------

@@ -31,12 +31,15 @@ import sysconfig
 import tempfile
 import threading
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from ember.ir.cache_entry import default_cache_dir
 
 log = logging.getLogger("ember.ir.native_build")
+
+T = TypeVar("T")
 
 FLAGS = ("-O1", "-shared", "-fPIC", "-fno-strict-aliasing", "-w")
 
@@ -181,4 +184,55 @@ def torch_flags() -> list[str]:
     return flags
 
 
-__all__ = ["NativeBuildError", "cached_path", "extension_key", "is_cached", "load_extension", "torch_flags"]
+class BackgroundBuild(Generic[T]):
+    """Something built once per process in a thread (a C++ extension compiled against
+    torch's headers takes ~15-30 s the first time; the disk cache makes later processes
+    load it): ``get()`` is the result, or None while it is being built or where the build
+    failed (``error`` says why)."""
+
+    def __init__(self, name: str, build: Callable[[], T]) -> None:
+        self.name = name
+        self._build = build
+        self.value: T | None = None
+        self.error: str | None = None
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        try:
+            self.value = self._build()
+        except Exception as exc:  # the callers run without it (a Python path)
+            self.error = f"{type(exc).__name__}: {first_error(str(exc))}"
+            log.info("ember: %s is not available (%s)", self.name, self.error)
+
+    def get(self, wait: bool = False) -> T | None:
+        """The built value; starts the build on the first call; ``wait`` for it to end."""
+        if self.value is not None or self.error is not None:
+            return self.value
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+            thread = self._thread
+        if wait:
+            thread.join()
+        return self.value
+
+    def building(self) -> bool:
+        """Whether the build has started and not ended."""
+        return self.value is None and self.error is None and self._thread is not None
+
+
+def first_error(message: str) -> str:
+    """A compiler's first ``error:`` line where there is one (the command line is long and
+    says nothing), else the message's start."""
+    for line in message.splitlines():
+        if "error:" in line:
+            return line.strip()[:300]
+    return message[:300]
+
+
+__all__ = [
+    "BackgroundBuild", "NativeBuildError", "cached_path", "extension_key", "first_error", "is_cached",
+    "load_extension", "torch_flags",
+]
