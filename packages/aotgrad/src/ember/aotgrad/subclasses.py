@@ -244,8 +244,6 @@ def compile_desugared(
     def run(*args: Any) -> Any:
         flat = [local_of(a) if i in dt_inputs else a for i, a in enumerate(args)]
         flat.extend(local_of(a) for a in attrs)
-        import os
-        if os.environ.get("DTDBG"): print("DBG", torch.is_grad_enabled(), [(type(t).__name__, t.requires_grad) for t in flat])
         got = inner(*flat)
         result = [o if meta is None else meta.wrap(o) for o, meta in zip(got, outputs, strict=True)]
         return tuple(result) if plan.tuple_output else result

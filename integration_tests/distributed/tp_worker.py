@@ -1,0 +1,179 @@
+"""Two gloo processes on one machine: eager tensor parallelism beside ember-compiled (issue 35).
+
+Run by ``integration_tests/test_tp.py`` as a script:
+``python tp_worker.py BACKEND PORT OUT.json [adam]``. Each rank builds the
+same GPT-style MLP blocks and parallelizes them with
+``torch.distributed.tensor.parallel.parallelize_module`` on a 1-d mesh of the two
+ranks (``ColwiseParallel`` for the up projection, ``RowwiseParallel`` for the down
+projection: the parameters become DTensors sharded across the ranks, the hooks make
+the activations DTensors and all-reduce the block's output). It trains the model
+twice from the same weights on the same batches: once eagerly and once compiled by
+``ember.dynamo.compile(model, fullgraph=True, backend=...)`` (ADR 0069: one graph over
+DTensors, desugared by ember.aotgrad into one over local tensors whose collectives
+are ``_c10d_functional`` nodes). Rank 0 writes both runs' losses, the largest
+difference of the full (all-gathered) parameters, the graphs each rank compiled
+(dynamo graphs, aotgrad forward and backward graphs) and the collectives in them.
+
+``adam``: Adam instead of SGD. Guards on placements and meshes are tested in one
+process (``packages/dynamo/tests/test_dtensor.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+STEPS = 4
+WIDTH = 16
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(WIDTH)
+        self.up = nn.Linear(WIDTH, 4 * WIDTH)
+        self.down = nn.Linear(4 * WIDTH, WIDTH)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Block() for _ in range(2))
+        self.head = nn.Linear(WIDTH, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def parallel(mesh: Any) -> Net:
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    torch.manual_seed(0)
+    net = Net()
+    for block in net.blocks:
+        parallelize_module(block, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    return net
+
+
+class GraphCounter:
+    """An ember backend counting dynamo graphs, aotgrad's forward and backward graphs,
+    and the collective ops in them, around the ``BACKEND`` graph compiler."""
+
+    def __init__(self, backend: str) -> None:
+        from ember.aotgrad.api import aot_autograd, nop_compiler
+        from ember.aotgrad.partition import min_cut_rematerialization_partition
+
+        self.backend = backend
+        self.frames = 0
+        self.forward = 0
+        self.backward = 0
+        #: per aotgrad graph ("forward"/"backward"): the collective ops it calls
+        self.collectives: dict[str, list[str]] = {"forward": [], "backward": []}
+        if backend in ("eager", "aot_eager"):
+            inner: Any = nop_compiler
+        elif backend == "inductor":
+            from ember.inductor.compile_fx import compile_graph
+
+            inner = compile_graph
+        else:
+            raise ValueError(backend)
+
+        def counted(kind: str) -> Any:
+            def compiler(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+                setattr(self, kind, getattr(self, kind) + 1)
+                self.collectives[kind] += [
+                    str(n.target) for n in gm.graph.nodes
+                    if n.op == "call_function" and "_c10d_functional" in str(n.target)
+                ]
+                return inner(gm, example_inputs)
+
+            return compiler
+
+        self.aot = aot_autograd(counted("forward"), counted("backward"),
+                                min_cut_rematerialization_partition)
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        self.frames += 1
+        if self.backend == "eager":
+            return gm.forward
+        return self.aot(gm, example_inputs)
+
+
+def batches(steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    # tensor parallelism: every rank sees the same batch
+    gen = torch.Generator().manual_seed(100)
+    return [(torch.randn(8, WIDTH, generator=gen), torch.randn(8, 1, generator=gen)) for _ in range(steps)]
+
+
+def train(forward: Any, opt: torch.optim.Optimizer, data: list[tuple[torch.Tensor, torch.Tensor]]) -> list[float]:
+    losses = []
+    for x, y in data:
+        loss = ((forward(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def full_params(net: nn.Module) -> list[torch.Tensor]:
+    return [p.full_tensor().detach() if hasattr(p, "full_tensor") else p.detach() for p in net.parameters()]
+
+
+def optimizer(net: nn.Module, adam: bool) -> torch.optim.Optimizer:
+    if adam:
+        return torch.optim.Adam(net.parameters(), lr=1e-2)
+    return torch.optim.SGD(net.parameters(), lr=5e-2)
+
+
+def run(rank: int, world: int, argv: list[str], port: int, out: str) -> None:
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    from torch.distributed.device_mesh import init_device_mesh
+
+    import ember.dynamo
+
+    backend = argv[0]
+    adam = "adam" in argv
+    result: dict[str, Any] = {}
+    try:
+        mesh = init_device_mesh("cpu", (world,))
+        reference = parallel(mesh)
+        net = parallel(mesh)
+        counter = GraphCounter(backend)
+        compiled = ember.dynamo.compile(net, backend=counter, fullgraph=True)
+        data = batches(STEPS)
+        result["eager_losses"] = train(reference, optimizer(reference, adam), data)
+        result["compiled_losses"] = train(compiled, optimizer(net, adam), data)
+        result["max_param_diff"] = max(
+            (a - b).abs().max().item() for a, b in zip(full_params(reference), full_params(net), strict=True)
+        )
+        result["sharded_params"] = sum(1 for p in net.parameters() if hasattr(p, "placements"))
+        counts = torch.tensor([counter.frames, counter.forward, counter.backward])
+        gathered = [torch.zeros_like(counts) for _ in range(world)]
+        dist.all_gather(gathered, counts)
+        result["graphs_per_rank"] = [g.tolist() for g in gathered]
+        result["collectives"] = counter.collectives
+    finally:
+        if rank == 0:
+            with open(out, "w") as f:
+                json.dump(result, f)
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    port, out = int(sys.argv[2]), sys.argv[3]
+    mp.spawn(run, args=(2, sys.argv[1:2] + sys.argv[4:], port, out), nprocs=2)
