@@ -58,7 +58,11 @@ class Net(nn.Module):
 
 
 def parallel(mesh: Any) -> Net:
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
 
     torch.manual_seed(0)
     net = Net()

@@ -82,7 +82,11 @@ def test_changed_placements_recompile_with_the_failed_guard_named(
 
 
 def test_parallelized_module_trains_like_eager_in_one_graph(mesh: Any) -> None:
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
 
     def model() -> nn.Module:
         torch.manual_seed(0)

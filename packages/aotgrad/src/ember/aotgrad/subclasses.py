@@ -48,7 +48,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from ember.aotgrad.errors import TraceError
 
 
-def dtensor_class() -> type | None:
+def dtensor_class() -> Any:
     """``torch.distributed.tensor.DTensor``, or None where torch.distributed is not built."""
     if not torch.distributed.is_available():
         return None

@@ -50,10 +50,10 @@ class GuardCollector:
         self.add_length(placements, t.placements)
         for i, p in enumerate(t.placements):
             self.add_type(Item(placements, i), p)
-            for field in ("dim", "reduce_op"):
-                value = getattr(p, field, None)
+            for name in ("dim", "reduce_op"):
+                value = getattr(p, name, None)
                 if isinstance(value, (int, str)):
-                    self.add_constant(Attr(Item(placements, i), field), value)
+                    self.add_constant(Attr(Item(placements, i), name), value)
         self.add_tensor(Attr(source, "_local_tensor"), t._local_tensor)
 
     def add_shape(self, guard: ir.Guard) -> None:

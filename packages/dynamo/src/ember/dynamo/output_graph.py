@@ -188,13 +188,13 @@ class OutputGraph:
                 f"tensor subclass `{type(value).__qualname__}` at {key} (only subclasses that add "
                 "nothing to torch.Tensor are captured)"
             )
-        if is_dtensor(value):  # static sizes; class, mesh, placements, local layout guarded
+        dtensor = is_dtensor(value)  # static sizes; class, mesh, placements, local layout guarded
+        example = None if dtensor else self.shapes.fake_input(self.fake_mode, source, value)
+        if example is None:
             example = self._fake(value)
+        if dtensor:
             self.guards.add_dtensor(source, value)
         else:
-            example = self.shapes.fake_input(self.fake_mode, source, value)
-            if example is None:
-                example = self._fake(value)
             self.guards.add_tensor(source, value, self.shapes.payload_dims(source))
         node = self._new_placeholder(source)
         node.meta["example_value"] = example
