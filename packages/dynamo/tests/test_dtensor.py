@@ -124,3 +124,45 @@ def test_dtensor_graph_is_not_stored_for_other_processes(mesh: Any) -> None:
     out.graph.output((var.node,))
     reason = out._unstorable(torch.fx.GraphModule(out.root, out.graph), list(out.inputs.values()))
     assert "DTensor" in reason
+
+
+class Redistributing(nn.Module):
+    """A forward using DTensor's API itself: its input made a DTensor sharded on the
+    batch, gathered (``redistribute`` to ``Replicate()``), scaled by a replicated
+    parameter, and returned as a local tensor."""
+
+    def __init__(self, mesh: Any) -> None:
+        from torch.distributed.tensor import Replicate, distribute_tensor
+
+        super().__init__()
+        self.mesh = mesh
+        self.scale = nn.Parameter(distribute_tensor(torch.linspace(0.5, 2.0, 4), mesh, [Replicate()]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.distributed.tensor import DTensor, Replicate, Shard
+
+        d = DTensor.from_local(x, self.mesh, [Shard(0)], run_check=False)
+        assert d.placements[0] == Shard(0)
+        full = d.redistribute(d.device_mesh, [Replicate()])
+        return (full * self.scale).relu().to_local()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_dtensor_api_in_user_code_is_captured(mesh: Any, backend: str) -> None:
+    torch.manual_seed(0)
+    reference, net = Redistributing(mesh), Redistributing(mesh)
+    counter = CompileCounter()
+    inner = ember.dynamo.backends.lookup_backend(backend)
+
+    def counted(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        counter(gm, example_inputs)
+        return inner(gm, example_inputs)
+
+    compiled = ember.dynamo.compile(net, backend=counted, fullgraph=True)
+    x = torch.randn(3, 4)
+    got, want = compiled(x), reference(x)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(net.scale.grad.full_tensor(), reference.scale.grad.full_tensor())
+    assert counter.frame_count == 1

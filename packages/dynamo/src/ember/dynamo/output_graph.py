@@ -118,6 +118,15 @@ def _result_class(args: list[VariableTracker]) -> type:
         raise Unsupported(str(e)) from e
 
 
+def _holds_objects(value: Any) -> bool:
+    """Whether a constant holds values other than FX-printable literals (placements, meshes)."""
+    if isinstance(value, (list, tuple)):
+        return any(_holds_objects(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_objects(v) for v in value.values())
+    return not (is_constant_value(value) or isinstance(value, type) or value is None)
+
+
 def fn_label(fn: Any) -> str:
     return str(getattr(fn, "__name__", type(fn).__name__))
 
@@ -419,6 +428,13 @@ class OutputGraph:
         graph_kwargs: dict[str, VariableTracker] = {}
 
         def opaque(v: VariableTracker) -> tuple[bool, Any]:
+            if isinstance(v, (TensorVariable, SymNodeVariable)):
+                return False, None
+            if v.is_python_constant():
+                value = v.as_python_constant()
+                # a constant FX cannot write as code (``[Replicate()]`` made in the frame, a
+                # DTensor's folded placements): bound, nothing to guard
+                return (True, value) if _holds_objects(value) else (False, None)
             try:
                 self.to_node_args(v)
                 return False, None
@@ -442,8 +458,8 @@ class OutputGraph:
                 bound_kwargs[k] = value
             else:
                 graph_kwargs[k] = a
-        if not bound_args and not bound_kwargs:
-            return self.create_op("call_function", fn, args, kwargs)
+        # a closure even with nothing bound: FX names a function by module and ``__name__``,
+        # which does not find a method (``DTensor.to_local``)
         total = len(args)
 
         def bound(*given: Any, **given_kwargs: Any) -> Any:

@@ -69,6 +69,20 @@ def is_dtensor(value: Any) -> bool:
     return cls is not None and isinstance(value, cls)
 
 
+#: DTensor's own methods, captured as one node each (``OutputGraph.create_bound_op``)
+DTENSOR_METHODS = frozenset({"redistribute", "to_local", "full_tensor"})
+
+
+def is_placement(value: Any) -> bool:
+    """Whether ``value`` is a DTensor placement (``Shard(0)``, ``Replicate()``, ``Partial()``):
+    immutable, compared by value, passed to graph nodes bound into their target."""
+    if not torch.distributed.is_available():
+        return False
+    from torch.distributed.tensor.placement_types import Placement
+
+    return isinstance(value, Placement) or (isinstance(value, type) and issubclass(value, Placement))
+
+
 def is_capturable_class(cls: type) -> bool:
     if cls in BASE_CLASSES or is_plain_subclass(cls):
         return True
