@@ -196,7 +196,11 @@ def fsdp2_setup(column: str, rank: int) -> tuple[Callable[[], float], Counting |
 
 def tp_setup(column: str, rank: int) -> tuple[Callable[[], float], Counting | None]:
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
 
     torch.manual_seed(0)
     net = GPT()

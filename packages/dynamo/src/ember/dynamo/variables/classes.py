@@ -21,8 +21,8 @@ import torch
 from ember.ir import Attr, Source
 
 from ..errors import Unsupported
-from .base import VariableTracker
 from ..tensor_subclass import is_placement
+from .base import VariableTracker
 from .constant import ConstantVariable, OpaqueConstantVariable
 from .dicts import DictVariable
 from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable

@@ -21,8 +21,8 @@ from ember.ir import Source
 from ember.ir.shapes import ITEM_VALUE_TYPES  # dtypes whose .item() is captured
 
 from ..errors import Unsupported
-from .base import VariableTracker
 from ..tensor_subclass import DTENSOR_METHODS, is_dtensor
+from .base import VariableTracker
 from .constant import ConstantVariable, OpaqueConstantVariable
 from .known_scalars import Known, known_value
 from .lists import ListVariable, TupleVariable
