@@ -68,6 +68,18 @@ def test_tp_model_forward_and_backward_graphs_with_collectives(tmp_path: Path, o
     assert result["collectives"] == {"forward": ALL_REDUCE * 2, "backward": ALL_REDUCE * 2}
 
 
+def test_dtensor_api_in_the_forward_all_gathers_in_the_graph(tmp_path: Path) -> None:
+    """``DTensor.from_local(x, mesh, [Shard(0)]).redistribute(mesh, [Replicate()])`` in the
+    model's own forward: an all-gather node in the forward graph, the rest as above."""
+    result = run_worker(tmp_path, "aot_eager", "gather")
+    assert result["compiled_losses"] == result["eager_losses"]
+    assert result["max_param_diff"] == 0.0
+    assert result["graphs_per_rank"] == [[1, 1, 1]] * 2
+    gather = ["_c10d_functional.all_gather_into_tensor.default", "_c10d_functional.wait_tensor.default"]
+    assert result["collectives"]["forward"] == gather + ALL_REDUCE * 2
+    assert result["collectives"]["backward"] == ALL_REDUCE * 2
+
+
 @pytest.mark.slow  # C++ kernels built for a forward and a backward graph: a minute on a loaded 2-core machine
 def test_tp_model_with_inductor(tmp_path: Path) -> None:
     result = run_worker(tmp_path, "inductor", "adam")

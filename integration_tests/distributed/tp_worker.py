@@ -1,7 +1,7 @@
 """Two gloo processes on one machine: eager tensor parallelism beside ember-compiled (issue 35).
 
 Run by ``integration_tests/test_tp.py`` as a script:
-``python tp_worker.py BACKEND PORT OUT.json [adam]``. Each rank builds the
+``python tp_worker.py BACKEND PORT OUT.json [adam] [gather]``. Each rank builds the
 same GPT-style MLP blocks and parallelizes them with
 ``torch.distributed.tensor.parallel.parallelize_module`` on a 1-d mesh of the two
 ranks (``ColwiseParallel`` for the up projection, ``RowwiseParallel`` for the down
@@ -14,7 +14,9 @@ are ``_c10d_functional`` nodes). Rank 0 writes both runs' losses, the largest
 difference of the full (all-gathered) parameters, the graphs each rank compiled
 (dynamo graphs, aotgrad forward and backward graphs) and the collectives in them.
 
-``adam``: Adam instead of SGD. Guards on placements and meshes are tested in one
+``adam``: Adam instead of SGD. ``gather``: the model's own forward starts from each
+rank's half of the batch, made a DTensor and all-gathered with DTensor's API
+(``Gathering``). Guards on placements and meshes are tested in one
 process (``packages/dynamo/tests/test_dtensor.py``).
 """
 
@@ -57,7 +59,26 @@ class Net(nn.Module):
         return self.head(x)
 
 
-def parallel(mesh: Any) -> Net:
+class Gathering(nn.Module):
+    """``Net`` behind a forward that uses DTensor's API itself: each rank's own half of
+    the batch becomes a DTensor sharded on the batch (``DTensor.from_local``), gathered
+    (``redistribute`` to ``Replicate()``: an all-gather) and taken back as a local tensor."""
+
+    def __init__(self, mesh: Any) -> None:
+        super().__init__()
+        self.mesh = mesh
+        self.net = Net()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.distributed.tensor import DTensor, Replicate, Shard
+
+        shards = DTensor.from_local(x, self.mesh, [Shard(0)], run_check=False)
+        whole = shards.redistribute(self.mesh, [Replicate()]).to_local()
+        out: torch.Tensor = self.net(whole)
+        return out
+
+
+def parallel(mesh: Any, gather: bool = False) -> nn.Module:
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         RowwiseParallel,
@@ -65,10 +86,11 @@ def parallel(mesh: Any) -> Net:
     )
 
     torch.manual_seed(0)
-    net = Net()
+    model: nn.Module = Gathering(mesh) if gather else Net()
+    net = model.net if isinstance(model, Gathering) else model
     for block in net.blocks:
         parallelize_module(block, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
-    return net
+    return model
 
 
 class GraphCounter:
@@ -115,10 +137,14 @@ class GraphCounter:
         return self.aot(gm, example_inputs)
 
 
-def batches(steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    # tensor parallelism: every rank sees the same batch
+def batches(steps: int, rank: int | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Every rank's batches: the same on every rank (tensor parallelism); with ``rank``,
+    each rank's own half of the inputs (``Gathering`` gathers them) and all targets."""
     gen = torch.Generator().manual_seed(100)
-    return [(torch.randn(8, WIDTH, generator=gen), torch.randn(8, 1, generator=gen)) for _ in range(steps)]
+    data = [(torch.randn(8, WIDTH, generator=gen), torch.randn(8, 1, generator=gen)) for _ in range(steps)]
+    if rank is None:
+        return data
+    return [(x.chunk(2)[rank], y) for x, y in data]
 
 
 def train(forward: Any, opt: torch.optim.Optimizer, data: list[tuple[torch.Tensor, torch.Tensor]]) -> list[float]:
@@ -151,15 +177,15 @@ def run(rank: int, world: int, argv: list[str], port: int, out: str) -> None:
     import ember.dynamo
 
     backend = argv[0]
-    adam = "adam" in argv
+    adam, gather = "adam" in argv, "gather" in argv
     result: dict[str, Any] = {}
     try:
         mesh = init_device_mesh("cpu", (world,))
-        reference = parallel(mesh)
-        net = parallel(mesh)
+        reference = parallel(mesh, gather)
+        net = parallel(mesh, gather)
         counter = GraphCounter(backend)
         compiled = ember.dynamo.compile(net, backend=counter, fullgraph=True)
-        data = batches(STEPS)
+        data = batches(STEPS, rank if gather else None)
         result["eager_losses"] = train(reference, optimizer(reference, adam), data)
         result["compiled_losses"] = train(compiled, optimizer(net, adam), data)
         result["max_param_diff"] = max(
