@@ -201,6 +201,10 @@ def desugar(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Desugared:
             new_items: list[Any] = []
             for item in items:
                 value = _example_of(item) if isinstance(item, fx.Node) else None
+                if isinstance(item, fx.Node) and value is None:
+                    raise TraceError(f"graph output `{item.name}` has no example value "
+                                     "(meta['example_value'] or meta['val']): whether it is "
+                                     "a DTensor is not known")
                 mapped = env[item] if isinstance(item, fx.Node) else item
                 if isinstance(item, fx.Node) and _is_dtensor(value):
                     outputs.append(DTensorMeta.of(value))
