@@ -80,6 +80,18 @@ def test_dtensor_api_in_the_forward_all_gathers_in_the_graph(tmp_path: Path) -> 
     assert result["collectives"]["backward"] == ALL_REDUCE * 2
 
 
+def test_fsdp2_and_tp_on_a_2x2_mesh_of_four_processes(tmp_path: Path) -> None:
+    """torchtitan's 2-d parallelism: each block tensor-parallel over one mesh dimension and
+    FSDP2-sharded over the other. FSDP2's hooks run eagerly (ADR 0057), each block's
+    forward is a frame of its own, and inside it the TP DTensors are captured and
+    desugared (ADR 0069): per rank one graph, forward and backward per block, and one for
+    the head; training equals eager FSDP2+TP."""
+    result = run_worker(tmp_path, "aot_eager", "adam", "fsdp")
+    assert result["compiled_losses"] == result["eager_losses"]
+    assert result["max_param_diff"] == 0.0
+    assert result["graphs_per_rank"] == [[3, 3, 3]] * 4
+
+
 @pytest.mark.slow  # C++ kernels built for a forward and a backward graph: a minute on a loaded 2-core machine
 def test_tp_model_with_inductor(tmp_path: Path) -> None:
     result = run_worker(tmp_path, "inductor", "adam")

@@ -16,7 +16,9 @@ difference of the full (all-gathered) parameters, the graphs each rank compiled
 
 ``adam``: Adam instead of SGD. ``gather``: the model's own forward starts from each
 rank's half of the batch, made a DTensor and all-gathered with DTensor's API
-(``Gathering``). Guards on placements and meshes are tested in one
+(``Gathering``). ``fsdp``: four processes, a 2x2 mesh, each block tensor-parallel on
+one dimension and FSDP2-sharded on the other (``fsdp_tp``); compiled without
+``fullgraph`` (FSDP2's hooks run eagerly at graph breaks, each block is a frame). Guards on placements and meshes are tested in one
 process (``packages/dynamo/tests/test_dtensor.py``).
 """
 
@@ -76,6 +78,19 @@ class Gathering(nn.Module):
         whole = shards.redistribute(self.mesh, [Replicate()]).to_local()
         out: torch.Tensor = self.net(whole)
         return out
+
+
+def fsdp_tp(mesh: Any) -> nn.Module:
+    """``Net`` on a 2x2 mesh (``dp`` x ``tp``): each block tensor-parallel on ``tp``, then
+    every block and the root ``fully_shard``-ed on ``dp`` (FSDP2 + TP, torchtitan's 2-d)."""
+    from torch.distributed.fsdp import fully_shard
+
+    net = parallel(mesh["tp"])
+    assert isinstance(net, Net)
+    for block in net.blocks:
+        fully_shard(block, mesh=mesh["dp"])
+    fully_shard(net, mesh=mesh["dp"])
+    return net
 
 
 def parallel(mesh: Any, gather: bool = False) -> nn.Module:
@@ -177,15 +192,21 @@ def run(rank: int, world: int, argv: list[str], port: int, out: str) -> None:
     import ember.dynamo
 
     backend = argv[0]
-    adam, gather = "adam" in argv, "gather" in argv
+    adam, gather, fsdp = "adam" in argv, "gather" in argv, "fsdp" in argv
     result: dict[str, Any] = {}
     try:
-        mesh = init_device_mesh("cpu", (world,))
-        reference = parallel(mesh, gather)
-        net = parallel(mesh, gather)
+        if fsdp:  # FSDP2's hooks are graph breaks (ADR 0057): each block is its own frame
+            mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("dp", "tp"))
+            reference, net = fsdp_tp(mesh), fsdp_tp(mesh)
+        else:
+            mesh = init_device_mesh("cpu", (world,))
+            reference, net = parallel(mesh, gather), parallel(mesh, gather)
         counter = GraphCounter(backend)
-        compiled = ember.dynamo.compile(net, backend=counter, fullgraph=True)
+        compiled = ember.dynamo.compile(net, backend=counter, fullgraph=not fsdp)
         data = batches(STEPS, rank if gather else None)
+        if fsdp:  # each data-parallel rank its own half of every batch
+            dp = mesh["dp"].get_local_rank()
+            data = [(x.chunk(2)[dp], y.chunk(2)[dp]) for x, y in data]
         result["eager_losses"] = train(reference, optimizer(reference, adam), data)
         result["compiled_losses"] = train(compiled, optimizer(net, adam), data)
         result["max_param_diff"] = max(
@@ -206,4 +227,5 @@ def run(rank: int, world: int, argv: list[str], port: int, out: str) -> None:
 
 if __name__ == "__main__":
     port, out = int(sys.argv[2]), sys.argv[3]
-    mp.spawn(run, args=(2, sys.argv[1:2] + sys.argv[4:], port, out), nprocs=2)
+    world = 4 if "fsdp" in sys.argv[4:] else 2
+    mp.spawn(run, args=(world, sys.argv[1:2] + sys.argv[4:], port, out), nprocs=world)
