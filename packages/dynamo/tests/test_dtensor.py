@@ -128,8 +128,8 @@ def test_dtensor_graph_is_not_stored_for_other_processes(mesh: Any) -> None:
 
 class Redistributing(nn.Module):
     """A forward using DTensor's API itself: its input made a DTensor sharded on the
-    batch, gathered (``redistribute`` to ``Replicate()``), scaled by a replicated
-    parameter, and returned as a local tensor."""
+    batch, gathered (``redistribute`` to the module's ``[Replicate()]``), scaled by a
+    replicated parameter, and returned as a local tensor."""
 
     def __init__(self, mesh: Any) -> None:
         from torch.distributed.tensor import Replicate, distribute_tensor
@@ -137,13 +137,14 @@ class Redistributing(nn.Module):
         super().__init__()
         self.mesh = mesh
         self.scale = nn.Parameter(distribute_tensor(torch.linspace(0.5, 2.0, 4), mesh, [Replicate()]))
+        self.gathered = [Replicate()]  # placements kept on the module: guarded by value
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from torch.distributed.tensor import DTensor, Replicate, Shard
+        from torch.distributed.tensor import DTensor, Shard
 
         d = DTensor.from_local(x, self.mesh, [Shard(0)], run_check=False)
         assert d.placements[0] == Shard(0)
-        full = d.redistribute(d.device_mesh, [Replicate()])
+        full = d.redistribute(d.device_mesh, self.gathered)
         return (full * self.scale).relu().to_local()
 
 
@@ -166,3 +167,11 @@ def test_dtensor_api_in_user_code_is_captured(mesh: Any, backend: str) -> None:
     want.sum().backward()
     torch.testing.assert_close(net.scale.grad.full_tensor(), reference.scale.grad.full_tensor())
     assert counter.frame_count == 1
+    compiled(x)
+    assert counter.frame_count == 1
+    from torch.distributed.tensor import Shard
+
+    net.gathered[0] = Shard(1)  # another placement in the module's list: a new graph
+    reference.gathered[0] = Shard(1)
+    torch.testing.assert_close(compiled(x), reference(x), rtol=0, atol=0)
+    assert counter.frame_count == 2

@@ -49,12 +49,17 @@ class GuardCollector:
         placements = Attr(source, "placements")
         self.add_length(placements, t.placements)
         for i, p in enumerate(t.placements):
-            self.add_type(Item(placements, i), p)
-            for name in ("dim", "reduce_op"):
-                value = getattr(p, name, None)
-                if isinstance(value, (int, str)):
-                    self.add_constant(Attr(Item(placements, i), name), value)
+            self.add_placement(Item(placements, i), p)
         self.add_tensor(Attr(source, "_local_tensor"), t._local_tensor)
+
+    def add_placement(self, source: Source, p: Any) -> None:
+        """A DTensor placement by value: its class and its ``dim`` (``Shard``) or
+        ``reduce_op`` (``Partial``)."""
+        self.add_type(source, p)
+        for name in ("dim", "reduce_op"):
+            value = getattr(p, name, None)
+            if isinstance(value, (int, str)):
+                self.add_constant(Attr(source, name), value)
 
     def add_shape(self, guard: ir.Guard) -> None:
         """A SHAPE_EXPR guard (keyed by its relation: a set holds many)."""

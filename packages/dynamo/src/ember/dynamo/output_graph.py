@@ -40,7 +40,14 @@ from .mutable import Trail
 from .numpy_ops import ndarray_needs_copy, ndarray_to_tensor, ndarrays_to_graph_inputs
 from .shapes import ShapePolicy
 from .side_effects import SideEffects
-from .tensor_subclass import BASE_CLASSES, as_plain, is_capturable_class, is_dtensor, result_class
+from .tensor_subclass import (
+    BASE_CLASSES,
+    as_plain,
+    is_capturable_class,
+    is_dtensor,
+    is_placement,
+    result_class,
+)
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable, OpaqueConstantVariable, is_constant_value
 from .variables.dicts import DictVariable
@@ -432,9 +439,16 @@ class OutputGraph:
                 return False, None
             if v.is_python_constant():
                 value = v.as_python_constant()
+                if not _holds_objects(value):
+                    return False, None
                 # a constant FX cannot write as code (``[Replicate()]`` made in the frame, a
-                # DTensor's folded placements): bound, nothing to guard
-                return (True, value) if _holds_objects(value) else (False, None)
+                # DTensor's folded placements): bound. Read from the frame, a container's
+                # length and items and a placement's value are guarded where read; any
+                # other object is pinned by identity
+                if v.source is not None and not is_placement(value) and not isinstance(
+                        value, (list, tuple, dict)):
+                    self.guards.add_id(v.source, value)
+                return True, value
             try:
                 self.to_node_args(v)
                 return False, None
