@@ -94,9 +94,6 @@ class DTensorMeta:
                               shape=self.shape, stride=self.stride,
                               grad_placements=self.placements)
 
-    def describe(self) -> str:
-        return f"DTensor{tuple(self.shape)} {list(self.placements)} on {self.mesh}"
-
 
 def local_of(t: Any) -> torch.Tensor:
     """The local tensor of DTensor ``t``, differentiable back into a DTensor gradient of
