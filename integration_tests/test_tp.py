@@ -58,9 +58,14 @@ def test_tp_model_one_graph_with_the_eager_backend(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_tp_model_forward_and_backward_graphs_with_collectives(tmp_path: Path, optimizer: str) -> None:
-    result = run_worker(tmp_path, "aot_eager", optimizer)
+    result = run_worker(tmp_path, "aot_eager", optimizer, *(("sizes",) if optimizer == "adam" else ()))
     assert result["compiled_losses"] == result["eager_losses"]
     assert result["max_param_diff"] == 0.0
+    if optimizer == "adam":
+        # then three other batch sizes: one more graph (a symbolic batch size), as eager
+        assert result["other_sizes"] == [0.0] * 3
+        assert result["graphs_per_rank"] == [[2, 2, 2]] * 2
+        return
     # per rank: one dynamo graph, one aotgrad forward, one backward
     assert result["graphs_per_rank"] == [[1, 1, 1]] * 2
     # two blocks: the row-parallel outputs all-reduced in the forward, the

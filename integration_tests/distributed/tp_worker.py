@@ -1,7 +1,7 @@
 """Two gloo processes on one machine: eager tensor parallelism beside ember-compiled (issue 35).
 
 Run by ``integration_tests/test_tp.py`` as a script:
-``python tp_worker.py BACKEND PORT OUT.json [adam] [gather]``. Each rank builds the
+``python tp_worker.py BACKEND PORT OUT.json [adam] [gather] [fsdp] [sizes]``. Each rank builds the
 same GPT-style MLP blocks and parallelizes them with
 ``torch.distributed.tensor.parallel.parallelize_module`` on a 1-d mesh of the two
 ranks (``ColwiseParallel`` for the up projection, ``RowwiseParallel`` for the down
@@ -18,7 +18,8 @@ difference of the full (all-gathered) parameters, the graphs each rank compiled
 rank's half of the batch, made a DTensor and all-gathered with DTensor's API
 (``Gathering``). ``fsdp``: four processes, a 2x2 mesh, each block tensor-parallel on
 one dimension and FSDP2-sharded on the other (``fsdp_tp``); compiled without
-``fullgraph`` (FSDP2's hooks run eagerly at graph breaks, each block is a frame). Guards on placements and meshes are tested in one
+``fullgraph`` (FSDP2's hooks run eagerly at graph breaks, each block is a frame).
+``sizes``: after training, batches of three other sizes (``other_sizes``). Guards on placements and meshes are tested in one
 process (``packages/dynamo/tests/test_dtensor.py``).
 """
 
@@ -183,6 +184,22 @@ def optimizer(net: nn.Module, adam: bool) -> torch.optim.Optimizer:
     return torch.optim.SGD(net.parameters(), lr=5e-2)
 
 
+def other_sizes(reference: nn.Module, compiled: Any) -> list[float]:
+    """Batches of other sizes after training: the output's and the input gradient's largest
+    difference from eager (a new size recompiles once into a graph with a symbolic batch
+    size; the DTensor parameters keep static sizes)."""
+    diffs = []
+    for n in (6, 5, 7):
+        x = torch.randn(n, WIDTH, generator=torch.Generator().manual_seed(n), requires_grad=True)
+        got = compiled(x)
+        got.sum().backward()
+        got_grad, x.grad = x.grad, None
+        want = reference(x)
+        want.sum().backward()
+        diffs.append(max((got - want).abs().max().item(), (got_grad - x.grad).abs().max().item()))
+    return diffs
+
+
 def run(rank: int, world: int, argv: list[str], port: int, out: str) -> None:
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -213,6 +230,8 @@ def run(rank: int, world: int, argv: list[str], port: int, out: str) -> None:
             (a - b).abs().max().item() for a, b in zip(full_params(reference), full_params(net), strict=True)
         )
         result["sharded_params"] = sum(1 for p in net.parameters() if hasattr(p, "placements"))
+        if "sizes" in argv:
+            result["other_sizes"] = other_sizes(reference, compiled)
         counts = torch.tensor([counter.frames, counter.forward, counter.backward])
         gathered = [torch.zeros_like(counts) for _ in range(world)]
         dist.all_gather(gathered, counts)
