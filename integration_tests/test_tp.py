@@ -7,7 +7,9 @@ ember.aotgrad desugars into a forward and a backward graph over the local shards
 all-reduces of the row-parallel outputs (forward) and of the column-parallel inputs'
 gradients (backward) among their nodes as ``_c10d_functional`` calls. Training equals
 eager TP's exactly on the ``eager`` and ``aot_eager`` backends (ATen runs the graphs as
-eager runs the ops), and to rounding with inductor's kernels.
+eager runs the ops), and to rounding with inductor's kernels. Also: a forward calling
+DTensor's API itself (an all-gather node), batches of other sizes after training (one
+symbolic graph more), and FSDP2 + TP on a 2x2 mesh of four processes.
 """
 
 from __future__ import annotations
