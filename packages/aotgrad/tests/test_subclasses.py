@@ -116,3 +116,20 @@ def test_another_wrapper_subclass_is_refused(mesh: Any) -> None:
     gm = fx.symbolic_trace(lambda a: a + 1)
     with pytest.raises(TraceError, match="desugars DTensor only"):
         desugar(gm, [t])
+
+
+def test_a_graph_that_cannot_be_desugared_runs_eagerly_with_the_reason_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    t = TwoTensor(torch.ones(2), torch.full((2,), 2.0))
+    gm = fx.symbolic_trace(lambda a: a + 1)
+    with caplog.at_level(logging.WARNING):
+        run = aot_autograd(nop_compiler)(gm, [t])
+    assert "desugars DTensor only" in caplog.text and "running it eagerly" in caplog.text
+    out = run(t)
+    assert isinstance(out, TwoTensor)
+    torch.testing.assert_close(out.a, torch.full((2,), 2.0))
