@@ -8,8 +8,9 @@ all-reduces of the row-parallel outputs (forward) and of the column-parallel inp
 gradients (backward) among their nodes as ``_c10d_functional`` calls. Training equals
 eager TP's exactly on the ``eager`` and ``aot_eager`` backends (ATen runs the graphs as
 eager runs the ops), and to rounding with inductor's kernels. Also: a forward calling
-DTensor's API itself (an all-gather node), batches of other sizes after training (one
-symbolic graph more), and FSDP2 + TP on a 2x2 mesh of four processes.
+DTensor's API itself (an all-gather node), sequence parallelism (all-gathers and
+reduce-scatters), batches of other sizes after training (one symbolic graph more), and
+FSDP2 + TP on a 2x2 mesh of four processes.
 """
 
 from __future__ import annotations
@@ -85,6 +86,22 @@ def test_dtensor_api_in_the_forward_all_gathers_in_the_graph(tmp_path: Path) -> 
     gather = ["_c10d_functional.all_gather_into_tensor.default", "_c10d_functional.wait_tensor.default"]
     assert result["collectives"]["forward"] == gather + ALL_REDUCE * 2
     assert result["collectives"]["backward"] == ALL_REDUCE * 2
+
+
+def test_sequence_parallel_all_gathers_and_reduce_scatters_in_the_graphs(tmp_path: Path) -> None:
+    """torchtitan's plan with sequence parallelism (the norm ``SequenceParallel``, the
+    activations sharded on the sequence between blocks): the all-gather before ``up`` and
+    the reduce-scatter after ``down`` in both graphs, and in the backward the all-reduce of
+    each replicated norm parameter's gradient."""
+    result = run_worker(tmp_path, "aot_eager", "sp")
+    assert result["compiled_losses"] == result["eager_losses"]
+    assert result["max_param_diff"] == 0.0
+    assert result["graphs_per_rank"] == [[1, 1, 1]] * 2
+    wait = "_c10d_functional.wait_tensor.default"
+    gather_scatter = ["_c10d_functional.all_gather_into_tensor.default", wait,
+                      "_c10d_functional.reduce_scatter_tensor.default", wait] * 2
+    assert result["collectives"]["forward"] == gather_scatter
+    assert result["collectives"]["backward"] == gather_scatter + ALL_REDUCE * 4
 
 
 def test_fsdp2_and_tp_on_a_2x2_mesh_of_four_processes(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """Two gloo processes on one machine: eager tensor parallelism beside ember-compiled (issue 35).
 
 Run by ``integration_tests/test_tp.py`` as a script:
-``python tp_worker.py BACKEND PORT OUT.json [adam] [gather] [fsdp] [sizes]``. Each rank builds the
+``python tp_worker.py BACKEND PORT OUT.json [adam] [gather] [fsdp] [sizes] [sp]``. Each rank builds the
 same GPT-style MLP blocks and parallelizes them with
 ``torch.distributed.tensor.parallel.parallelize_module`` on a 1-d mesh of the two
 ranks (``ColwiseParallel`` for the up projection, ``RowwiseParallel`` for the down
@@ -19,7 +19,9 @@ rank's half of the batch, made a DTensor and all-gathered with DTensor's API
 (``Gathering``). ``fsdp``: four processes, a 2x2 mesh, each block tensor-parallel on
 one dimension and FSDP2-sharded on the other (``fsdp_tp``); compiled without
 ``fullgraph`` (FSDP2's hooks run eagerly at graph breaks, each block is a frame).
-``sizes``: after training, batches of three other sizes (``other_sizes``). Guards on placements and meshes are tested in one
+``sizes``: after training, batches of three other sizes (``other_sizes``). ``sp``:
+sequence parallelism as well (``parallel(..., sequence=True)``), each rank given its half
+of every sequence. Guards on placements and meshes are tested in one
 process (``packages/dynamo/tests/test_dtensor.py``).
 """
 
@@ -94,10 +96,15 @@ def fsdp_tp(mesh: Any) -> nn.Module:
     return net
 
 
-def parallel(mesh: Any, gather: bool = False) -> nn.Module:
+def parallel(mesh: Any, gather: bool = False, sequence: bool = False) -> nn.Module:
+    """``Net`` with each block tensor-parallel; ``sequence``: sequence parallelism too
+    (torchtitan's plan: the norm ``SequenceParallel``, activations sharded on the sequence
+    dimension between blocks, all-gathered before ``up`` and reduce-scattered after ``down``)."""
+    from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         RowwiseParallel,
+        SequenceParallel,
         parallelize_module,
     )
 
@@ -105,7 +112,11 @@ def parallel(mesh: Any, gather: bool = False) -> nn.Module:
     model: nn.Module = Gathering(mesh) if gather else Net()
     net = model.net if isinstance(model, Gathering) else model
     for block in net.blocks:
-        parallelize_module(block, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+        plan: dict[str, Any] = {"up": ColwiseParallel(), "down": RowwiseParallel()}
+        if sequence:
+            plan = {"norm": SequenceParallel(), "up": ColwiseParallel(input_layouts=Shard(1)),
+                    "down": RowwiseParallel(output_layouts=Shard(1))}
+        parallelize_module(block, mesh, plan)
     return model
 
 
@@ -209,7 +220,7 @@ def run(rank: int, world: int, argv: list[str], port: int, out: str) -> None:
     import ember.dynamo
 
     backend = argv[0]
-    adam, gather, fsdp = "adam" in argv, "gather" in argv, "fsdp" in argv
+    adam, gather, fsdp, sequence = "adam" in argv, "gather" in argv, "fsdp" in argv, "sp" in argv
     result: dict[str, Any] = {}
     try:
         if fsdp:  # FSDP2's hooks are graph breaks (ADR 0057): each block is its own frame
@@ -217,10 +228,13 @@ def run(rank: int, world: int, argv: list[str], port: int, out: str) -> None:
             reference, net = fsdp_tp(mesh), fsdp_tp(mesh)
         else:
             mesh = init_device_mesh("cpu", (world,))
-            reference, net = parallel(mesh, gather), parallel(mesh, gather)
+            reference, net = parallel(mesh, gather, sequence), parallel(mesh, gather, sequence)
         counter = GraphCounter(backend)
         compiled = ember.dynamo.compile(net, backend=counter, fullgraph=not fsdp)
         data = batches(STEPS, rank if gather else None)
+        if sequence:  # each rank its half of every sequence: (2, 8, WIDTH) -> (2, 4, WIDTH)
+            data = [(x.reshape(2, 4, WIDTH).repeat(1, 2, 1).chunk(2, dim=1)[rank],
+                     y.reshape(2, 4, 1).repeat(1, 2, 1).chunk(2, dim=1)[rank]) for x, y in data]
         if fsdp:  # each data-parallel rank its own half of every batch
             dp = mesh["dp"].get_local_rank()
             data = [(x.chunk(2)[dp], y.chunk(2)[dp]) for x, y in data]
