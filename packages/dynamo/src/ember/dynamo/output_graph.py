@@ -11,6 +11,7 @@ call emitter, for a whole frame and for a frame split at a break).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import re
@@ -135,7 +136,21 @@ def _holds_objects(value: Any) -> bool:
 
 
 def fn_label(fn: Any) -> str:
-    return str(getattr(fn, "__name__", type(fn).__name__))
+    """A name for ``fn`` in node names and messages; a lambda is named after the function
+    it calls from its closure (a parallel style's hook lambda: ``ColwiseParallel.
+    _prepare_input_fn``)."""
+    name = str(getattr(fn, "__name__", type(fn).__name__))
+    if name != "<lambda>":
+        return name
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            inner = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        target = inner.func if isinstance(inner, functools.partial) else inner
+        if isinstance(target, types.FunctionType):
+            return target.__qualname__
+    return name
 
 
 def _float_int_pow(target: Any, args: Any) -> bool:
