@@ -1,6 +1,6 @@
 """Distributed training steps on two gloo processes: eager, ember and torch.compile interleaved.
 
-Run by ``tools/bench_training.py`` (rows ``ddp`` and ``fsdp2``) as a script:
+Run by ``tools/bench_training.py`` (rows ``ddp``, ``fsdp2`` and ``tp``) as a script:
 ``python tools/bench_distributed.py SETUP PORT OUT.json STEPS WARMUP [COLUMNS]``, with
 SETUP one of
 
@@ -8,7 +8,10 @@ SETUP one of
   bucket_cap_mb=1)`` compiled whole (``compile(DDP(model))``), SGD eager;
 - ``fsdp2``: a GPT of 4 blocks (width 128, 4 heads, sequence 32, batch 8, vocabulary
   256), every block and the root ``fully_shard``-ed (torchtitan's recipe), the sharded
-  model compiled whole (``compile(model)``), Adam eager.
+  model compiled whole (``compile(model)``), Adam eager;
+- ``tp``: the same GPT, each block's MLP tensor-parallel on a 1-d mesh of the two ranks
+  (``parallelize_module``: ``fc`` ``ColwiseParallel``, ``out`` ``RowwiseParallel``; the
+  attention replicated), one batch for both ranks, compiled whole, Adam eager.
 
 Each process builds one model per column from the same weights (``eager``; ``ember``:
 ember.dynamo with the inductor backend; ``torch.compile``: TorchDynamo with torch's
@@ -191,7 +194,37 @@ def fsdp2_setup(column: str, rank: int) -> tuple[Callable[[], float], Counting |
     return step, counter
 
 
-SETUPS = {"ddp": ddp_setup, "fsdp2": fsdp2_setup}
+def tp_setup(column: str, rank: int) -> tuple[Callable[[], float], Counting | None]:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    torch.manual_seed(0)
+    net = GPT()
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for layer in net.layers:  # each block's MLP tensor-parallel (attention replicated)
+        parallelize_module(layer, mesh, {"fc": ColwiseParallel(), "out": RowwiseParallel()})
+    counter = backend_of(column)
+    step_model = compiled(column, net, counter)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(100)  # tensor parallelism: one batch for every rank
+    idx = torch.randint(0, 256, (8, 32), generator=gen)
+    targets = torch.randint(0, 256, (8, 32), generator=gen)
+
+    def step() -> float:
+        loss = step_model(idx, targets)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return float(loss.item())
+
+    return step, counter
+
+
+SETUPS = {"ddp": ddp_setup, "fsdp2": fsdp2_setup, "tp": tp_setup}
 
 
 def run(rank: int, setup: str, port: int, out: str, steps: int, warmup: int, columns: list[str]) -> None:

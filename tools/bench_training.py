@@ -1,6 +1,6 @@
 """Training-step benchmark: eager, ember and torch.compile side by side (issue 18).
 
-    .venv/bin/python tools/bench_training.py [--steps 30] [--rows optimizer,model,model+optimizer,ddp,fsdp2]
+    .venv/bin/python tools/bench_training.py [--steps 30] [--rows optimizer,model,model+optimizer,ddp,fsdp2,tp]
                                               [--model mlp|blog]
 
 Rows, on a 6-layer MLP (width 512), or with ``--model blog`` on the seed blog's
@@ -17,6 +17,9 @@ padded to 16, the blog's loop: ``model(**batch).loss``), trained with Adam
   ``cpu_count // 2`` OpenMP threads, as torchrun gives);
 - ``fsdp2``: two gloo processes, a GPT of 4 blocks sharded with FSDP2 (every block, then
   the root) and compiled whole, Adam eager.
+- ``tp``: two gloo processes, the same GPT with each block's MLP tensor-parallel
+  (``parallelize_module``, ``ColwiseParallel``/``RowwiseParallel``: DTensor parameters,
+  all-reduces in the graphs, ADR 0069), compiled whole, Adam eager.
 
 The distributed rows (``tools/bench_distributed.py``) build every column's model in the
 same two processes and time them step by step in turn, like the other rows; their
@@ -276,7 +279,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--rows", default="optimizer,model,model+optimizer,ddp,fsdp2")
+    parser.add_argument("--rows", default="optimizer,model,model+optimizer,ddp,fsdp2,tp")
     parser.add_argument("--model", choices=("mlp", "blog"), default="mlp",
                         help="the model of the single-process rows (DDP always runs the MLP)")
     args = parser.parse_args()
@@ -287,7 +290,7 @@ def main() -> int:
     print(f"{'row':18} " + " ".join(f"{c:>42}" for c in columns))
     for row in args.rows.split(","):
         cells = []
-        if row in ("ddp", "fsdp2"):
+        if row in ("ddp", "fsdp2", "tp"):
             results = run_distributed(row, args.steps, args.warmup)
             base = results["eager"].get("seconds")
             for c in columns:

@@ -48,6 +48,7 @@ from ember.aotgrad.plan_cache import StoredPlan
 from ember.aotgrad.regions import has_regions, run_marking_regions
 from ember.aotgrad.runtime import Compiled, CompiledPlan
 from ember.aotgrad.sizes import bind_sizes, expr_of, pass_sizes, symint_args
+from ember.aotgrad.subclasses import compile_desugared, has_subclass_inputs
 from ember.ir.cache_entry import default_cache_dir, paused_gc
 from ember.ir.debug import debug_dir_of, set_debug_dir
 from ember.ir.logs import get_logger, reason, traceback_wanted
@@ -617,6 +618,9 @@ def aot_inference(
     (see ``aliasing.py``); a graph with neither is returned as ``compiler`` made it.
     Graphs that cannot be traced run eagerly (logged), unless ``options`` says otherwise.
     """
+    if has_subclass_inputs(gm, example_inputs):  # DTensors: traced over their local tensors
+        return _desugared(gm, example_inputs, options, lambda g, ex: aot_inference(
+            g, ex, compiler, decompositions, options))
     floats = symbolic_floats(gm)
     if floats:  # dynamic Python floats: traced as 0-d float64 tensor inputs (ADR 0044)
         lifted, examples, table = lift_floats(gm, example_inputs, floats)
@@ -655,6 +659,20 @@ def aot_inference(
     return run
 
 
+def _desugared(gm: fx.GraphModule, example_inputs: Sequence[Any], options: AotOptions | None,
+               backend: Callable[[fx.GraphModule, list[Any]], Callable[..., Any]]
+               ) -> Callable[..., Any]:
+    """``gm`` over DTensors compiled over their local tensors (``subclasses.py``); a graph
+    that cannot be desugared runs eagerly (logged), as an untraceable one does."""
+    try:
+        return compile_desugared(gm, example_inputs, backend)
+    except Exception as e:
+        if not _falls_back(options or AotOptions(fallback_to_eager=True), e):
+            raise
+        _log_fallback(getattr(gm, "__qualname__", type(gm).__name__), e, " (tensor subclasses)")
+        return gm
+
+
 def _falls_back(options: AotOptions, e: Exception) -> bool:
     """Whether a compile failure runs the function eagerly (else it is raised)."""
     if not options.fallback_to_eager:
@@ -685,6 +703,8 @@ def aot_autograd(
     opts = options or AotOptions(fallback_to_eager=True)
 
     def backend(gm: fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+        if has_subclass_inputs(gm, example_inputs):  # DTensors: traced over their local tensors
+            return _desugared(gm, example_inputs, opts, backend)
         floats = symbolic_floats(gm)
         if floats:  # dynamic Python floats: traced as 0-d float64 tensor inputs (ADR 0044)
             lifted, examples, table = lift_floats(gm, example_inputs, floats)

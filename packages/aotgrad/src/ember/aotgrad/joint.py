@@ -314,7 +314,11 @@ def _output_slots(
         base = found[0].meta.get("val") if found is not None else None
         # a view of an intermediate is returned as that view of it (eager's strides, and
         # outputs viewing one intermediate share its memory)
-        if found is not None and isinstance(base, torch.Tensor) and (found[1] or counts[key] > 1):
+        # (not when the output is in the autograd graph and its base is not: a view an
+        # autograd.Function returned of a value it computed, as DTensor's ``to_local``
+        # does; replayed on the base it would lose its gradient)
+        if found is not None and isinstance(base, torch.Tensor) and (found[1] or counts[key] > 1) \
+                and not (_has_history(out) and not base.requires_grad):
             if key not in base_slot:
                 base_slot[key] = len(graph_outs)
                 graph_outs.append(base)

@@ -30,6 +30,7 @@ from . import trace_rules
 from .errors import Unsupported
 from .function_entry import CompiledFunction
 from .numpy_ops import numpy_counterpart, traceable_dtype
+from .tensor_subclass import is_placement
 from .variables import hooks as _hooks  # noqa: F401  (registers Tensor.register_hook)
 from .variables.autograd_function import AutogradFunctionClassVariable, is_autograd_function
 from .variables.base import VariableTracker
@@ -367,6 +368,11 @@ def wrap(tx: Tx, value: Any, source: Source | None) -> VariableTracker:
             {k: wrap(tx, v, Item(kw_src, k) if kw_src else None) for k, v in value.keywords.items()},
             source,
         )
+    if is_placement(value) and not isinstance(value, type):
+        # ``Shard(0)`` kept on a module (a parallel style's layouts): a value (ADR 0069)
+        if g is not None and source is not None:
+            g.add_placement(source, value)
+        return OpaqueConstantVariable(value, source)
     if type(value).__module__.startswith("torch") and source is not None and not callable(value):
         if g is not None:
             g.add_type(source, value)

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ember import ir
-from ember.ir import Source
+from ember.ir import Attr, Item, Source
 
 _CONSTANT_TYPES = (type(None), bool, int, float, str, bytes)
 
@@ -39,6 +39,27 @@ class GuardCollector:
         symbolic size, dims with a symbolic stride), left to SHAPE_EXPR guards."""
         sizes, strides = dynamic
         self._add(source, ir.GuardKind.TENSOR_MATCH, ir.tensor_payload(t, sizes, strides))
+
+    def add_dtensor(self, source: Source, t: Any) -> None:
+        """A DTensor (ADR 0069): its class and global layout (``TENSOR_MATCH``), its device
+        mesh (by identity), each placement's class and dimension or reduce op, and its
+        local tensor's layout; any change recompiles, the failed guard naming it."""
+        self.add_tensor(source, t)
+        self.add_id(Attr(source, "device_mesh"), t.device_mesh)
+        placements = Attr(source, "placements")
+        self.add_length(placements, t.placements)
+        for i, p in enumerate(t.placements):
+            self.add_placement(Item(placements, i), p)
+        self.add_tensor(Attr(source, "_local_tensor"), t._local_tensor)
+
+    def add_placement(self, source: Source, p: Any) -> None:
+        """A DTensor placement by value: its class and its ``dim`` (``Shard``) or
+        ``reduce_op`` (``Partial``)."""
+        self.add_type(source, p)
+        for name in ("dim", "reduce_op"):
+            value = getattr(p, name, None)
+            if isinstance(value, (int, str)):
+                self.add_constant(Attr(source, name), value)
 
     def add_shape(self, guard: ir.Guard) -> None:
         """A SHAPE_EXPR guard (keyed by its relation: a set holds many)."""

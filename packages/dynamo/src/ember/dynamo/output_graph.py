@@ -11,6 +11,7 @@ call emitter, for a whole frame and for a frame split at a break).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import re
@@ -40,7 +41,14 @@ from .mutable import Trail
 from .numpy_ops import ndarray_needs_copy, ndarray_to_tensor, ndarrays_to_graph_inputs
 from .shapes import ShapePolicy
 from .side_effects import SideEffects
-from .tensor_subclass import BASE_CLASSES, as_plain, is_capturable_class, result_class
+from .tensor_subclass import (
+    BASE_CLASSES,
+    as_plain,
+    is_capturable_class,
+    is_dtensor,
+    is_placement,
+    result_class,
+)
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable, OpaqueConstantVariable, is_constant_value
 from .variables.dicts import DictVariable
@@ -118,6 +126,33 @@ def _result_class(args: list[VariableTracker]) -> type:
         raise Unsupported(str(e)) from e
 
 
+def _holds_objects(value: Any) -> bool:
+    """Whether a constant holds values other than FX-printable literals (placements, meshes)."""
+    if isinstance(value, (list, tuple)):
+        return any(_holds_objects(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_objects(v) for v in value.values())
+    return not (is_constant_value(value) or isinstance(value, type) or value is None)
+
+
+def fn_label(fn: Any) -> str:
+    """A name for ``fn`` in node names and messages; a lambda is named after the function
+    it calls from its closure (a parallel style's hook lambda: ``ColwiseParallel.
+    _prepare_input_fn``)."""
+    name = str(getattr(fn, "__name__", type(fn).__name__))
+    if name != "<lambda>":
+        return name
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            inner = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        target = inner.func if isinstance(inner, functools.partial) else inner
+        if isinstance(target, types.FunctionType):
+            return target.__qualname__
+    return name
+
+
 def _float_int_pow(target: Any, args: Any) -> bool:
     return (target in (operator.pow, pow) and len(args) == 2 and isinstance(args[0], torch.SymFloat)
             and type(args[1]) is int)
@@ -169,6 +204,7 @@ class OutputGraph:
     def _fake(self, t: torch.Tensor) -> torch.Tensor:
         hit = self.fake_params.get(id(t))
         if hit is None:
+            # a DTensor is faked as a DTensor over a fake local tensor (ADR 0069)
             hit = self.fake_mode.from_tensor(as_plain(t), static_shapes=True)
             self.fake_params[id(t)] = hit
         return hit
@@ -183,10 +219,14 @@ class OutputGraph:
                 f"tensor subclass `{type(value).__qualname__}` at {key} (only subclasses that add "
                 "nothing to torch.Tensor are captured)"
             )
-        example = self.shapes.fake_input(self.fake_mode, source, value)
+        dtensor = is_dtensor(value)  # static sizes; class, mesh, placements, local layout guarded
+        example = None if dtensor else self.shapes.fake_input(self.fake_mode, source, value)
         if example is None:
             example = self._fake(value)
-        self.guards.add_tensor(source, value, self.shapes.payload_dims(source))
+        if dtensor:
+            self.guards.add_dtensor(source, value)
+        else:
+            self.guards.add_tensor(source, value, self.shapes.payload_dims(source))
         node = self._new_placeholder(source)
         node.meta["example_value"] = example
         var = TensorVariable(node, example, source, type(value))
@@ -397,6 +437,70 @@ class OutputGraph:
             attach_known(result, target, args, kwargs)
         return result
 
+    def create_bound_op(
+        self, fn: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        """``fn(*args, **kwargs)`` as one graph node, where some arguments are objects a
+        graph cannot hold as values (a module, a device mesh, placements): they are bound
+        into the node's target, guarded by identity (ADR 0069). torch.distributed's
+        Python functions (DTensor.from_local, the parallel styles' hooks) are called so."""
+        bound_args: dict[int, Any] = {}
+        bound_kwargs: dict[str, Any] = {}
+        graph_args: list[VariableTracker] = []
+        graph_kwargs: dict[str, VariableTracker] = {}
+
+        def opaque(v: VariableTracker) -> tuple[bool, Any]:
+            if isinstance(v, (TensorVariable, SymNodeVariable)):
+                return False, None
+            if v.is_python_constant():
+                value = v.as_python_constant()
+                if not _holds_objects(value):
+                    return False, None
+                # a constant FX cannot write as code (``[Replicate()]`` made in the frame, a
+                # DTensor's folded placements): bound. Read from the frame, a container's
+                # length and items and a placement's value are guarded where read; any
+                # other object is pinned by identity
+                if v.source is not None and not is_placement(value) and not isinstance(
+                        value, (list, tuple, dict)):
+                    self.guards.add_id(v.source, value)
+                return True, value
+            try:
+                self.to_node_args(v)
+                return False, None
+            except Unsupported:
+                pass
+            value = getattr(v, "value", None)
+            if value is None or v.source is None:
+                raise Unsupported(f"{v.describe()} cannot be passed to `{fn_label(fn)}` in a graph")
+            self.guards.add_id(v.source, value)
+            return True, value
+
+        for i, a in enumerate(args):
+            is_bound, value = opaque(a)
+            if is_bound:
+                bound_args[i] = value
+            else:
+                graph_args.append(a)
+        for k, a in kwargs.items():
+            is_bound, value = opaque(a)
+            if is_bound:
+                bound_kwargs[k] = value
+            else:
+                graph_kwargs[k] = a
+        # a closure even with nothing bound: FX names a function by module and ``__name__``,
+        # which does not find a method (``DTensor.to_local``)
+        total = len(args)
+
+        def bound(*given: Any, **given_kwargs: Any) -> Any:
+            rest = iter(given)
+            full = [bound_args[i] if i in bound_args else next(rest) for i in range(total)]
+            return fn(*full, **bound_kwargs, **given_kwargs)
+
+        name = "bound_" + re.sub(r"\W", "_", fn_label(fn))
+        bound.__name__ = bound.__qualname__ = name
+        bound._ember_bound = True  # type: ignore[attr-defined]
+        return self.create_op("call_function", bound, graph_args, graph_kwargs)
+
     def call_module(
         self, mod_var: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
     ) -> VariableTracker:
@@ -438,6 +542,8 @@ class OutputGraph:
             for a in args:
                 if isinstance(a, TensorVariable) and a.example is example:
                     return a  # in-place op: the same tensor
+            if is_dtensor(example):
+                return TensorVariable(node, example, cls=type(example))
             return TensorVariable(node, example, cls=_result_class(args))
         leaves = pytree.tree_leaves(example)
         if not any(isinstance(x, torch.Tensor) for x in leaves):
@@ -512,11 +618,20 @@ class OutputGraph:
             alias_guarded=no_alias is not None,
             sources=[i.source for i in inputs],
             attr_sources={k: v for k, v in self.attr_sources.items() if hasattr(gm, k)},
-            unstorable="a graph input is a NumPy array (stored frames read tensors only)"
-            if any(i.convert is not None for i in inputs) else "",
+            unstorable=self._unstorable(gm, inputs),
         )
         name = captured.name
         return name, captured, inputs
+
+    def _unstorable(self, gm: torch.fx.GraphModule, inputs: list[GraphInput]) -> str:
+        """Why the graph cannot be stored for another process ("" if it can)."""
+        if any(i.convert is not None for i in inputs):
+            return "a graph input is a NumPy array (stored frames read tensors only)"
+        if any(is_dtensor(t) for t in (*gm.parameters(), *gm.buffers())) or any(
+                is_dtensor(i.value) for i in inputs) or any(
+                getattr(n.target, "_ember_bound", False) for n in gm.graph.nodes):
+            return "the graph holds DTensors (its device mesh and process groups live in this process)"
+        return ""
 
     def call_graph(
         self, code: types.CodeType, body: PyCodegen, compiler: CompilerFn, fn_name: str
@@ -545,7 +660,7 @@ class OutputGraph:
                 head.load_const(converted)
                 head.subscr()
                 converted += 1
-            elif isinstance(inp.value, float) or type(inp.value) in BASE_CLASSES:
+            elif isinstance(inp.value, float) or type(inp.value) in BASE_CLASSES or is_dtensor(inp.value):
                 head.load_source(inp.source)
             else:  # a subclass adding nothing: the graph takes it as a plain tensor
                 head.load_callable_const(as_plain)

@@ -9,6 +9,13 @@ which shares its storage and autograd history), guards its class (the
 input the same class (``result_class``), and turns a graph output of that
 class back into one (``restore``).
 
+DTensor (``torch.distributed.tensor``, a ``__torch_dispatch__`` wrapper subclass)
+is captured as itself (ADR 0069): the graph's example values are fake DTensors
+(DTensor's sharding propagation runs on fake local tensors), the graph takes and
+returns DTensors, and a backend desugars them (ember.aotgrad traces the graph over
+their local tensors). Its guards pin the class, mesh, placements and local layout
+(``GuardCollector.add_dtensor``).
+
 Any other subclass (its own ``__torch_function__`` or ``__torch_dispatch__``,
 methods or attributes) is a graph break naming the class.
 """
@@ -45,8 +52,42 @@ def is_plain_subclass(cls: type) -> bool:
     return False
 
 
+def dtensor_class() -> type | None:
+    """``torch.distributed.tensor.DTensor`` (None where torch.distributed is not built)."""
+    if not torch.distributed.is_available():
+        return None
+    from torch.distributed.tensor import DTensor
+
+    return DTensor
+
+
+def is_dtensor(value: Any) -> bool:
+    """Whether ``value`` is a DTensor (captured as itself, module doc)."""
+    if not isinstance(value, torch.Tensor) or type(value) in BASE_CLASSES:
+        return False
+    cls = dtensor_class()
+    return cls is not None and isinstance(value, cls)
+
+
+#: DTensor's own methods, captured as one node each (``OutputGraph.create_bound_op``)
+DTENSOR_METHODS = frozenset({"redistribute", "to_local", "full_tensor"})
+
+
+def is_placement(value: Any) -> bool:
+    """Whether ``value`` is a DTensor placement (``Shard(0)``, ``Replicate()``, ``Partial()``):
+    immutable, compared by value, passed to graph nodes bound into their target."""
+    if not torch.distributed.is_available():
+        return False
+    from torch.distributed.tensor.placement_types import Placement
+
+    return isinstance(value, Placement) or (isinstance(value, type) and issubclass(value, Placement))
+
+
 def is_capturable_class(cls: type) -> bool:
-    return cls in BASE_CLASSES or is_plain_subclass(cls)
+    if cls in BASE_CLASSES or is_plain_subclass(cls):
+        return True
+    dt = dtensor_class() if issubclass(cls, torch.Tensor) else None
+    return dt is not None and issubclass(cls, dt)
 
 
 def result_class(classes: Iterable[type]) -> type:
@@ -64,7 +105,7 @@ def result_class(classes: Iterable[type]) -> type:
 
 def as_plain(t: torch.Tensor) -> torch.Tensor:
     """A graph input: the same tensor as a plain ``torch.Tensor`` (generated code calls it)."""
-    return t if type(t) in BASE_CLASSES else t.as_subclass(torch.Tensor)
+    return t if type(t) in BASE_CLASSES or is_dtensor(t) else t.as_subclass(torch.Tensor)
 
 
 def restore(t: Any, cls: type) -> Any:

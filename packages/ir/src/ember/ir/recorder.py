@@ -21,6 +21,11 @@ its fake result. What differs between the users is a hook each, overridden by a 
   sizes or scalars may stay a plain value);
 - :meth:`AtenRecorder.bind` and :meth:`AtenRecorder.annotate`: the metadata of a value's
   node and of a call's node.
+
+An op with a traceable wrapper subclass among its arguments (``__tensor_flatten__``:
+DTensor) is not recorded: the recorder answers ``NotImplemented``, the subclass's own
+``__torch_dispatch__`` runs it on the inner tensors, and those ATen calls (a DTensor's
+local ops and its functional collectives) are what the graph holds.
 """
 
 from __future__ import annotations
@@ -33,7 +38,11 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import (
+    TorchDispatchMode,
+    _disable_current_modes,
+    is_traceable_wrapper_subclass_type,
+)
 from torch.utils._pytree import tree_map
 
 #: an ATen overload -> the Python function the recorder calls instead of recording it
@@ -120,6 +129,11 @@ class AtenRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
         kwargs = kwargs or {}
+        if any(is_traceable_wrapper_subclass_type(t) for t in types):
+            # a wrapper subclass (DTensor) among the arguments: its own __torch_dispatch__
+            # runs the op on its inner tensors, whose ATen calls come back here and are
+            # recorded (the graph is over the inner tensors, never over the wrapper)
+            return NotImplemented
         decomp = self.decompositions.get(func)
         if decomp is not None:
             with self:

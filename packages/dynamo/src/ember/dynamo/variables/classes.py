@@ -21,8 +21,9 @@ import torch
 from ember.ir import Attr, Source
 
 from ..errors import Unsupported
+from ..tensor_subclass import is_placement
 from .base import VariableTracker
-from .constant import ConstantVariable
+from .constant import ConstantVariable, OpaqueConstantVariable
 from .dicts import DictVariable
 from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
 from .iterators import ITERTOOLS_TYPES, construct_itertools, take_parallel
@@ -286,6 +287,10 @@ def storage_base(cls: type) -> type | None:
 
 def construct_object(tx: Tx, cls: type, args: Args, kwargs: Kwargs) -> VariableTracker:
     """An instance of a Python class: ``__new__`` modelled, ``__init__`` inlined."""
+    if is_placement(cls) and all_const([*args, *kwargs.values()]):
+        # ``Shard(0)``, ``Replicate()``: an immutable value, made now (ADR 0069)
+        return OpaqueConstantVariable(cls(*[a.as_python_constant() for a in args],
+                                          **{k: v.as_python_constant() for k, v in kwargs.items()}))
     meta: Any = type(cls)
     if meta.__call__ is not type.__call__:
         raise Unsupported(f"creating a `{cls.__name__}`: its metaclass defines __call__")

@@ -21,8 +21,9 @@ from ember.ir import Source
 from ember.ir.shapes import ITEM_VALUE_TYPES  # dtypes whose .item() is captured
 
 from ..errors import Unsupported
+from ..tensor_subclass import DTENSOR_METHODS, is_dtensor
 from .base import VariableTracker
-from .constant import ConstantVariable
+from .constant import ConstantVariable, OpaqueConstantVariable
 from .known_scalars import Known, known_value
 from .lists import ListVariable, TupleVariable
 from .sym import is_symbolic
@@ -98,6 +99,12 @@ class TensorVariable(VariableTracker):
             return tx.output.create_op(
                 "call_function", getattr, [self, ConstantVariable(name)], {}
             )
+        if name in ("placements", "device_mesh") and is_dtensor(self.example):
+            # fixed by the inputs' guarded placements and meshes (ADR 0069)
+            value = getattr(self.example, name)
+            if name == "placements":
+                return TupleVariable([OpaqueConstantVariable(p) for p in value])
+            return OpaqueConstantVariable(value)
         if name == "grad":
             raise Unsupported("reading `.grad` of a tensor inside a graph is not supported")
         if callable(getattr(torch.Tensor, name, None)):
@@ -114,6 +121,9 @@ class TensorVariable(VariableTracker):
         args: list[VariableTracker],
         kwargs: dict[str, VariableTracker],
     ) -> VariableTracker:
+        if name in DTENSOR_METHODS and is_dtensor(self.example):
+            # its mesh and placement arguments bound into one node (ADR 0069)
+            return tx.output.create_bound_op(getattr(self.cls, name), [self, *args], kwargs)
         return tensor_method(tx, self, name, args, kwargs)
 
     def unpack(self, tx: Tx) -> list[VariableTracker]:

@@ -241,6 +241,9 @@ class TorchFunctionVariable(VariableTracker):
             made = tensor_of_size(tx, args, kwargs)
             if made is not None:
                 return made
+        if (getattr(fn, "__module__", None) or "").startswith("torch.distributed."):
+            # meshes, placements, modules among the arguments are bound into the node
+            return tx.output.create_bound_op(fn, args, kwargs)
         return tx.output.create_op("call_function", fn, args, kwargs)
 
     def reconstruct(self, cg: PyCodegen) -> None:
