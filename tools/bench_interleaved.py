@@ -144,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     # steady state: the native graph runner built before the first graph (a first process
     # on a machine builds it in the background and runs Python wrappers meanwhile)
     os.environ.setdefault("EMBER_NATIVE_RUNNER", "wait")
+    # and each frame's guards compiled to C on its first call (by default after 16 calls,
+    # in a thread: the timed rounds would otherwise run the Python checks)
+    os.environ.setdefault("EMBER_NATIVE_GUARDS", "eager")
+    os.environ.setdefault("EMBER_NATIVE_GUARDS_AFTER", "0")
     results: dict[str, dict[str, float]] = {}
     for name in opts.models:
         ms = measure(name, not opts.no_torch, opts.calls, opts.rounds, opts.python_wrapper)

@@ -2,8 +2,10 @@
 
     .venv-vision/bin/python tools/bench_outside_vision.py tv:mnasnet0_5 timm:lcnet_050 [--dynamic]
 
-Each name is ``tv:<torchvision.models constructor>`` or ``timm:<timm model name>`` (random
-weights, eval mode, 64x64 inputs, batch 2). ``--dynamic`` also calls each at batch 3 and 4,
+Each name is ``tv:<torchvision.models constructor>``, ``timm:<timm model name>`` (random
+weights, eval mode, 64x64 inputs, batch 2) or ``kornia:<kornia.feature descriptor>``
+(``HardNet``, ``SOSNet``, ``TFeat``: random weights, 16 patches of 32x32; ``pip install
+kornia``, a library no suite uses). ``--dynamic`` also calls each at batch 3 and 4,
 so ember and torch.compile compile symbolic-size graphs (automatic dynamic). Outputs are
 checked against eager at every size; times are the best of 7 rounds of CPU time of the
 calling thread, one torch thread, interleaved. Needs the vision environment
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,8 +26,10 @@ import torch
 import ember.dynamo
 
 
-def build(name: str) -> torch.nn.Module:
+def build(name: str) -> tuple[torch.nn.Module, Callable[[int], torch.Tensor]]:
+    """The model and its input at a batch size."""
     lib, _, model_name = name.partition(":")
+    image: Callable[[int], torch.Tensor] = lambda b: torch.randn(b, 3, 64, 64)  # noqa: E731
     if lib == "tv":
         import torchvision
 
@@ -33,16 +38,21 @@ def build(name: str) -> torch.nn.Module:
         import timm
 
         model = timm.create_model(model_name, pretrained=False)
+    elif lib == "kornia":  # a patch descriptor of kornia.feature (HardNet, SOSNet, TFeat)
+        import kornia
+
+        model = getattr(kornia.feature, model_name)(pretrained=False)
+        image = lambda b: torch.rand(8 * b, 1, 32, 32)  # noqa: E731
     else:
-        raise SystemExit(f"{name}: expected tv:<name> or timm:<name>")
-    return model.eval()
+        raise SystemExit(f"{name}: expected tv:<name>, timm:<name> or kornia:<name>")
+    return model.eval(), image
 
 
 def measure(name: str, dynamic: bool) -> dict[str, float]:
-    model = build(name)
+    model, image = build(name)
     torch.manual_seed(0)
     batches = (2, 3, 4) if dynamic else (2,)
-    xs = [torch.randn(b, 3, 64, 64) for b in batches]
+    xs = [image(b) for b in batches]
     fns: dict[str, Callable[..., Any]] = {
         "eager": model,
         "ember": ember.dynamo.compile(copy.deepcopy(model), backend="inductor"),
@@ -71,6 +81,11 @@ def main() -> None:
     parser.add_argument("--dynamic", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    # steady state (as tools/bench_interleaved.py): the native graph runner built first, and
+    # each frame's guards compiled to C on its first call
+    for key, value in (("EMBER_NATIVE_RUNNER", "wait"), ("EMBER_NATIVE_GUARDS", "eager"),
+                       ("EMBER_NATIVE_GUARDS_AFTER", "0")):
+        os.environ.setdefault(key, value)
     for name in args.models:
         best = measure(name, args.dynamic)
         eager = best["eager"]
