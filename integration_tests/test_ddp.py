@@ -8,10 +8,6 @@ bucket-sized layers at the worker's ``bucket_cap_mb``).
 
 from __future__ import annotations
 
-import json
-import os
-import random
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,23 +20,14 @@ pytestmark = pytest.mark.skipif(
     reason="torch.distributed with gloo is not built",
 )
 
+sys.path.insert(0, str(Path(__file__).parent / "distributed"))
+import launch  # noqa: E402  (integration_tests/distributed/launch.py)
+
 WORKER = Path(__file__).parent / "distributed" / "ddp_worker.py"
 
 
 def run_worker(tmp_path: Path, scenario: str, backend: str = "aot_eager") -> dict[str, Any]:
-    out = tmp_path / f"{scenario}.json"
-    env = dict(os.environ, EMBER_CACHE_DIR=str(tmp_path / "cache"))
-    for _attempt in range(3):  # another process may hold the port we drew
-        port = random.randrange(20000, 40000)
-        done = subprocess.run(
-            [sys.executable, str(WORKER), scenario, backend, str(port), str(out)],
-            capture_output=True, text=True, timeout=540, env=env, check=False,
-        )
-        if done.returncode == 0 or "address already in use" not in done.stderr.lower():
-            break
-    assert done.returncode == 0, done.stderr[-4000:]
-    result: dict[str, Any] = json.loads(out.read_text())
-    return result
+    return launch.run_worker(WORKER, tmp_path, [scenario, backend], out_name=f"{scenario}.json", one_thread=False)
 
 
 @pytest.mark.parametrize("scenario", ["outer", "inner"])

@@ -13,10 +13,6 @@ a compiled graph on every rank, and training equals eager FSDP2 exactly (the
 
 from __future__ import annotations
 
-import json
-import os
-import random
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,24 +25,15 @@ pytestmark = pytest.mark.skipif(
     reason="torch.distributed with gloo is not built",
 )
 
+sys.path.insert(0, str(Path(__file__).parent / "distributed"))
+import launch  # noqa: E402  (integration_tests/distributed/launch.py)
+
 WORKER = Path(__file__).parent / "distributed" / "fsdp_worker.py"
 BLOCKS = 3  # fsdp_worker.Net
 
 
 def run_worker(tmp_path: Path, *args: str) -> dict[str, Any]:
-    out = tmp_path / "fsdp.json"
-    env = dict(os.environ, EMBER_CACHE_DIR=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
-    for _attempt in range(3):  # another process may hold the port we drew
-        port = random.randrange(20000, 40000)
-        done = subprocess.run(
-            [sys.executable, str(WORKER), args[0], args[1], str(port), str(out), *args[2:]],
-            capture_output=True, text=True, timeout=540, env=env, check=False,
-        )
-        if done.returncode == 0 or "address already in use" not in done.stderr.lower():
-            break
-    assert done.returncode == 0, done.stderr[-4000:]
-    result: dict[str, Any] = json.loads(out.read_text())
-    return result
+    return launch.run_worker(WORKER, tmp_path, args[:2], args[2:], out_name="fsdp.json")
 
 
 def assert_trains_like_eager(result: dict[str, Any]) -> None:

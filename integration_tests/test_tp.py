@@ -15,10 +15,6 @@ FSDP2 + TP on a 2x2 mesh of four processes.
 
 from __future__ import annotations
 
-import json
-import os
-import random
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,24 +27,15 @@ pytestmark = pytest.mark.skipif(
     reason="torch.distributed with gloo is not built",
 )
 
+sys.path.insert(0, str(Path(__file__).parent / "distributed"))
+import launch  # noqa: E402  (integration_tests/distributed/launch.py)
+
 WORKER = Path(__file__).parent / "distributed" / "tp_worker.py"
 ALL_REDUCE = ["_c10d_functional.all_reduce.default", "_c10d_functional.wait_tensor.default"]
 
 
 def run_worker(tmp_path: Path, *args: str) -> dict[str, Any]:
-    out = tmp_path / "tp.json"
-    env = dict(os.environ, EMBER_CACHE_DIR=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
-    for _attempt in range(3):  # another process may hold the port we drew
-        port = random.randrange(20000, 40000)
-        done = subprocess.run(
-            [sys.executable, str(WORKER), args[0], str(port), str(out), *args[1:]],
-            capture_output=True, text=True, timeout=540, env=env, check=False,
-        )
-        if done.returncode == 0 or "address already in use" not in done.stderr.lower():
-            break
-    assert done.returncode == 0, done.stderr[-4000:]
-    result: dict[str, Any] = json.loads(out.read_text())
-    return result
+    return launch.run_worker(WORKER, tmp_path, args[:1], args[1:], out_name="tp.json")
 
 
 def test_tp_model_one_graph_with_the_eager_backend(tmp_path: Path) -> None:
