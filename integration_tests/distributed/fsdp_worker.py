@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
+from training import full_params, train
 
 STEPS = 4
 RESTART_STEPS = 3
@@ -130,21 +131,6 @@ def sharded(mixed: bool, checkpointed: bool, compile_first: Any = None) -> Net:
 def batches(rank: int, steps: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     gen = torch.Generator().manual_seed(seed + rank)
     return [(torch.randn(8, WIDTH, generator=gen), torch.randn(8, 1, generator=gen)) for _ in range(steps)]
-
-
-def train(forward: Any, opt: torch.optim.Optimizer, data: list[tuple[torch.Tensor, torch.Tensor]]) -> list[float]:
-    losses = []
-    for x, y in data:
-        loss = ((forward(x) - y) ** 2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
-    return losses
-
-
-def full_params(net: nn.Module) -> list[torch.Tensor]:
-    return [p.full_tensor().detach() if hasattr(p, "full_tensor") else p.detach() for p in net.parameters()]
 
 
 def compiled_model(spelling: str, mixed: bool, checkpointed: bool, counter: Any) -> tuple[Net, Any]:

@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
+from training import full_params, train
 
 STEPS = 4
 WIDTH = 16
@@ -172,21 +173,6 @@ def batches(steps: int, rank: int | None = None) -> list[tuple[torch.Tensor, tor
     if rank is None:
         return data
     return [(x.chunk(2)[rank], y) for x, y in data]
-
-
-def train(forward: Any, opt: torch.optim.Optimizer, data: list[tuple[torch.Tensor, torch.Tensor]]) -> list[float]:
-    losses = []
-    for x, y in data:
-        loss = ((forward(x) - y) ** 2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
-    return losses
-
-
-def full_params(net: nn.Module) -> list[torch.Tensor]:
-    return [p.full_tensor().detach() if hasattr(p, "full_tensor") else p.detach() for p in net.parameters()]
 
 
 def optimizer(net: nn.Module, adam: bool) -> torch.optim.Optimizer:
