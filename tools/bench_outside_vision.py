@@ -4,8 +4,9 @@
 
 Each name is ``tv:<torchvision.models constructor>``, ``timm:<timm model name>`` (random
 weights, eval mode, 64x64 inputs, batch 2) or ``kornia:<kornia.feature descriptor>``
-(``HardNet``, ``SOSNet``, ``TFeat``: random weights, 16 patches of 32x32; ``pip install
-kornia``, a library no suite uses). ``--dynamic`` also calls each at batch 3 and 4,
+(``HardNet``, ``SOSNet``, ``TFeat``: random weights, 16 patches of 32x32) or
+``kornia:filters`` (colour conversion, Gaussian blur, Sobel edges, brightness on a 64x64
+batch); ``pip install kornia``, a library no suite uses. ``--dynamic`` also calls each at batch 3 and 4,
 so ember and torch.compile compile symbolic-size graphs (automatic dynamic). Outputs are
 checked against eager at every size; times are the best of 7 rounds of CPU time of the
 calling thread, one torch thread, interleaved. Needs the vision environment
@@ -26,6 +27,18 @@ import torch
 import ember.dynamo
 
 
+class _KorniaFilters(torch.nn.Module):
+    """An image program of kornia's functions: colour conversion, blur, edges, brightness."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        import kornia
+
+        hsv = kornia.color.rgb_to_hsv(x)
+        blurred = kornia.filters.gaussian_blur2d(x, (5, 5), (1.5, 1.5))
+        edges = kornia.filters.sobel(kornia.color.rgb_to_grayscale(blurred))
+        return hsv.mean((2, 3)), kornia.enhance.adjust_brightness(blurred, 0.1), edges
+
+
 def build(name: str) -> tuple[torch.nn.Module, Callable[[int], torch.Tensor]]:
     """The model and its input at a batch size."""
     lib, _, model_name = name.partition(":")
@@ -38,6 +51,9 @@ def build(name: str) -> tuple[torch.nn.Module, Callable[[int], torch.Tensor]]:
         import timm
 
         model = timm.create_model(model_name, pretrained=False)
+    elif lib == "kornia" and model_name == "filters":
+        model = _KorniaFilters()
+        image = lambda b: torch.rand(b, 3, 64, 64)  # noqa: E731
     elif lib == "kornia":  # a patch descriptor of kornia.feature (HardNet, SOSNet, TFeat)
         import kornia
 
