@@ -14,7 +14,6 @@ the largest parameter difference and the graphs the backend compiled as JSON.
 from __future__ import annotations
 
 import copy
-import json
 import os
 import sys
 from typing import Any
@@ -24,6 +23,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+from training import finish
 
 WIDTH = 64
 LAYERS = 4
@@ -89,10 +89,7 @@ def run(rank: int, world: int, scenario: str, backend: str, port: int, out: str)
         result["graphs"] = counter.frame_count
         result["params_per_graph"] = [len(list(g.parameters())) for g in counter.graphs]
     finally:
-        if rank == 0:
-            with open(out, "w") as f:
-                json.dump(result, f)
-        dist.destroy_process_group()
+        finish(rank, out, result)
 
 
 if __name__ == "__main__":

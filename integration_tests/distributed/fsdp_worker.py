@@ -27,7 +27,6 @@ checkpoint (``torch.distributed.checkpoint``), fresh sharded models load it, and
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any
@@ -36,7 +35,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
-from training import full_params, train
+from training import finish, full_params, train
 
 STEPS = 4
 RESTART_STEPS = 3
@@ -212,10 +211,7 @@ def run(rank: int, world: int, argv: list[str], port: int, out: str) -> None:
             explained = ember.dynamo.explain(net)(torch.randn(8, WIDTH))
         result["break_reasons"] = sorted({b.reason for b in explained.break_reasons})
     finally:
-        if rank == 0:
-            with open(out, "w") as f:
-                json.dump(result, f)
-        dist.destroy_process_group()
+        finish(rank, out, result)
 
 
 if __name__ == "__main__":

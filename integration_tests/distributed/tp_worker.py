@@ -27,7 +27,6 @@ process (``packages/dynamo/tests/test_dtensor.py``).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any
@@ -36,7 +35,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
-from training import full_params, train
+from training import finish, full_params, train
 
 STEPS = 4
 WIDTH = 16
@@ -238,10 +237,7 @@ def run(rank: int, world: int, argv: list[str], port: int, out: str) -> None:
         result["graphs_per_rank"] = [g.tolist() for g in gathered]
         result["collectives"] = counter.collectives
     finally:
-        if rank == 0:
-            with open(out, "w") as f:
-                json.dump(result, f)
-        dist.destroy_process_group()
+        finish(rank, out, result)
 
 
 if __name__ == "__main__":
