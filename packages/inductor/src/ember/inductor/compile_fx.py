@@ -109,9 +109,9 @@ class CompiledGraph:
         self._rebind: tuple[dict[str, torch.Tensor], Callable[[dict[str, torch.Tensor], bool], Any]] | None = None
         #: the CUDA-graph runner (``mode="reduce-overhead"`` on CUDA), None without one
         self.cudagraphs: CudaGraphCall | None = None
-        #: while the native graph runner is being built: what makes this graph's call
-        #: once it is (``_run`` swaps it in; ADR 0068)
-        self._upgrade: Callable[[], Callable[[list[Any]], list[Any]]] | None = None
+        #: compiled while the native graph runner was being built: ``_run`` remakes the
+        #: call from ``_rebind`` once it is (ADR 0068)
+        self._native_pending = False
 
     def rebind_weights(self, new_for: Mapping[int, torch.Tensor]) -> CompiledGraph | None:
         """This compiled graph reading other weights: each constant ``t`` replaced by
@@ -129,7 +129,6 @@ class CompiledGraph:
             new[name] = found
         other = copy.copy(self)
         other._call = make(new, False)
-        other._upgrade = (lambda: make(new, False)) if self._upgrade is not None else None
         other._make_profiled = lambda: make(new, True)
         other._profiled = None
         other._rebind = (new, make)
@@ -171,9 +170,11 @@ class CompiledGraph:
 
     def _run(self, inputs: list[Any]) -> Any:
         """The wrapper on ``inputs`` (a list of the call's own, which the wrapper empties)."""
-        if self._upgrade is not None and not native_runner.building():
-            upgrade, self._upgrade = self._upgrade, None
-            self._call = upgrade()
+        if self._native_pending and not native_runner.building():
+            self._native_pending = False
+            if self._rebind is not None:
+                constants, make = self._rebind
+                self._call = make(constants, False)
         if profiling():
             outs = self._call_profiled(inputs)
         else:
@@ -410,8 +411,7 @@ def _compile(
         call, art, report, gm, inputs_guarded, profiled=lambda: make(constants, True)
     )
     compiled._rebind = (constants, make)
-    if backend.name == "cpp" and native_runner.building():
-        compiled._upgrade = lambda: make(constants, False)
+    compiled._native_pending = backend.name == "cpp" and native_runner.building()
     device = graph_device(example_inputs)
     if device.type == "cuda" and opts.mode in CUDAGRAPH_MODES:
         compiled.use_cuda_graphs(gm, art, device)
